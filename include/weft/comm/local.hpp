@@ -1,0 +1,514 @@
+// A communicator whose ranks are threads of one process, for tests, examples and
+// single-node runs without MPI. local::run starts the ranks; a failure or a deadlock
+// on any rank ends the whole run with an error instead of a hang.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/core/error.hpp"
+
+namespace weft::comm {
+
+namespace detail {
+
+// Messages from nested weft::errors are quoted inside new ones; one "weft: " is enough.
+inline std::string without_weft_prefix(std::string message) {
+    constexpr std::string_view prefix = "weft: ";
+    if (message.starts_with(prefix)) message.erase(0, prefix.size());
+    return message;
+}
+
+// A receive posted before its message arrived. Matching happens when the receive is
+// posted (not when it is waited for), as in MPI, so requests may be waited in any order.
+struct local_posted_recv {
+    std::span<std::byte> buffer;
+    int source = 0;
+    int tag = 0;
+    bool done = false;
+    std::string error;
+};
+
+// One (destination, source, tag) stream. Both queues are FIFO, which is what makes
+// messages non-overtaking; at most one of them is non-empty at any time.
+struct local_channel {
+    std::deque<std::vector<std::byte>> messages;
+    std::deque<std::shared_ptr<local_posted_recv>> receivers;
+};
+
+using local_channel_key = std::tuple<int, int, int>;  // (destination, source, tag)
+
+enum class local_op { allreduce_float, allreduce_double, broadcast, barrier, split };
+
+inline std::string local_op_name(local_op op) {
+    switch (op) {
+        case local_op::allreduce_float: return "allreduce_sum(float)";
+        case local_op::allreduce_double: return "allreduce_sum(double)";
+        case local_op::broadcast: return "broadcast";
+        case local_op::barrier: return "barrier";
+        case local_op::split: return "split";
+    }
+    return "?";
+}
+
+// One rank's part in a collective. The rank that completes the round reads the other
+// ranks' buffers while they wait for it, so contributions are not copied first.
+struct local_part {
+    local_op op = local_op::barrier;
+    std::size_t count = 0;  // elements; bytes for broadcast
+    int root = 0;
+    int color = 0;
+    int key = 0;
+    const void* data = nullptr;
+};
+
+struct local_group;
+
+struct local_round {
+    explicit local_round(std::size_t size) : parts(size), groups(size), ranks(size) {}
+    std::vector<local_part> parts;
+    std::size_t arrived = 0;
+    bool done = false;
+    std::string error;
+    std::vector<std::byte> result;
+    std::vector<std::shared_ptr<local_group>> groups;  // split: the new group of each rank
+    std::vector<int> ranks;                            // split: the new rank of each rank
+};
+
+struct local_group {
+    std::vector<int> world_ranks;  // group rank -> rank in local::run
+    std::map<local_channel_key, local_channel> channels;
+    std::shared_ptr<local_round> round;  // the collective in progress, if any
+};
+
+// State shared by all ranks of one local::run. One mutex guards all of it: the backend
+// exists for correctness on one node, and a single lock makes failure propagation and
+// deadlock detection exact.
+class local_world {
+public:
+    explicit local_world(int size) : ranks_(static_cast<std::size_t>(size)) {}
+
+    std::mutex mutex;
+
+    // Call with the lock held after any change that may let a blocked rank go on.
+    void changed() {
+        ++epoch_;
+        cv_.notify_all();
+    }
+
+    void check_alive() const {
+        if (failed_) throw error(failure_);
+    }
+
+    // Blocks `world_rank` until done() holds. Throws when some rank failed, or when every
+    // rank is blocked or has returned, which is a deadlock: nothing could ever wake them.
+    // A blocked rank counts as stuck only once it has seen the latest change, so a rank
+    // that was just unblocked but has not run yet never causes a false alarm.
+    template <class Done>
+    void block_until(std::unique_lock<std::mutex>& lock, int world_rank, Done done,
+                     const std::string& doing) {
+        auto& self = ranks_[static_cast<std::size_t>(world_rank)];
+        while (!done()) {
+            check_alive();
+            self.waiting = true;
+            self.seen_epoch = epoch_;
+            self.doing = doing;
+            if (everyone_stuck()) {
+                fail(deadlock_report());
+                self.waiting = false;
+                check_alive();
+            }
+            cv_.wait(lock);
+            self.waiting = false;
+        }
+    }
+
+    // Records the first failure; later ones are consequences of it. Lock held.
+    void fail(std::string message) {
+        if (!failed_) {
+            failed_ = true;
+            failure_ = std::move(message);
+        }
+        changed();
+    }
+
+    void fail_rank(int world_rank, const std::string& what) {
+        std::lock_guard lock(mutex);
+        fail("rank " + std::to_string(world_rank) + " failed: " + without_weft_prefix(what));
+    }
+
+    void finish(int world_rank) {
+        std::lock_guard lock(mutex);
+        ranks_[static_cast<std::size_t>(world_rank)].returned = true;
+        changed();
+    }
+
+    void rethrow_failure() {
+        std::lock_guard lock(mutex);
+        check_alive();
+    }
+
+private:
+    struct rank_state {
+        bool waiting = false;
+        bool returned = false;
+        std::uint64_t seen_epoch = 0;
+        std::string doing;
+    };
+
+    bool everyone_stuck() const {
+        return std::all_of(ranks_.begin(), ranks_.end(), [&](const rank_state& r) {
+            return r.returned || (r.waiting && r.seen_epoch == epoch_);
+        });
+    }
+
+    std::string deadlock_report() const {
+        std::string report = "deadlock in local::run: every rank is blocked or has returned (";
+        for (std::size_t r = 0; r < ranks_.size(); ++r) {
+            if (r != 0) report += "; ";
+            report += "rank " + std::to_string(r) +
+                      (ranks_[r].returned ? " has returned" : " waits in " + ranks_[r].doing);
+        }
+        return report + ")";
+    }
+
+    std::condition_variable cv_;
+    std::vector<rank_state> ranks_;
+    std::uint64_t epoch_ = 0;
+    bool failed_ = false;
+    std::string failure_;
+};
+
+inline void local_deliver(local_posted_recv& recv, const std::vector<std::byte>& message) {
+    if (message.size() == recv.buffer.size()) {
+        if (!message.empty()) std::memcpy(recv.buffer.data(), message.data(), message.size());
+    } else {
+        recv.error = "irecv(source=" + std::to_string(recv.source) +
+                     ", tag=" + std::to_string(recv.tag) + ") has a buffer of " +
+                     std::to_string(recv.buffer.size()) + " bytes but the message has " +
+                     std::to_string(message.size()) +
+                     " bytes; the receive buffer must be exactly the message size";
+    }
+    recv.done = true;
+}
+
+template <class T>
+void local_sum_in_rank_order(local_round& round, std::size_t count) {
+    // Rank order 0..n-1 on every element keeps results bit-reproducible.
+    std::vector<T> sum(count);
+    for (std::size_t r = 0; r < round.parts.size(); ++r) {
+        const T* in = static_cast<const T*>(round.parts[r].data);
+        if (r == 0) {
+            std::copy(in, in + count, sum.begin());
+        } else {
+            for (std::size_t i = 0; i < count; ++i) sum[i] += in[i];
+        }
+    }
+    round.result.resize(count * sizeof(T));
+    if (count != 0) std::memcpy(round.result.data(), sum.data(), round.result.size());
+}
+
+inline std::string local_part_text(const local_part& p, std::size_t rank) {
+    std::string text = "rank " + std::to_string(rank) + " called " + local_op_name(p.op);
+    if (p.op == local_op::allreduce_float || p.op == local_op::allreduce_double) {
+        text += " with " + std::to_string(p.count) + " elements";
+    } else if (p.op == local_op::broadcast) {
+        text += " with " + std::to_string(p.count) + " bytes from root " + std::to_string(p.root);
+    }
+    return text;
+}
+
+inline void local_complete(local_round& round, const local_group& group) {
+    const local_part& first = round.parts[0];
+    for (std::size_t r = 1; r < round.parts.size(); ++r) {
+        const local_part& p = round.parts[r];
+        bool same = p.op == first.op && p.count == first.count &&
+                    (p.op != local_op::broadcast || p.root == first.root);
+        if (!same) {
+            round.error = "collective mismatch: " + local_part_text(first, 0) + " but " +
+                          local_part_text(p, r) +
+                          "; every rank of a group must make the same collective call with the "
+                          "same length";
+            return;
+        }
+    }
+    switch (first.op) {
+        case local_op::allreduce_float: local_sum_in_rank_order<float>(round, first.count); break;
+        case local_op::allreduce_double: local_sum_in_rank_order<double>(round, first.count); break;
+        case local_op::broadcast: {
+            const auto* in = static_cast<const std::byte*>(round.parts[static_cast<std::size_t>(first.root)].data);
+            round.result.assign(in, in + first.count);
+            break;
+        }
+        case local_op::barrier: break;
+        case local_op::split: {
+            // Like MPI_Comm_split: one group per color, ordered by (key, old rank).
+            std::map<int, std::vector<std::size_t>> members;
+            for (std::size_t r = 0; r < round.parts.size(); ++r) members[round.parts[r].color].push_back(r);
+            for (auto& [color, ranks] : members) {
+                std::stable_sort(ranks.begin(), ranks.end(), [&](std::size_t a, std::size_t b) {
+                    return round.parts[a].key < round.parts[b].key;
+                });
+                auto sub = std::make_shared<local_group>();
+                for (std::size_t i = 0; i < ranks.size(); ++i) {
+                    sub->world_ranks.push_back(group.world_ranks[ranks[i]]);
+                    round.groups[ranks[i]] = sub;
+                    round.ranks[ranks[i]] = static_cast<int>(i);
+                }
+            }
+            break;
+        }
+    }
+}
+
+}  // namespace detail
+
+class local {
+public:
+    // The handle of a non-blocking operation. Sends are buffered and complete at once;
+    // a receive completes in wait(). Destroying a request that was not waited for
+    // cancels its receive (the buffer is never written afterwards).
+    class request {
+    public:
+        request() = default;
+        request(request&&) noexcept = default;
+        request& operator=(request&& other) noexcept {
+            if (this != &other) {
+                cancel();
+                world_ = std::move(other.world_);
+                group_ = std::move(other.group_);
+                recv_ = std::move(other.recv_);
+                key_ = other.key_;
+                world_rank_ = other.world_rank_;
+            }
+            return *this;
+        }
+        request(const request&) = delete;
+        request& operator=(const request&) = delete;
+        ~request() { cancel(); }
+
+        // Waiting again, or on a moved-from request, does nothing.
+        void wait() {
+            if (!recv_) return;
+            std::unique_lock lock(world_->mutex);
+            try {
+                const auto& [dest, source, tag] = key_;
+                world_->block_until(
+                    lock, world_rank_, [&] { return recv_->done; },
+                    "irecv(source=" + std::to_string(source) + ", tag=" + std::to_string(tag) + ")");
+                (void)dest;
+            } catch (...) {
+                cancel_locked();
+                throw;
+            }
+            auto recv = std::move(recv_);
+            if (!recv->error.empty()) throw error(recv->error);
+        }
+
+    private:
+        friend class local;
+
+        void cancel() noexcept {
+            if (!recv_) return;
+            std::lock_guard lock(world_->mutex);
+            cancel_locked();
+        }
+
+        void cancel_locked() noexcept {
+            if (!recv_->done) {
+                auto it = group_->channels.find(key_);
+                if (it != group_->channels.end()) {
+                    auto& receivers = it->second.receivers;
+                    receivers.erase(std::remove(receivers.begin(), receivers.end(), recv_),
+                                    receivers.end());
+                    if (receivers.empty() && it->second.messages.empty()) group_->channels.erase(it);
+                }
+            }
+            recv_.reset();
+        }
+
+        std::shared_ptr<detail::local_world> world_;
+        std::shared_ptr<detail::local_group> group_;
+        std::shared_ptr<detail::local_posted_recv> recv_;
+        detail::local_channel_key key_{};
+        int world_rank_ = 0;
+    };
+
+    local(local&&) noexcept = default;
+    local& operator=(local&&) noexcept = default;
+    local(const local&) = delete;
+    local& operator=(const local&) = delete;
+    ~local() = default;
+
+    [[nodiscard]] int rank() const { return rank_; }
+    [[nodiscard]] int size() const { return static_cast<int>(group().world_ranks.size()); }
+
+    // Copies `data`, so the caller may reuse it as soon as isend returns.
+    [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
+        detail::check_peer("dest", dest, size());
+        detail::check_tag(tag);
+        std::vector<std::byte> message(data.begin(), data.end());
+        std::lock_guard lock(world_->mutex);
+        detail::local_channel_key key{dest, rank_, tag};
+        auto& channel = group_->channels[key];
+        if (channel.receivers.empty()) {
+            channel.messages.push_back(std::move(message));
+        } else {
+            auto recv = std::move(channel.receivers.front());
+            channel.receivers.pop_front();
+            detail::local_deliver(*recv, message);
+            if (channel.receivers.empty()) group_->channels.erase(key);
+        }
+        world_->changed();
+        return request{};
+    }
+
+    [[nodiscard]] request irecv(std::span<std::byte> buffer, int source, int tag) {
+        detail::check_peer("source", source, size());
+        detail::check_tag(tag);
+        auto recv = std::make_shared<detail::local_posted_recv>();
+        recv->buffer = buffer;
+        recv->source = source;
+        recv->tag = tag;
+        detail::local_channel_key key{rank_, source, tag};
+        std::lock_guard lock(world_->mutex);
+        auto& channel = group_->channels[key];
+        if (channel.messages.empty()) {
+            channel.receivers.push_back(recv);
+        } else {
+            detail::local_deliver(*recv, channel.messages.front());
+            channel.messages.pop_front();
+            if (channel.messages.empty()) group_->channels.erase(key);
+        }
+        request r;
+        r.world_ = world_;
+        r.group_ = group_;
+        r.recv_ = std::move(recv);
+        r.key_ = key;
+        r.world_rank_ = world_rank_;
+        return r;
+    }
+
+    // Every rank gets the sum taken in rank order 0..n-1, bit for bit the same.
+    void allreduce_sum(std::span<float> values) { allreduce(values, detail::local_op::allreduce_float); }
+    void allreduce_sum(std::span<double> values) { allreduce(values, detail::local_op::allreduce_double); }
+
+    void broadcast(std::span<std::byte> data, int root) {
+        detail::check_peer("root", root, size());
+        auto round = collective({detail::local_op::broadcast, data.size(), root, 0, 0, data.data()},
+                                "broadcast(root=" + std::to_string(root) + ")");
+        if (rank_ != root && !data.empty()) std::memcpy(data.data(), round->result.data(), data.size());
+    }
+
+    void barrier() { collective({detail::local_op::barrier, 0, 0, 0, 0, nullptr}, "barrier()"); }
+
+    // Like MPI_Comm_split: ranks with the same color form a group, ordered by (key, rank).
+    [[nodiscard]] local split(int color, int key) {
+        require(color >= 0, "color", color, "must be >= 0 (every rank joins one group)");
+        auto round = collective({detail::local_op::split, 0, 0, color, key, nullptr},
+                                "split(color=" + std::to_string(color) + ")");
+        auto me = static_cast<std::size_t>(rank_);
+        return local(world_, round->groups[me], world_rank_, round->ranks[me]);
+    }
+
+    // Runs fn(local&) on world_size threads, one per rank, and joins them. When a rank
+    // throws, every rank blocked in this run wakes with a weft::error, and run() throws
+    // the first failure ("rank r failed: ..."). A deadlock is reported the same way.
+    template <class F>
+    static void run(int world_size, F&& fn) {
+        require(world_size >= 1, "world_size", world_size, "must be at least 1");
+        auto world = std::make_shared<detail::local_world>(world_size);
+        auto group = std::make_shared<detail::local_group>();
+        for (int r = 0; r < world_size; ++r) group->world_ranks.push_back(r);
+        std::vector<std::thread> threads;
+        threads.reserve(static_cast<std::size_t>(world_size));
+        for (int r = 0; r < world_size; ++r) {
+            try {
+                threads.emplace_back([&fn, world, group, r] {
+                    try {
+                        local comm(world, group, r, r);
+                        std::invoke(fn, comm);
+                    } catch (const std::exception& e) {
+                        world->fail_rank(r, e.what());
+                    } catch (...) {
+                        world->fail_rank(r, "an exception not derived from std::exception");
+                    }
+                    world->finish(r);
+                });
+            } catch (const std::system_error& e) {
+                world->fail_rank(r, std::string("could not start its thread: ") + e.what());
+                for (int q = r; q < world_size; ++q) world->finish(q);
+                break;
+            }
+        }
+        for (auto& t : threads) t.join();
+        world->rethrow_failure();
+    }
+
+private:
+    local(std::shared_ptr<detail::local_world> world, std::shared_ptr<detail::local_group> group,
+          int world_rank, int rank)
+        : world_(std::move(world)), group_(std::move(group)), world_rank_(world_rank), rank_(rank) {}
+
+    const detail::local_group& group() const {
+        if (!group_) throw error("use of a moved-from weft::comm::local");
+        return *group_;
+    }
+
+    template <class T>
+    void allreduce(std::span<T> values, detail::local_op op) {
+        auto round = collective({op, values.size(), 0, 0, 0, values.data()},
+                                detail::local_op_name(op) + " of " + std::to_string(values.size()) +
+                                    " elements");
+        if (!values.empty()) std::memcpy(values.data(), round->result.data(), values.size_bytes());
+    }
+
+    // Joins the group's current round and returns it once complete. The result is read
+    // after the lock is released: nothing writes a completed round again.
+    std::shared_ptr<detail::local_round> collective(detail::local_part part, const std::string& doing) {
+        const auto n = static_cast<std::size_t>(size());
+        std::unique_lock lock(world_->mutex);
+        // After a failure no round may complete: waiting ranks have left, their buffers with them.
+        world_->check_alive();
+        if (!group_->round) group_->round = std::make_shared<detail::local_round>(n);
+        auto round = group_->round;
+        round->parts[static_cast<std::size_t>(rank_)] = part;
+        if (++round->arrived == n) {
+            detail::local_complete(*round, *group_);
+            round->done = true;
+            group_->round.reset();
+            world_->changed();
+        } else {
+            world_->block_until(lock, world_rank_, [&] { return round->done; }, doing);
+        }
+        if (!round->error.empty()) throw error(round->error);
+        return round;
+    }
+
+    std::shared_ptr<detail::local_world> world_;
+    std::shared_ptr<detail::local_group> group_;
+    int world_rank_ = 0;
+    int rank_ = 0;
+};
+
+static_assert(communicator<local>);
+
+}  // namespace weft::comm

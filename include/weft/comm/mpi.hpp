@@ -1,0 +1,287 @@
+// The communicator over an MPI communicator, for mpirun-launched programs. Every MPI
+// call's return code is checked (MPI_ERRORS_RETURN is set on the communicator) and
+// turned into a weft::error that names the call and MPI's own message.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/core/error.hpp"
+
+namespace weft::comm {
+
+namespace detail {
+
+inline void mpi_check(int code, std::string_view call) {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
+    throw error(std::string(call) + " failed: " +
+                (length > 0 ? std::string(text, static_cast<std::size_t>(length))
+                            : "error code " + std::to_string(code)));
+}
+
+inline bool mpi_usable() {
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized != 0 && finalized == 0;
+}
+
+// MPI counts are int; larger buffers would be silently cut.
+inline int mpi_count(std::size_t count, std::string_view parameter) {
+    require(count <= static_cast<std::size_t>(INT_MAX), parameter, count,
+            "must have at most INT_MAX (" + std::to_string(INT_MAX) + ") elements for MPI");
+    return static_cast<int>(count);
+}
+
+}  // namespace detail
+
+class mpi {
+public:
+    // A non-blocking MPI operation. Destroying a request that was not waited for:
+    // a receive is cancelled (MPI_Cancel, then MPI_Wait), so its buffer is never written
+    // afterwards; a send is waited for, because MPI has no safe way to abandon a send
+    // whose buffer is about to go away (MPI_Request_free would leave it reading freed
+    // memory). Errors in the destructor are swallowed, and nothing is done once MPI is
+    // finalised.
+    class request {
+    public:
+        request() = default;
+        request(request&& other) noexcept
+            : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)),
+              is_recv_(other.is_recv_),
+              bytes_(other.bytes_),
+              peer_(other.peer_),
+              tag_(other.tag_) {}
+        request& operator=(request&& other) noexcept {
+            if (this != &other) {
+                abandon();
+                handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
+                is_recv_ = other.is_recv_;
+                bytes_ = other.bytes_;
+                peer_ = other.peer_;
+                tag_ = other.tag_;
+            }
+            return *this;
+        }
+        request(const request&) = delete;
+        request& operator=(const request&) = delete;
+        ~request() { abandon(); }
+
+        // Waiting again, or on a moved-from request, does nothing.
+        void wait() {
+            if (handle_ == MPI_REQUEST_NULL) return;
+            MPI_Status status{};
+            int code = MPI_Wait(&handle_, &status);
+            handle_ = MPI_REQUEST_NULL;
+            if (!is_recv_) {
+                detail::mpi_check(code, "MPI_Wait (isend)");
+                return;
+            }
+            int error_class = MPI_SUCCESS;
+            if (code != MPI_SUCCESS) MPI_Error_class(code, &error_class);
+            if (code != MPI_SUCCESS && error_class != MPI_ERR_TRUNCATE) {
+                detail::mpi_check(code, "MPI_Wait (irecv)");
+            }
+            int received = 0;
+            bool counted = MPI_Get_count(&status, MPI_BYTE, &received) == MPI_SUCCESS &&
+                           received != MPI_UNDEFINED;
+            if (error_class == MPI_ERR_TRUNCATE) {
+                // MPI may report the truncated count; only a count above the buffer is the size.
+                throw error(text() + " has a buffer of " + std::to_string(bytes_) +
+                            " bytes but the message has " +
+                            (counted && static_cast<std::size_t>(received) > bytes_
+                                 ? std::to_string(received)
+                                 : "more than " + std::to_string(bytes_)) +
+                            " bytes; the receive buffer must be exactly the message size");
+            }
+            if (counted && static_cast<std::size_t>(received) != bytes_) {
+                throw error(text() + " has a buffer of " + std::to_string(bytes_) +
+                            " bytes but the message has " + std::to_string(received) +
+                            " bytes; the receive buffer must be exactly the message size");
+            }
+        }
+
+    private:
+        friend class mpi;
+
+        std::string text() const {
+            return "irecv(source=" + std::to_string(peer_) + ", tag=" + std::to_string(tag_) + ")";
+        }
+
+        void abandon() noexcept {
+            if (handle_ == MPI_REQUEST_NULL || !detail::mpi_usable()) return;
+            if (is_recv_) MPI_Cancel(&handle_);
+            MPI_Wait(&handle_, MPI_STATUS_IGNORE);
+            handle_ = MPI_REQUEST_NULL;
+        }
+
+        MPI_Request handle_ = MPI_REQUEST_NULL;
+        bool is_recv_ = false;
+        std::size_t bytes_ = 0;
+        int peer_ = 0;
+        int tag_ = 0;
+    };
+
+    // MPI_COMM_WORLD, not owned. Sets MPI_ERRORS_RETURN on it.
+    [[nodiscard]] static mpi world() {
+        if (!detail::mpi_usable()) {
+            throw error("mpi::world() needs MPI to be initialised and not finalised "
+                        "(create a weft::comm::mpi_environment, or call MPI_Init, first)");
+        }
+        return mpi(MPI_COMM_WORLD);
+    }
+
+    // Wraps `comm`; when `owned`, the destructor frees it with MPI_Comm_free.
+    explicit mpi(MPI_Comm comm, bool owned = false) : comm_(comm), owned_(owned) {
+        if (comm == MPI_COMM_NULL) throw error("mpi(comm) got MPI_COMM_NULL; a communicator is needed");
+        if (!detail::mpi_usable()) throw error("mpi(comm) needs MPI to be initialised and not finalised");
+        detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+        detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    }
+
+    mpi(mpi&& other) noexcept
+        : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+          owned_(std::exchange(other.owned_, false)),
+          rank_(other.rank_),
+          size_(other.size_) {}
+    mpi& operator=(mpi&& other) noexcept {
+        if (this != &other) {
+            release();
+            comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+            owned_ = std::exchange(other.owned_, false);
+            rank_ = other.rank_;
+            size_ = other.size_;
+        }
+        return *this;
+    }
+    mpi(const mpi&) = delete;
+    mpi& operator=(const mpi&) = delete;
+    ~mpi() { release(); }
+
+    [[nodiscard]] int rank() const { return rank_; }
+    [[nodiscard]] int size() const { return size_; }
+    [[nodiscard]] MPI_Comm native() const { return comm_; }
+
+    [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
+        check_usable();
+        detail::check_peer("dest", dest, size_);
+        detail::check_tag(tag);
+        request r;
+        r.bytes_ = data.size();
+        r.peer_ = dest;
+        r.tag_ = tag;
+        detail::mpi_check(MPI_Isend(data.data(),
+                                    detail::mpi_count(data.size(), "data.size()"), MPI_BYTE, dest,
+                                    tag, comm_, &r.handle_),
+                          "MPI_Isend");
+        return r;
+    }
+
+    [[nodiscard]] request irecv(std::span<std::byte> buffer, int source, int tag) {
+        check_usable();
+        detail::check_peer("source", source, size_);
+        detail::check_tag(tag);
+        request r;
+        r.is_recv_ = true;
+        r.bytes_ = buffer.size();
+        r.peer_ = source;
+        r.tag_ = tag;
+        detail::mpi_check(MPI_Irecv(buffer.data(), detail::mpi_count(buffer.size(), "buffer.size()"),
+                                    MPI_BYTE, source, tag, comm_, &r.handle_),
+                          "MPI_Irecv");
+        return r;
+    }
+
+    // MPI_Allreduce: every rank gets the same values, but the summation order is MPI's
+    // (it may differ from rank order 0..n-1, unlike comm::local).
+    void allreduce_sum(std::span<float> values) { allreduce(values, MPI_FLOAT, "allreduce_sum(float)"); }
+    void allreduce_sum(std::span<double> values) { allreduce(values, MPI_DOUBLE, "allreduce_sum(double)"); }
+
+    void broadcast(std::span<std::byte> data, int root) {
+        check_usable();
+        detail::check_peer("root", root, size_);
+        agree("broadcast", data.size(), root);
+        detail::mpi_check(MPI_Bcast(data.data(), detail::mpi_count(data.size(), "data.size()"),
+                                    MPI_BYTE, root, comm_),
+                          "MPI_Bcast");
+    }
+
+    void barrier() {
+        check_usable();
+        detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
+    }
+
+    // MPI_Comm_split; the result owns the new communicator.
+    [[nodiscard]] mpi split(int color, int key) {
+        check_usable();
+        require(color >= 0, "color", color, "must be >= 0 (every rank joins one group)");
+        MPI_Comm comm = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
+        return mpi(comm, true);
+    }
+
+private:
+    void check_usable() const {
+        if (comm_ == MPI_COMM_NULL) throw error("use of a moved-from weft::comm::mpi");
+        if (!detail::mpi_usable()) throw error("weft::comm::mpi used after MPI_Finalize");
+    }
+
+    void release() noexcept {
+        if (owned_ && comm_ != MPI_COMM_NULL && detail::mpi_usable()) MPI_Comm_free(&comm_);
+        comm_ = MPI_COMM_NULL;
+        owned_ = false;
+    }
+
+    // Mismatched lengths or roots make MPI truncate, hang or misread silently, so every
+    // collective first agrees on them with one small MPI_Allreduce (max of x and -x gives
+    // both the max and the min): every rank then throws the same error, or none does.
+    void agree(std::string_view what, std::size_t count, int root) {
+        std::int64_t values[4] = {static_cast<std::int64_t>(count), -static_cast<std::int64_t>(count),
+                                  root, -root};
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, 4, MPI_INT64_T, MPI_MAX, comm_),
+                          "MPI_Allreduce (length check)");
+        if (values[0] != -values[1]) {
+            throw error("collective mismatch: ranks called " + std::string(what) +
+                        " with lengths from " + std::to_string(-values[1]) + " to " +
+                        std::to_string(values[0]) + " (this rank: " + std::to_string(count) +
+                        "); every rank of a group must pass the same length");
+        }
+        if (values[2] != -values[3]) {
+            throw error("collective mismatch: ranks called " + std::string(what) +
+                        " with roots from " + std::to_string(-values[3]) + " to " +
+                        std::to_string(values[2]) + "; every rank must pass the same root");
+        }
+    }
+
+    template <class T>
+    void allreduce(std::span<T> values, MPI_Datatype type, std::string_view what) {
+        check_usable();
+        agree(what, values.size(), 0);
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, values.data(),
+                                        detail::mpi_count(values.size(), "values.size()"), type,
+                                        MPI_SUM, comm_),
+                          "MPI_Allreduce");
+    }
+
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    bool owned_ = false;
+    int rank_ = 0;
+    int size_ = 0;
+};
+
+static_assert(communicator<mpi>);
+
+}  // namespace weft::comm

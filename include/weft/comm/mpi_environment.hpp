@@ -1,0 +1,52 @@
+// RAII for MPI's lifetime in a program's main(): initialises MPI unless something else
+// already did, and finalises it only if it was the one that initialised it, so that
+// libraries and test mains that manage MPI themselves can still use it.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "weft/comm/mpi.hpp"
+#include "weft/core/error.hpp"
+
+namespace weft::comm {
+
+class mpi_environment {
+public:
+    // MPI_THREAD_FUNNELED suffices: weft calls MPI only from the thread that drives training.
+    mpi_environment(int& argc, char**& argv, int required = MPI_THREAD_FUNNELED) {
+        int initialized = 0;
+        detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+        if (initialized == 0) {
+            detail::mpi_check(MPI_Init_thread(&argc, &argv, required, &provided_), "MPI_Init_thread");
+            owns_ = true;
+        } else {
+            detail::mpi_check(MPI_Query_thread(&provided_), "MPI_Query_thread");
+        }
+        if (provided_ < required) {
+            if (owns_) MPI_Finalize();
+            owns_ = false;
+            throw invalid_argument("required", required,
+                                   "MPI provides only thread level " + std::to_string(provided_));
+        }
+    }
+
+    mpi_environment(const mpi_environment&) = delete;
+    mpi_environment& operator=(const mpi_environment&) = delete;
+
+    ~mpi_environment() {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (owns_ && finalized == 0) MPI_Finalize();
+    }
+
+    [[nodiscard]] int thread_level() const { return provided_; }
+    [[nodiscard]] bool owns_mpi() const { return owns_; }
+
+private:
+    int provided_ = MPI_THREAD_SINGLE;
+    bool owns_ = false;
+};
+
+}  // namespace weft::comm

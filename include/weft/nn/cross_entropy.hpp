@@ -1,0 +1,32 @@
+// Mean softmax cross-entropy over a micro-batch and its gradient with respect to the
+// logits, scaled by a caller-given factor: the engine passes 1/num_microbatches so
+// that gradients accumulated over micro-batches equal the gradient of the mean loss.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/compute_backend.hpp"
+
+namespace weft::nn {
+
+template <compute_backend Backend>
+struct cross_entropy_result {
+    typename Backend::scalar loss;     // mean over rows, NOT multiplied by scale
+    typename Backend::matrix dlogits;  // scale * d(loss)/d(logits)
+};
+
+// labels[r] is the class id of row r, in [0, logits.cols()).
+template <compute_backend Backend>
+[[nodiscard]] cross_entropy_result<Backend> cross_entropy(const typename Backend::matrix& logits,
+                                                          std::span<const std::int32_t> labels,
+                                                          typename Backend::scalar scale = 1) {
+    require(std::isfinite(double(scale)), "cross_entropy: scale", scale, "must be finite");
+    cross_entropy_result<Backend> result{};
+    result.loss = Backend::cross_entropy(logits, labels, scale, result.dlogits);
+    return result;
+}
+
+}  // namespace weft::nn

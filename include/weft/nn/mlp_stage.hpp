@@ -1,0 +1,235 @@
+// One pipeline stage of the MLP model: the units [first, last) with their parameters
+// and gradients in flat buffers, forward, and backward split into an input half
+// (I, on the critical path) and a weight half (W, schedulable into bubbles).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/compute_backend.hpp"
+#include "weft/nn/gelu.hpp"
+#include "weft/nn/layer_norm.hpp"
+#include "weft/nn/linear.hpp"
+#include "weft/nn/mlp_config.hpp"
+#include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/partition.hpp"
+
+namespace weft::nn {
+
+template <compute_backend Backend>
+class mlp_stage {
+public:
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+
+    // Everything backward needs for one micro-batch. Filled by forward, trimmed by
+    // backward_input to what backward_weight needs, emptied by backward_weight.
+    struct stash {
+        enum class phase { empty, forwarded, input_done };
+        struct unit_saved {
+            matrix x;                  // unit input
+            matrix mean, rstd;         // layer-norm statistics
+            matrix normed;             // layer-norm output = input of the next linear
+            matrix pre_act, act;       // fc1 output and its GELU (blocks)
+            matrix d_out;              // gradient of the unit's output
+            matrix d_pre_act;          // gradient of fc1's output (blocks)
+            matrix d_normed;           // gradient of the layer-norm output
+        };
+        phase state = phase::empty;
+        int rows = 0;
+        std::vector<unit_saved> units;
+
+        [[nodiscard]] bool empty() const { return state == phase::empty; }
+        // Bytes of activations held; what the schedules' peak-memory figures count.
+        [[nodiscard]] std::size_t bytes() const {
+            std::size_t n = 0;
+            for (const auto& u : units)
+                for (const matrix* m : {&u.x, &u.mean, &u.rstd, &u.normed, &u.pre_act, &u.act,
+                                        &u.d_out, &u.d_pre_act, &u.d_normed})
+                    n += std::size_t(m->size()) * sizeof(scalar);
+            return n;
+        }
+    };
+
+    mlp_stage(const mlp_config& config, unit_range units) : config_(config), units_(units) {
+        config.validate();
+        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
+                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
+                "must be a non-empty range within [0, num_units = " +
+                    std::to_string(config.num_units()) + ")");
+        const int hidden = config.hidden_dim;
+        const int wide = config.expansion * hidden;
+        for (int u = units.first; u < units.last; ++u) {
+            unit layer;
+            if (u == 0) {
+                layer.kind = unit_kind::input;
+                layer.fc1 = linear<Backend>(registry_, "input", config.input_dim, hidden);
+            } else if (u == config.num_blocks + 1) {
+                layer.kind = unit_kind::head;
+                layer.ln = layer_norm<Backend>(registry_, "head.ln", hidden);
+                layer.fc1 = linear<Backend>(registry_, "head.fc", hidden, config.num_classes);
+            } else {
+                const std::string prefix = "blocks." + std::to_string(u - 1);
+                layer.kind = unit_kind::block;
+                layer.ln = layer_norm<Backend>(registry_, prefix + ".ln", hidden);
+                layer.fc1 = linear<Backend>(registry_, prefix + ".fc1", hidden, wide);
+                layer.fc2 = linear<Backend>(registry_, prefix + ".fc2", wide, hidden);
+            }
+            units_list_.push_back(std::move(layer));
+        }
+        params_.assign(registry_.total_size(), scalar(0));
+        grads_.assign(registry_.total_size(), scalar(0));
+        for (const unit& layer : units_list_) {
+            if (layer.kind != unit_kind::input) layer.ln.initialize(parameters());
+            layer.fc1.initialize(parameters(), config.seed);
+            if (layer.kind == unit_kind::block) layer.fc2.initialize(parameters(), config.seed);
+        }
+    }
+
+    [[nodiscard]] const mlp_config& config() const { return config_; }
+    [[nodiscard]] unit_range units() const { return units_; }
+    [[nodiscard]] bool is_first() const { return units_.first == 0; }
+    [[nodiscard]] bool is_last() const { return units_.last == config_.num_units(); }
+    [[nodiscard]] int input_width() const { return is_first() ? config_.input_dim : config_.hidden_dim; }
+    [[nodiscard]] int output_width() const { return is_last() ? config_.num_classes : config_.hidden_dim; }
+
+    // Returns the stage output (the logits for the last stage) and fills `s`,
+    // which must be empty (a fresh stash or one released by backward_weight).
+    [[nodiscard]] matrix forward(const matrix& x, stash& s) const {
+        require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
+        require(Backend::rows(x) >= 1, "forward: x.rows()", Backend::rows(x), "must be at least 1");
+        require(Backend::cols(x) == input_width(), "forward: x.cols()", Backend::cols(x),
+                "must equal the stage input width " + std::to_string(input_width()));
+        s.units.assign(units_list_.size(), {});
+        s.rows = Backend::rows(x);
+        const auto p = parameters();
+        matrix y = x;
+        for (std::size_t i = 0; i < units_list_.size(); ++i) {
+            const unit& layer = units_list_[i];
+            auto& saved = s.units[i];
+            saved.x = std::move(y);
+            switch (layer.kind) {
+                case unit_kind::input:
+                    y = layer.fc1.forward(p, saved.x);
+                    break;
+                case unit_kind::block:
+                    saved.normed = layer.ln.forward(p, saved.x, saved.mean, saved.rstd);
+                    saved.pre_act = layer.fc1.forward(p, saved.normed);
+                    saved.act = gelu<Backend>::forward(saved.pre_act);
+                    y = Backend::add(saved.x, layer.fc2.forward(p, saved.act));
+                    break;
+                case unit_kind::head:
+                    saved.normed = layer.ln.forward(p, saved.x, saved.mean, saved.rstd);
+                    y = layer.fc1.forward(p, saved.normed);
+                    break;
+            }
+        }
+        s.state = stash::phase::forwarded;
+        return y;
+    }
+
+    // dy is the gradient of the stage output (last stage: dlogits from cross_entropy).
+    // Returns the gradient of the stage input; the first stage returns an empty
+    // (0 x 0) matrix, since nothing upstream needs it and computing it costs a GEMM.
+    [[nodiscard]] matrix backward_input(const matrix& dy, stash& s) const {
+        require(s.state == stash::phase::forwarded, "backward_input: stash",
+                s.empty() ? "empty" : "already past backward_input",
+                "must hold this micro-batch's forward (call forward first)");
+        require(Backend::rows(dy) == s.rows && Backend::cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(Backend::rows(dy)) + "x" + std::to_string(Backend::cols(dy)),
+                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+        const auto p = parameters();
+        matrix d = dy;
+        for (std::size_t i = units_list_.size(); i-- > 0;) {
+            const unit& layer = units_list_[i];
+            auto& saved = s.units[i];
+            saved.d_out = std::move(d);
+            switch (layer.kind) {
+                case unit_kind::input:
+                    d = matrix();
+                    break;
+                case unit_kind::block: {
+                    const matrix d_act = layer.fc2.backward_input(p, saved.d_out);
+                    saved.d_pre_act = gelu<Backend>::backward_input(saved.pre_act, d_act);
+                    saved.pre_act = matrix();  // backward_weight needs act, not pre_act
+                    saved.d_normed = layer.fc1.backward_input(p, saved.d_pre_act);
+                    d = Backend::add(saved.d_out, layer.ln.backward_input(p, saved.x, saved.mean,
+                                                                          saved.rstd, saved.d_normed));
+                    break;
+                }
+                case unit_kind::head:
+                    saved.d_normed = layer.fc1.backward_input(p, saved.d_out);
+                    d = layer.ln.backward_input(p, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    break;
+            }
+        }
+        s.state = stash::phase::input_done;
+        return d;
+    }
+
+    // Accumulates (+=) this micro-batch's weight gradients into gradients() and
+    // releases `s` so it can take the next forward.
+    void backward_weight(stash& s) {
+        require(s.state == stash::phase::input_done, "backward_weight: stash",
+                s.empty() ? "empty" : "not past backward_input",
+                "must have run backward_input for this micro-batch first");
+        const auto g = gradients();
+        for (std::size_t i = 0; i < units_list_.size(); ++i) {
+            const unit& layer = units_list_[i];
+            const auto& saved = s.units[i];
+            switch (layer.kind) {
+                case unit_kind::input:
+                    layer.fc1.backward_weight(g, saved.x, saved.d_out);
+                    break;
+                case unit_kind::block:
+                    layer.fc2.backward_weight(g, saved.act, saved.d_out);
+                    layer.fc1.backward_weight(g, saved.normed, saved.d_pre_act);
+                    layer.ln.backward_weight(g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    break;
+                case unit_kind::head:
+                    layer.fc1.backward_weight(g, saved.normed, saved.d_out);
+                    layer.ln.backward_weight(g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    break;
+            }
+        }
+        s = stash{};
+    }
+
+    // The full backward (B): both halves back to back.
+    [[nodiscard]] matrix backward(const matrix& dy, stash& s) {
+        matrix dx = backward_input(dy, s);
+        backward_weight(s);
+        return dx;
+    }
+
+    [[nodiscard]] std::span<scalar> parameters() { return params_; }
+    [[nodiscard]] std::span<const scalar> parameters() const { return params_; }
+    [[nodiscard]] std::span<scalar> gradients() { return grads_; }
+    [[nodiscard]] std::span<const scalar> gradients() const { return grads_; }
+    void zero_gradients() { std::fill(grads_.begin(), grads_.end(), scalar(0)); }
+    [[nodiscard]] const parameter_registry& registry() const { return registry_; }
+
+private:
+    enum class unit_kind { input, block, head };
+    struct unit {
+        unit_kind kind = unit_kind::input;
+        layer_norm<Backend> ln;   // blocks and head
+        linear<Backend> fc1;      // input: input; blocks: fc1; head: head.fc
+        linear<Backend> fc2;      // blocks
+    };
+
+    mlp_config config_;
+    unit_range units_;
+    parameter_registry registry_;
+    std::vector<unit> units_list_;
+    std::vector<scalar> params_;
+    std::vector<scalar> grads_;
+};
+
+}  // namespace weft::nn

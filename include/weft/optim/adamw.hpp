@@ -1,0 +1,103 @@
+// AdamW with torch.optim.AdamW's exact update (decoupled decay before the Adam step,
+// bias correction, eps added outside sqrt(v_hat)) on a flat buffer or a shard of it.
+// Weight decay applies to 2-D+ tensors only (per the registry); moments are flat buffers.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/nn/parameter_registry.hpp"
+#include "weft/optim/decay_mask.hpp"
+
+namespace weft::optim {
+
+struct adamw_options {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 1e-2;
+
+    void validate() const {
+        require(lr > 0, "adamw lr", lr, "must be positive");
+        require(beta1 >= 0 && beta1 < 1, "adamw beta1", beta1, "must be in [0, 1)");
+        require(beta2 >= 0 && beta2 < 1, "adamw beta2", beta2, "must be in [0, 1)");
+        require(eps > 0, "adamw eps", eps, "must be positive");
+        require(weight_decay >= 0, "adamw weight_decay", weight_decay, "must be non-negative");
+    }
+};
+
+template <std::floating_point Scalar>
+class basic_adamw {
+public:
+    explicit basic_adamw(adamw_options options) : options_(options) { options_.validate(); }
+
+    [[nodiscard]] const adamw_options& options() const { return options_; }
+    void set_lr(double lr) {
+        require(lr > 0, "adamw lr", lr, "must be positive");
+        options_.lr = lr;
+    }
+
+    // params and grads cover elements [offset, offset + params.size()) of the
+    // registry's flat layout: the whole buffer, or this rank's ZeRO shard.
+    // Moments are sized on the first step; later steps must match them.
+    void step(std::span<Scalar> params, std::span<const Scalar> grads,
+              const nn::parameter_registry& registry, std::size_t offset = 0) {
+        require(grads.size() == params.size(), "adamw step: grads.size()", grads.size(),
+                "must equal params.size() = " + std::to_string(params.size()));
+        if (steps_ == 0) {
+            m_.assign(params.size(), Scalar(0));
+            v_.assign(params.size(), Scalar(0));
+        }
+        require(m_.size() == params.size(), "adamw step: params.size()", params.size(),
+                "must equal the size of earlier steps " + std::to_string(m_.size()));
+        const std::uint64_t t = steps_ + 1;
+        // As PyTorch: scalar factors in double, rounded once to the tensor's type.
+        const Scalar decay_factor = Scalar(1.0 - options_.lr * options_.weight_decay);
+        const Scalar one_minus_beta1 = Scalar(1.0 - options_.beta1);
+        const Scalar beta1 = Scalar(options_.beta1);
+        const Scalar beta2 = Scalar(options_.beta2);
+        const Scalar one_minus_beta2 = Scalar(1.0 - options_.beta2);
+        const double bias_correction1 = 1.0 - std::pow(options_.beta1, double(t));
+        const double bias_correction2 = 1.0 - std::pow(options_.beta2, double(t));
+        const Scalar step_size = Scalar(options_.lr / bias_correction1);
+        const Scalar bias_correction2_sqrt = Scalar(std::sqrt(bias_correction2));
+        const Scalar eps = Scalar(options_.eps);
+        const bool lerp_from_start = options_.beta1 > 0.5;  // torch.lerp's two forms
+        for_each_decay_range(registry, offset, params.size(), [&](std::size_t lo, std::size_t hi, bool decays) {
+            for (std::size_t i = lo; i < hi; ++i) {
+                const Scalar g = grads[i];
+                if (decays) params[i] *= decay_factor;
+                m_[i] = lerp_from_start ? m_[i] + one_minus_beta1 * (g - m_[i])
+                                        : g - (g - m_[i]) * beta1;
+                v_[i] = v_[i] * beta2 + one_minus_beta2 * g * g;
+                const Scalar denom = std::sqrt(v_[i]) / bias_correction2_sqrt + eps;
+                params[i] += -step_size * (m_[i] / denom);
+            }
+        });
+        steps_ = t;
+    }
+
+    [[nodiscard]] std::uint64_t step_count() const { return steps_; }
+    // First and second moments, same layout as the parameters (empty before the first step).
+    [[nodiscard]] std::span<Scalar> exp_avg() { return m_; }
+    [[nodiscard]] std::span<const Scalar> exp_avg() const { return m_; }
+    [[nodiscard]] std::span<Scalar> exp_avg_sq() { return v_; }
+    [[nodiscard]] std::span<const Scalar> exp_avg_sq() const { return v_; }
+
+private:
+    adamw_options options_;
+    std::vector<Scalar> m_;
+    std::vector<Scalar> v_;
+    std::uint64_t steps_ = 0;
+};
+
+using adamw = basic_adamw<float>;
+
+}  // namespace weft::optim

@@ -1,0 +1,87 @@
+// Stochastic gradient descent with momentum and weight decay, PyTorch's torch.optim.SGD
+// update (dampening 0, no Nesterov), on a flat parameter buffer or a shard of it.
+// Weight decay applies to 2-D+ tensors only, as for AdamW.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/nn/parameter_registry.hpp"
+#include "weft/optim/decay_mask.hpp"
+
+namespace weft::optim {
+
+struct sgd_options {
+    double lr = 0.01;
+    double momentum = 0;
+    double weight_decay = 0;
+
+    void validate() const {
+        require(lr > 0, "sgd lr", lr, "must be positive");
+        require(momentum >= 0 && momentum < 1, "sgd momentum", momentum, "must be in [0, 1)");
+        require(weight_decay >= 0, "sgd weight_decay", weight_decay, "must be non-negative");
+    }
+};
+
+template <std::floating_point Scalar>
+class basic_sgd {
+public:
+    explicit basic_sgd(sgd_options options) : options_(options) { options_.validate(); }
+
+    [[nodiscard]] const sgd_options& options() const { return options_; }
+    void set_lr(double lr) {
+        require(lr > 0, "sgd lr", lr, "must be positive");
+        options_.lr = lr;
+    }
+
+    // params and grads cover elements [offset, offset + params.size()) of the
+    // registry's flat layout: the whole buffer, or this rank's ZeRO shard.
+    // The momentum buffer is sized on the first step; later steps must match it.
+    void step(std::span<Scalar> params, std::span<const Scalar> grads,
+              const nn::parameter_registry& registry, std::size_t offset = 0) {
+        require(grads.size() == params.size(), "sgd step: grads.size()", grads.size(),
+                "must equal params.size() = " + std::to_string(params.size()));
+        const bool use_momentum = options_.momentum > 0;
+        if (use_momentum) {
+            if (steps_ == 0) momentum_buffer_.assign(params.size(), Scalar(0));
+            require(momentum_buffer_.size() == params.size(), "sgd step: params.size()", params.size(),
+                    "must equal the size of earlier steps " + std::to_string(momentum_buffer_.size()));
+        }
+        const Scalar lr = Scalar(options_.lr);
+        const Scalar momentum = Scalar(options_.momentum);
+        const Scalar decay = Scalar(options_.weight_decay);
+        const bool first = steps_ == 0;
+        for_each_decay_range(registry, offset, params.size(), [&](std::size_t lo, std::size_t hi, bool decays) {
+            for (std::size_t i = lo; i < hi; ++i) {
+                Scalar g = grads[i];
+                if (decays && decay != Scalar(0)) g += decay * params[i];
+                if (use_momentum) {
+                    // PyTorch starts the buffer at the first gradient, not at zero.
+                    momentum_buffer_[i] = first ? g : momentum * momentum_buffer_[i] + g;
+                    g = momentum_buffer_[i];
+                }
+                params[i] -= lr * g;
+            }
+        });
+        ++steps_;
+    }
+
+    [[nodiscard]] std::uint64_t step_count() const { return steps_; }
+    // Empty until the first step, and always when momentum is 0.
+    [[nodiscard]] std::span<Scalar> momentum_buffer() { return momentum_buffer_; }
+    [[nodiscard]] std::span<const Scalar> momentum_buffer() const { return momentum_buffer_; }
+
+private:
+    sgd_options options_;
+    std::vector<Scalar> momentum_buffer_;
+    std::uint64_t steps_ = 0;
+};
+
+using sgd = basic_sgd<float>;
+
+}  // namespace weft::optim

@@ -1,0 +1,34 @@
+// GPipe: every rank runs all forwards, then all backwards (increasing micro-batch order).
+// One stage per rank, stage s on rank s; the program is compute-only (see lower()).
+#pragma once
+
+#include <string_view>
+
+#include "weft/sched/detail/generator_arguments.hpp"
+#include "weft/sched/program.hpp"
+
+namespace weft::sched {
+
+struct gpipe {
+    static constexpr std::string_view name = "gpipe";
+
+    [[nodiscard]] static constexpr program generate(int ranks, int microbatches) {
+        detail::require_generator_arguments(ranks, microbatches);
+        program p;
+        p.num_ranks = ranks;
+        p.num_stages = ranks;
+        p.num_microbatches = microbatches;
+        p.stage_rank.resize(static_cast<std::size_t>(ranks));
+        p.ranks.resize(static_cast<std::size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) {
+            p.stage_rank[static_cast<std::size_t>(r)] = r;
+            auto& actions = p.ranks[static_cast<std::size_t>(r)];
+            actions.reserve(2 * static_cast<std::size_t>(microbatches));
+            for (int mb = 0; mb < microbatches; ++mb) actions.push_back({action_kind::F, r, mb});
+            for (int mb = 0; mb < microbatches; ++mb) actions.push_back({action_kind::B, r, mb});
+        }
+        return p;
+    }
+};
+
+}  // namespace weft::sched

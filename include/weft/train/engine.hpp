@@ -1,0 +1,313 @@
+// The fused training loop. Each rank executes its row of the lowered schedule:
+// RECVs are posted a few actions ahead, SENDs are non-blocking, F/B/I/W call the
+// stage's forward, backward_input and backward_weight, and activations are stashed
+// by (stage, micro-batch) and freed as soon as the schedule allows. After the
+// program, gradients are reduced as the sharding policy says and the optimizer steps.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/comm/process_grid.hpp"
+#include "weft/core/error.hpp"
+#include "weft/core/parallel_config.hpp"
+#include "weft/exec/compute_backend.hpp"
+#include "weft/nn/cross_entropy.hpp"
+#include "weft/nn/mlp.hpp"
+#include "weft/nn/mlp_stage.hpp"
+#include "weft/nn/partition.hpp"
+#include "weft/sched/any_of.hpp"
+#include "weft/sched/lower.hpp"
+#include "weft/sched/validate.hpp"
+#include "weft/shard/sharding.hpp"
+#include "weft/train/activation_stash.hpp"
+#include "weft/train/optimizer.hpp"
+#include "weft/train/step_log.hpp"
+#include "weft/train/synthetic_dataset.hpp"
+
+namespace weft::train {
+
+struct engine_options {
+    int batch_size = 32;         // global batch: samples per step over all data-parallel replicas
+    optimizer_options optimizer{};
+    int recv_lookahead = 4;      // how many actions ahead RECVs are posted
+};
+
+template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend>
+class engine {
+    static_assert(std::is_same_v<typename Backend::scalar, float> || std::is_same_v<typename Backend::scalar, double>,
+                  "weft::engine: the backend's scalar must be float or double");
+
+public:
+    using schedules = sched::any_of_t<Schedules>;
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+    using stage_type = nn::mlp_stage<Backend>;
+
+    // Collective over `world`: every rank constructs its engine with the same arguments.
+    engine(Comm& world, const parallel_config& config, const nn::mlp_config& model,
+           const engine_options& options)
+        : world_(&world), config_(config), options_(options), grid_(world, config) {
+        require(config.tp() == 1, "tp", config.tp(),
+                "the MLP engine has no tensor-parallel layers; valid: 1");
+        require(config.zero_stage() == Sharding::zero_stage, "zero_stage", config.zero_stage(),
+                std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
+                    ", which is ZeRO stage " + std::to_string(Sharding::zero_stage));
+        model.validate();
+        const int rows_per_replica = options.batch_size / config.dp();
+        require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
+                "batch_size", options.batch_size,
+                "must be a positive multiple of dp*microbatches = " +
+                    std::to_string(config.dp() * config.microbatches()));
+        rows_per_microbatch_ = rows_per_replica / config.microbatches();
+
+        program_ = sched::lower(schedules::generate(config.schedule(), config.pp(), config.microbatches()));
+        if (const auto verdict = sched::check(program_); !verdict.ok)
+            throw error("the lowered " + std::string(to_string(config.schedule())) +
+                        " program is invalid: " + verdict.message);
+        const int tag_space = 2 * program_.num_stages * program_.num_microbatches;
+        require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
+                "message tags must fit in 0.." + std::to_string(max_tag));
+
+        const auto units = nn::partition_units(model.num_blocks + 2, program_.num_stages);
+        for (int s = 0; s < program_.num_stages; ++s)
+            if (program_.stage_rank[s] == pipeline_rank())
+                stages_.emplace(s, local_stage{stage_type(model, units[s]), make_optimizer<scalar>(options.optimizer)});
+    }
+
+    // Runs one training step on the global batch (every rank passes the same batch)
+    // and returns what the step log prints. Collective over the world.
+    step_stats step(const classification_batch& batch) {
+        require(batch.rows == options_.batch_size, "batch rows", batch.rows,
+                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+        const auto start = std::chrono::steady_clock::now();
+        run_program(batch);
+        for (auto& [index, stage] : stages_) {
+            Sharding::reduce_gradients(grid_.data(), stage.model.gradients());
+            stage.stepper->step(stage.model.parameters(), stage.model.gradients(), stage.model.registry());
+            stage.model.zero_gradients();
+        }
+        // Every rank reports the same loss: last-stage ranks contribute their replica's mean.
+        double loss[1] = {owns_last_stage() ? loss_sum_ / config_.dp() : 0.0};
+        world_->allreduce_sum(std::span<double>(loss));
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return {steps_done_++, loss[0], 1e3 * seconds, options_.batch_size / seconds, -1};
+    }
+
+    [[nodiscard]] const sched::program& program() const { return program_; }
+    [[nodiscard]] const parallel_config& config() const { return config_; }
+    [[nodiscard]] int pipeline_rank() const { return grid_.coordinates().pp_index; }
+    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return grid_.coordinates(); }
+    // The stages this rank runs, by global stage index.
+    [[nodiscard]] std::vector<int> local_stages() const {
+        std::vector<int> out;
+        for (const auto& [index, stage] : stages_) out.push_back(index);
+        return out;
+    }
+    [[nodiscard]] const stage_type& stage(int index) const { return find_stage(index).model; }
+    // Most micro-batches whose activations this rank held at once during the last step.
+    [[nodiscard]] std::size_t peak_stashed() const { return stash_peak_; }
+
+private:
+    static constexpr int max_tag = 32767;
+    enum class direction { forward = 0, backward = 1 };
+
+    struct local_stage {
+        stage_type model;
+        std::unique_ptr<train::optimizer<scalar>> stepper;  // this stage's optimizer and its state
+    };
+    struct in_flight_recv {
+        matrix buffer;
+        typename Comm::request request;
+    };
+    struct in_flight_send {
+        matrix buffer;
+        typename Comm::request request;
+    };
+
+    // Per-step state; rebuilt by run_program so nothing leaks from one step to the next.
+    struct step_state {
+        const classification_batch* batch = nullptr;
+        activation_stash<typename stage_type::stash> stash;
+        std::map<std::pair<int, int>, matrix> outputs;        // F output, kept for SEND_F / next local stage
+        std::map<std::pair<int, int>, matrix> input_grads;    // B/I output, kept for SEND_B / previous local stage
+        std::map<std::pair<int, int>, matrix> loss_grads;     // d loss / d logits of the last stage
+        std::map<std::tuple<int, int, int>, in_flight_recv> recvs;  // (direction, stage, mb)
+        std::vector<in_flight_send> sends;
+    };
+
+    void run_program(const classification_batch& batch) {
+        step_state state;
+        state.batch = &batch;
+        loss_sum_ = 0;
+        const auto& actions = program_.ranks[pipeline_rank()];
+        std::size_t posted_until = 0;
+        for (std::size_t i = 0; i < actions.size(); ++i) {
+            // Post RECVs ahead so that the data can arrive while this rank computes.
+            for (; posted_until < actions.size() && posted_until <= i + options_.recv_lookahead; ++posted_until)
+                post_recv(actions[posted_until], state);
+            execute(actions[i], state);
+        }
+        for (auto& send : state.sends) send.request.wait();
+        if (state.stash.live() != 0)
+            throw error("the program left " + std::to_string(state.stash.live()) +
+                        " micro-batches stashed; every forward needs its backward in the same step");
+        stash_peak_ = state.stash.peak();
+    }
+
+    void post_recv(const sched::action& a, step_state& state) {
+        using sched::action_kind;
+        if (a.kind != action_kind::RECV_F && a.kind != action_kind::RECV_B) return;
+        const bool forward = a.kind == action_kind::RECV_F;
+        const auto& stage = find_stage(a.stage).model;
+        const int peer_stage = forward ? a.stage - 1 : a.stage + 1;
+        in_flight_recv recv{matrix(rows_per_microbatch_, forward ? stage.input_width() : stage.output_width()), {}};
+        recv.request = grid_.pipeline().irecv(as_writable_bytes(recv.buffer), program_.stage_rank[peer_stage],
+                                              tag(forward ? direction::forward : direction::backward, a.stage, a.microbatch));
+        state.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
+    }
+
+    void execute(const sched::action& a, step_state& state) {
+        using sched::action_kind;
+        switch (a.kind) {
+            case action_kind::F: forward(a.stage, a.microbatch, state); break;
+            case action_kind::B:
+                backward_input(a.stage, a.microbatch, state);
+                backward_weight(a.stage, a.microbatch, state);
+                break;
+            case action_kind::I: backward_input(a.stage, a.microbatch, state); break;
+            case action_kind::W: backward_weight(a.stage, a.microbatch, state); break;
+            case action_kind::SEND_F: send(direction::forward, a, state.outputs, state); break;
+            case action_kind::SEND_B: send(direction::backward, a, state.input_grads, state); break;
+            case action_kind::RECV_F: receive(0, a, state.outputs, a.stage - 1, state); break;
+            case action_kind::RECV_B: receive(1, a, state.input_grads, a.stage + 1, state); break;
+            default:
+                throw invalid_argument("action", sched::to_string(a),
+                                       "the MLP engine runs F, B, I, W, SEND_F/B and RECV_F/B");
+        }
+    }
+
+    void forward(int stage_index, int mb, step_state& state) {
+        auto& stage = find_stage(stage_index).model;
+        matrix input = stage.is_first() ? microbatch_inputs(*state.batch, mb)
+                                        : take(state.outputs, stage_index - 1, mb, "F needs the previous stage's output");
+        auto& stash = state.stash.insert(stage_index, mb, typename stage_type::stash{});
+        matrix output = stage.forward(input, stash);
+        if (stage.is_last()) {
+            const auto labels = microbatch_labels(*state.batch, mb);
+            const auto result = nn::cross_entropy<Backend>(output, labels, scalar{1} / config_.microbatches());
+            loss_sum_ += static_cast<double>(result.loss) / config_.microbatches();
+            state.loss_grads.emplace(std::pair{stage_index, mb}, std::move(result.dlogits));
+        } else {
+            state.outputs.emplace(std::pair{stage_index, mb}, std::move(output));
+        }
+    }
+
+    void backward_input(int stage_index, int mb, step_state& state) {
+        auto& stage = find_stage(stage_index).model;
+        matrix grad_output = stage.is_last()
+                                 ? take(state.loss_grads, stage_index, mb, "B needs the loss gradient")
+                                 : take(state.input_grads, stage_index + 1, mb, "B needs the next stage's input gradient");
+        matrix grad_input = stage.backward_input(grad_output, state.stash.at(stage_index, mb));
+        if (!stage.is_first()) state.input_grads.emplace(std::pair{stage_index, mb}, std::move(grad_input));
+    }
+
+    void backward_weight(int stage_index, int mb, step_state& state) {
+        find_stage(stage_index).model.backward_weight(state.stash.at(stage_index, mb));
+        state.stash.erase(stage_index, mb);
+    }
+
+    void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source, step_state& state) {
+        const int peer_stage = dir == direction::forward ? a.stage + 1 : a.stage - 1;
+        in_flight_send out{take(source, a.stage, a.microbatch, "SEND needs the data its compute produced"), {}};
+        out.request = grid_.pipeline().isend(as_bytes(out.buffer), program_.stage_rank[peer_stage],
+                                             tag(dir, peer_stage, a.microbatch));
+        state.sends.push_back(std::move(out));
+    }
+
+    // Completes a posted RECV and files the data where the compute that needs it looks.
+    void receive(int dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& target, int peer_stage,
+                 step_state& state) {
+        const auto it = state.recvs.find({dir, a.stage, a.microbatch});
+        if (it == state.recvs.end()) throw error("internal: RECV " + sched::to_string(a) + " was not posted");
+        it->second.request.wait();
+        target.emplace(std::pair{peer_stage, a.microbatch}, std::move(it->second.buffer));
+        state.recvs.erase(it);
+    }
+
+    [[nodiscard]] matrix microbatch_inputs(const classification_batch& batch, int mb) const {
+        const int first = first_row(mb);
+        matrix x(rows_per_microbatch_, batch.input_dim);
+        for (int r = 0; r < rows_per_microbatch_; ++r)
+            for (int c = 0; c < batch.input_dim; ++c)
+                x(r, c) = static_cast<scalar>(batch.inputs[static_cast<std::size_t>(first + r) * batch.input_dim + c]);
+        return x;
+    }
+    [[nodiscard]] std::span<const int> microbatch_labels(const classification_batch& batch, int mb) const {
+        return std::span<const int>(batch.labels).subspan(static_cast<std::size_t>(first_row(mb)),
+                                                         static_cast<std::size_t>(rows_per_microbatch_));
+    }
+    // Replica d takes rows [d*B/dp, (d+1)*B/dp); its micro-batch j the j-th slice of those.
+    [[nodiscard]] int first_row(int mb) const {
+        return (grid_.coordinates().dp_index * config_.microbatches() + mb) * rows_per_microbatch_;
+    }
+
+    [[nodiscard]] int tag(direction dir, int receiving_stage, int mb) const {
+        return (static_cast<int>(dir) * program_.num_stages + receiving_stage) * program_.num_microbatches + mb;
+    }
+
+    static matrix take(std::map<std::pair<int, int>, matrix>& from, int stage, int mb, const char* why) {
+        const auto it = from.find({stage, mb});
+        if (it == from.end())
+            throw error(std::string(why) + " (stage " + std::to_string(stage) + ", micro-batch " +
+                        std::to_string(mb) + "), but it is not there: the program is out of order");
+        matrix value = std::move(it->second);
+        from.erase(it);
+        return value;
+    }
+
+    static std::span<const std::byte> as_bytes(const matrix& m) {
+        return std::as_bytes(std::span<const scalar>(m.data(), static_cast<std::size_t>(m.size())));
+    }
+    static std::span<std::byte> as_writable_bytes(matrix& m) {
+        return std::as_writable_bytes(std::span<scalar>(m.data(), static_cast<std::size_t>(m.size())));
+    }
+
+    [[nodiscard]] bool owns_last_stage() const { return stages_.contains(program_.num_stages - 1); }
+
+    local_stage& find_stage(int index) {
+        const auto it = stages_.find(index);
+        if (it == stages_.end())
+            throw invalid_argument("stage", index, "is not run by pipeline rank " + std::to_string(pipeline_rank()));
+        return it->second;
+    }
+    const local_stage& find_stage(int index) const { return const_cast<engine*>(this)->find_stage(index); }
+
+    Comm* world_;
+    parallel_config config_;
+    engine_options options_;
+    comm::process_grid<Comm> grid_;
+    sched::program program_;
+    std::map<int, local_stage> stages_;
+    int rows_per_microbatch_ = 0;
+    double loss_sum_ = 0;
+    long long steps_done_ = 0;
+    std::size_t stash_peak_ = 0;
+};
+
+}  // namespace weft::train
+
+namespace weft {
+// The composition reads like a sentence:
+//   weft::engine<weft::sched::one_f_one_b, weft::shard::replicate, weft::comm::mpi, weft::exec::cpu>
+template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend>
+using engine = train::engine<Schedules, Sharding, Comm, Backend>;
+}  // namespace weft

@@ -1,0 +1,80 @@
+// The engine's optimizer, chosen at run time (--optimizer adamw|sgd) and held per
+// stage behind one small interface, so one engine binary trains with either.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "weft/core/error.hpp"
+#include "weft/nn/parameter_registry.hpp"
+#include "weft/optim/adamw.hpp"
+#include "weft/optim/sgd.hpp"
+
+namespace weft::train {
+
+enum class optimizer_kind { adamw, sgd };
+
+inline constexpr std::array<std::pair<optimizer_kind, std::string_view>, 2> optimizer_names{{
+    {optimizer_kind::adamw, "adamw"},
+    {optimizer_kind::sgd, "sgd"},
+}};
+
+[[nodiscard]] inline optimizer_kind parse_optimizer_kind(std::string_view name) {
+    for (const auto& [kind, known] : optimizer_names)
+        if (known == name) return kind;
+    throw invalid_argument("optimizer", name, "expected one of: adamw, sgd");
+}
+
+struct optimizer_options {
+    optimizer_kind kind = optimizer_kind::adamw;
+    double lr = 1e-3;
+    double weight_decay = 0;
+    double momentum = 0;  // sgd only
+    double beta1 = 0.9;   // adamw only
+    double beta2 = 0.999;
+    double eps = 1e-8;
+};
+
+template <class Scalar>
+class optimizer {
+public:
+    virtual ~optimizer() = default;
+    virtual void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
+                      const nn::parameter_registry& registry) = 0;
+};
+
+namespace detail {
+
+template <class Scalar, class Impl>
+class optimizer_model final : public optimizer<Scalar> {
+public:
+    explicit optimizer_model(Impl impl) : impl_(std::move(impl)) {}
+    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
+              const nn::parameter_registry& registry) override {
+        impl_.step(parameters, gradients, registry);
+    }
+
+private:
+    Impl impl_;
+};
+
+}  // namespace detail
+
+template <class Scalar>
+[[nodiscard]] std::unique_ptr<optimizer<Scalar>> make_optimizer(const optimizer_options& o) {
+    switch (o.kind) {
+        case optimizer_kind::adamw:
+            return std::make_unique<detail::optimizer_model<Scalar, optim::basic_adamw<Scalar>>>(
+                optim::basic_adamw<Scalar>(optim::adamw_options{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}));
+        case optimizer_kind::sgd:
+            return std::make_unique<detail::optimizer_model<Scalar, optim::basic_sgd<Scalar>>>(
+                optim::basic_sgd<Scalar>(optim::sgd_options{o.lr, o.momentum, o.weight_decay}));
+    }
+    throw invalid_argument("optimizer kind", static_cast<int>(o.kind), "expected adamw or sgd");
+}
+
+}  // namespace weft::train

@@ -1,0 +1,8 @@
+# Sourced by weft's scripts: lets OpenMPI run as root (CI runs as root) and place
+# more ranks than cores (4 ranks on a 2-core machine).
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Shared-memory transport without CMA: ptrace-restricted containers reject it.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+jobs=$(nproc 2>/dev/null || echo 2)

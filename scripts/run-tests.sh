@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to the whole test suite: installs what
+# is missing, builds everything with warnings as errors and runs all tests, then
+# runs them again under AddressSanitizer+UBSan and the in-process tests under
+# ThreadSanitizer. Any failure stops it with a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+source scripts/env.sh
+
+run_preset() {
+    local preset=$1
+    echo "=== weft: ${preset} build and tests ==="
+    cmake --preset "$preset"
+    cmake --build --preset "$preset" -j "$jobs"
+    ctest --preset "$preset" -j "$jobs"
+}
+
+presets=(release asan tsan)
+if [[ -n "${WEFT_TEST_PRESETS:-}" ]]; then read -r -a presets <<<"$WEFT_TEST_PRESETS"; fi
+for preset in "${presets[@]}"; do
+    run_preset "$preset"
+done
+echo "=== weft: all test presets passed: ${presets[*]} ==="

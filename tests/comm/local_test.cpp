@@ -1,0 +1,173 @@
+// comm::local: the shared communicator checks on 1..4 threads, plus what only the
+// local backend promises (rank-ordered sums, failure propagation, deadlock reports).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "communicator_checks.hpp"
+#include "weft/comm/local.hpp"
+
+using weft::comm::local;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Runs check(comm, expectations) on every rank and reports all failures on this thread.
+template <class Check>
+void run_on_all_ranks(int world_size, Check check) {
+    std::mutex mutex;
+    std::vector<std::string> failures;
+    local::run(world_size, [&](local& c) {
+        weft_test::expectations e;
+        check(c, e);
+        std::lock_guard lock(mutex);
+        for (auto& f : e.failures) failures.push_back("rank " + std::to_string(c.rank()) + ": " + f);
+    });
+    INFO("world size " << world_size);
+    for (const auto& f : failures) FAIL_CHECK(f);
+    CHECK(failures.empty());
+}
+
+}  // namespace
+
+static_assert(weft::communicator<local>);
+static_assert(!std::is_copy_constructible_v<local>);
+static_assert(!std::is_copy_constructible_v<local::request>);
+
+TEST_CASE("local passes the shared communicator checks", "[comm][local]") {
+    const int n = GENERATE(1, 2, 3, 4);
+    SECTION("point to point") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_point_to_point(c, e); }); }
+    SECTION("fifo per tag") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_fifo_per_tag(c, e); }); }
+    SECTION("out of order tags") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_out_of_order_tags(c, e); }); }
+    SECTION("allreduce") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_allreduce(c, e); }); }
+    SECTION("broadcast") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_broadcast(c, e); }); }
+    SECTION("barrier") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_barrier(c, e); }); }
+    SECTION("split") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_split(c, e); }); }
+    SECTION("size mismatch") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_size_mismatch(c, e); }); }
+    SECTION("bad arguments") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_bad_arguments(c, e); }); }
+    SECTION("collective length mismatch") {
+        run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_collective_length_mismatch(c, e); });
+    }
+}
+
+TEST_CASE("local allreduce sums in rank order, bit for bit on every rank", "[comm][local]") {
+    const int n = GENERATE(2, 3, 4);
+    // Large and small magnitudes: the result depends on the order of the additions.
+    auto value_f = [](int rank, std::size_t i) {
+        const float v[] = {1.0e8f, 3.25f, -1.0e8f, 0.1f};
+        return v[static_cast<std::size_t>(rank) % 4] * (1.0f + static_cast<float>(i) * 1e-3f);
+    };
+    auto value_d = [](int rank, std::size_t i) {
+        const double v[] = {1.0e17, 0.3, -1.0e17, 7.1};
+        return v[static_cast<std::size_t>(rank) % 4] * (1.0 + static_cast<double>(i) * 1e-3);
+    };
+    run_on_all_ranks(n, [&](local& c, weft_test::expectations& e) {
+        std::vector<float> f(16);
+        std::vector<double> d(16);
+        for (std::size_t i = 0; i < f.size(); ++i) {
+            f[i] = value_f(c.rank(), i);
+            d[i] = value_d(c.rank(), i);
+        }
+        c.allreduce_sum(std::span<float>(f));
+        c.allreduce_sum(std::span<double>(d));
+        for (std::size_t i = 0; i < f.size(); ++i) {
+            float ef = value_f(0, i);
+            double ed = value_d(0, i);
+            for (int r = 1; r < c.size(); ++r) {
+                ef += value_f(r, i);
+                ed += value_d(r, i);
+            }
+            e.expect(std::memcmp(&f[i], &ef, sizeof ef) == 0, "float element " + std::to_string(i));
+            e.expect(std::memcmp(&d[i], &ed, sizeof ed) == 0, "double element " + std::to_string(i));
+        }
+    });
+}
+
+TEST_CASE("local::run rethrows the first failure and wakes blocked ranks", "[comm][local]") {
+    const int n = GENERATE(2, 3, 4);
+    std::atomic<int> woken{0};
+    auto run = [&] {
+        local::run(n, [&](local& c) {
+            if (c.rank() == 1) throw std::runtime_error("boom");
+            try {
+                if (c.rank() == 0) {
+                    std::vector<std::byte> buffer(4);
+                    c.irecv(std::span<std::byte>(buffer), 1, 0).wait();  // rank 1 never sends
+                } else {
+                    c.barrier();  // rank 1 never arrives
+                }
+            } catch (const weft::error& e) {
+                if (std::string(e.what()).find("rank 1 failed") != std::string::npos) ++woken;
+                throw;
+            }
+        });
+    };
+    REQUIRE_THROWS_WITH(run(), Contains("rank 1 failed: boom"));
+    CHECK(woken == n - 1);
+}
+
+TEST_CASE("local::run reports a deadlock instead of hanging", "[comm][local]") {
+    SECTION("every rank waits for a message that is never sent") {
+        auto run = [] {
+            local::run(3, [](local& c) {
+                std::vector<std::byte> buffer(1);
+                c.irecv(std::span<std::byte>(buffer), (c.rank() + 1) % 3, 5).wait();
+            });
+        };
+        REQUIRE_THROWS_WITH(run(), Contains("deadlock") && Contains("irecv(source=1, tag=5)"));
+    }
+    SECTION("a rank returned while another waits in a barrier") {
+        auto run = [] {
+            local::run(2, [](local& c) {
+                if (c.rank() == 0) c.barrier();
+            });
+        };
+        REQUIRE_THROWS_WITH(run(), Contains("deadlock") && Contains("rank 1 has returned") &&
+                                       Contains("barrier"));
+    }
+    SECTION("mismatched collectives in sub-groups do not hang") {
+        auto run = [] {
+            local::run(4, [](local& c) {
+                local sub = c.split(c.rank() % 2, 0);
+                if (c.rank() != 3) sub.barrier();
+            });
+        };
+        REQUIRE_THROWS_WITH(run(), Contains("deadlock"));
+    }
+}
+
+TEST_CASE("local requests are safe to drop, wait twice and move", "[comm][local]") {
+    run_on_all_ranks(2, [](local& c, weft_test::expectations& e) {
+        const int other = 1 - c.rank();
+        {
+            std::vector<std::byte> never(4);
+            auto dropped = c.irecv(std::span<std::byte>(never), other, 9);
+            // Dropped without wait: the receive is cancelled and its buffer never written.
+        }
+        c.barrier();
+        std::vector<std::int32_t> out = {c.rank() + 40}, in = {0};
+        auto send = c.isend(weft_test::bytes_of(out), other, 9);
+        out[0] = -1;  // isend copied: changing the buffer now must not change the message
+        local::request r = c.irecv(weft_test::writable_bytes_of(in), other, 9);
+        local::request moved_to;
+        moved_to = std::move(r);
+        r.wait();
+        moved_to.wait();
+        moved_to.wait();
+        send.wait();
+        e.expect(in[0] == other + 40, "message matched the posted receive, not the dropped one");
+    });
+}
+
+TEST_CASE("local::run rejects a bad world size and moved-from communicators", "[comm][local]") {
+    REQUIRE_THROWS_WITH(local::run(0, [](local&) {}), Contains("world_size") && Contains("0"));
+    run_on_all_ranks(1, [](local& c, weft_test::expectations& e) {
+        local moved = std::move(c);
+        e.expect_weft_error([&] { c.barrier(); }, "barrier on a moved-from local", {"moved-from"});
+        moved.barrier();
+    });
+}

@@ -1,0 +1,85 @@
+// AdamW against a two-step reference computed from torch.optim.AdamW's formula in
+// double (see the numbers' derivation below), decay skipped for 1-D tensors.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "weft/optim/adamw.hpp"
+
+namespace {
+
+// w [2, 2] decays, b [2] does not.
+weft::nn::parameter_registry two_tensors() {
+    weft::nn::parameter_registry registry;
+    registry.add("w", {2, 2});
+    registry.add("b", {2});
+    return registry;
+}
+
+const std::vector<double> start{1, -0.5, 0.25, 2, 0.5, -1};
+const std::vector<double> grad1{0.5, -0.25, 0.1, 0, 0.3, -0.2};
+const std::vector<double> grad2{-0.25, 0.5, 0.1, 1, 0.3, 0.4};
+// lr 0.1, betas (0.9, 0.999), eps 1e-8, weight_decay 0.1; per element:
+// p *= 1 - lr*wd (2-D only); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+const std::vector<double> after1{0.890000002, -0.3950000039999998, 0.14750000999999896, 1.98,
+                                 0.4000000033333332, -0.9000000049999998};
+const std::vector<double> after2{0.8544662986878463, -0.42766035573754624, 0.04602501989999869,
+                                 1.885786318695407, 0.30000000666666715, -0.9366103565460369};
+const weft::optim::adamw_options options{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+
+template <class T>
+std::vector<T> as(const std::vector<double>& v) {
+    return {v.begin(), v.end()};
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("adamw follows PyTorch's update for two steps", "[optim][adamw]", float, double) {
+    const auto registry = two_tensors();
+    weft::optim::basic_adamw<TestType> opt(options);
+    auto params = as<TestType>(start);
+    const double tolerance = std::is_same_v<TestType, float> ? 1e-6 : 1e-12;
+    opt.step(params, as<TestType>(grad1), registry);
+    CHECK(opt.step_count() == 1);
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i] == Approx(after1[i]).margin(tolerance));
+    opt.step(params, as<TestType>(grad2), registry);
+    CHECK(opt.step_count() == 2);
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i] == Approx(after2[i]).margin(tolerance));
+    // Moments after two steps, element 3 (zero gradient on the first step).
+    CHECK(opt.exp_avg()[3] == Approx(0.1).margin(tolerance));
+    CHECK(opt.exp_avg_sq()[3] == Approx(0.001).margin(tolerance));
+}
+
+TEST_CASE("adamw on shards equals adamw on the whole buffer", "[optim][adamw]") {
+    const auto registry = two_tensors();
+    weft::optim::basic_adamw<double> whole(options), low(options), high(options);
+    auto params = start;
+    auto sharded = start;
+    for (const auto* g : {&grad1, &grad2}) {
+        whole.step(params, *g, registry);
+        // Shard boundary inside "w": decay must still follow each element's tensor.
+        low.step(std::span(sharded).subspan(0, 3), std::span(*g).subspan(0, 3), registry, 0);
+        high.step(std::span(sharded).subspan(3), std::span(*g).subspan(3), registry, 3);
+    }
+    CHECK(sharded == params);
+}
+
+TEST_CASE("adamw rejects bad options and mismatched buffers", "[optim][adamw]") {
+    using weft::optim::adamw;
+    CHECK_THROWS_WITH(adamw({.lr = 0}), Catch::Contains("lr = 0"));
+    CHECK_THROWS_WITH(adamw({.beta1 = 1.0}), Catch::Contains("beta1 = 1") && Catch::Contains("[0, 1)"));
+    CHECK_THROWS_WITH(adamw({.beta2 = -0.1}), Catch::Contains("beta2"));
+    CHECK_THROWS_WITH(adamw({.eps = 0}), Catch::Contains("eps = 0"));
+    CHECK_THROWS_WITH(adamw({.weight_decay = -1}), Catch::Contains("weight_decay = -1"));
+    adamw opt({});
+    CHECK_THROWS_WITH(opt.set_lr(-1), Catch::Contains("lr = -1"));
+    const auto registry = two_tensors();
+    std::vector<float> p(6), g(5);
+    CHECK_THROWS_WITH(opt.step(p, g, registry), Catch::Contains("grads.size() = 5"));
+    std::vector<float> g6(6);
+    CHECK_THROWS_WITH(opt.step(p, g6, registry, 1), Catch::Contains("must not exceed"));
+    opt.step(p, g6, registry);
+    std::vector<float> p4(4), g4(4);
+    CHECK_THROWS_WITH(opt.step(p4, g4, registry), Catch::Contains("earlier steps 6"));
+}

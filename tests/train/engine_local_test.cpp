@@ -1,0 +1,126 @@
+// The engine over the in-process backend: every pipeline layout trains exactly the
+// model one process trains, frees activations as the schedule allows, and rejects
+// bad configurations with clear errors instead of crashing or hanging.
+#include "training_run.hpp"
+
+using weft::parallel_config;
+using weft::schedule_kind;
+using namespace weft_test;
+
+namespace {
+
+// Runs `world_size` ranks and returns rank r's result in slot r.
+std::vector<run_result> run_local(const parallel_config& config) {
+    std::vector<run_result> results(static_cast<std::size_t>(config.world_size()));
+    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
+        results[static_cast<std::size_t>(world.rank())] = train_steps(world, config);
+    });
+    return results;
+}
+
+}  // namespace
+
+TEST_CASE("the single-process engine equals the plain training loop") {
+    require_same_training(single_process_run(4), plain_loop_run(), 1e-5);
+}
+
+TEST_CASE("every pipeline layout equals the single-process run bit for bit") {
+    const int m = 4;
+    const run_result reference = single_process_run(m);
+    for (const int pp : {1, 2, 4}) {
+        for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+            DYNAMIC_SECTION("pp " << pp << " " << weft::to_string(schedule)) {
+                const auto ranks = run_local(parallel_config({.pp = pp, .microbatches = m, .schedule = schedule,
+                                                              .world_size = pp}));
+                // Micro-batches are accumulated in the same order whatever the layout,
+                // so not even the last bit may differ.
+                for (const auto& rank : ranks) require_same_training(rank, reference, 0);
+                // Together the ranks hold every tensor of the model exactly once.
+                std::size_t tensors = 0;
+                for (const auto& rank : ranks) tensors += rank.parameters.size();
+                CHECK(tensors == reference.parameters.size());
+            }
+        }
+    }
+}
+
+TEST_CASE("data parallel replicas train the same model as one process") {
+    const run_result reference = single_process_run(4);
+    for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+        const auto ranks = run_local(parallel_config({.pp = 2, .dp = 2, .microbatches = 2, .schedule = schedule,
+                                                      .world_size = 4}));
+        for (const auto& rank : ranks) require_same_training(rank, reference, 1e-5);
+    }
+}
+
+TEST_CASE("activations are freed as early as the schedule allows") {
+    const int p = 4, m = 8;
+    const auto gpipe = run_local(parallel_config({.pp = p, .microbatches = m, .schedule = schedule_kind::gpipe,
+                                                  .world_size = p}));
+    const auto one_f_one_b = run_local(parallel_config({.pp = p, .microbatches = m,
+                                                        .schedule = schedule_kind::one_f_one_b, .world_size = p}));
+    for (int r = 0; r < p; ++r) {
+        INFO("pipeline rank " << r);
+        CHECK(gpipe[r].peak_stashed == static_cast<std::size_t>(m));       // all forwards before any backward
+        CHECK(one_f_one_b[r].peak_stashed == static_cast<std::size_t>(p - r));  // warm-up depth + 1
+    }
+}
+
+TEST_CASE("bad configurations raise weft::error naming the problem, on every rank, without hanging") {
+    using engine_t = weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu>;
+    const auto try_config = [](int world_size, const weft::parallel_options& options,
+                               weft::train::engine_options engine_options = test_options()) {
+        weft::comm::local::run(world_size, [&](weft::comm::local& world) {
+            engine_t engine(world, parallel_config(options), test_model(), engine_options);
+        });
+    };
+    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 2, .world_size = 4}),
+                      Catch::Contains("microbatches = 2") && Catch::Contains("1f1b"));
+    CHECK_THROWS_WITH(try_config(4, {.pp = 2, .microbatches = 2, .world_size = 4}),
+                      Catch::Contains("pp*dp*tp = 2"));
+    CHECK_THROWS_WITH(try_config(2, {.pp = 2, .dp = 2, .microbatches = 2, .world_size = 4}),
+                      Catch::Contains("communicator size = 2"));
+    CHECK_THROWS_WITH(try_config(2, {.tp = 2, .microbatches = 2, .world_size = 2}), Catch::Contains("tp = 2"));
+    CHECK_THROWS_WITH(try_config(1, {.zero_stage = 2}), Catch::Contains("zero_stage = 2"));
+    CHECK_THROWS_WITH(try_config(1, {.microbatches = 3}), Catch::Contains("batch_size = 16"));
+    CHECK_THROWS_WITH(try_config(1, {.microbatches = 0}), Catch::Contains("microbatches = 0"));
+    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .world_size = 4}, {.batch_size = -4}),
+                      Catch::Contains("batch_size = -4"));
+    // More stages than layers to give them.
+    CHECK_THROWS_AS(try_config(8, {.pp = 8, .microbatches = 8, .world_size = 8}), weft::error);
+    // A schedule the engine was not compiled for.
+    CHECK_THROWS_WITH(([] {
+                          weft::comm::local::run(1, [](weft::comm::local& world) {
+                              weft::train::engine<weft::sched::one_f_one_b, weft::shard::replicate,
+                                                  weft::comm::local, weft::exec::cpu>
+                                  engine(world, parallel_config({.schedule = schedule_kind::gpipe}), test_model(),
+                                         test_options());
+                          });
+                      }()),
+                      Catch::Contains("schedule = \"gpipe\"") && Catch::Contains("compiled for: 1f1b"));
+}
+
+TEST_CASE("a step rejects a batch of the wrong size") {
+    weft::comm::local::run(1, [](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
+            world, parallel_config({.microbatches = 2}), test_model(), test_options());
+        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        CHECK_THROWS_WITH(engine.step(data.batch(0, 8)), Catch::Contains("batch rows = 8"));
+    });
+}
+
+TEST_CASE("training makes the loss fall") {
+    weft::comm::local::run(2, [](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
+            world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(),
+            {.batch_size = 32, .optimizer = {.lr = 1e-2}});
+        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        double first = 0, last = 0;
+        for (int step = 0; step < 60; ++step) {
+            const double loss = engine.step(data.batch(step, 32)).loss;
+            if (step < 5) first += loss;
+            if (step >= 55) last += loss;
+        }
+        if (world.rank() == 0) CHECK(last < 0.7 * first);
+    });
+}

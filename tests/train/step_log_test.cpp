@@ -1,0 +1,32 @@
+#include <catch2/catch.hpp>
+
+#include "weft/train/step_log.hpp"
+#include "weft/train/synthetic_dataset.hpp"
+
+TEST_CASE("the step log line has the fields users grep for") {
+    const weft::train::step_stats stats{12, 3.48123, 41.23, 12480.4, -1};
+    CHECK(weft::train::format_step(stats) == "step 12 | loss 3.4812 | 41.2 ms | 12 480 samples/s");
+    const weft::train::step_stats with_bubble{3, 1.0, 2.0, 999.0, 0.079};
+    CHECK(weft::train::format_step(with_bubble) == "step 3 | loss 1.0000 | 2.0 ms | 999 samples/s | bubble 7.9%");
+    CHECK(weft::train::group_thousands(1234567) == "1 234 567");
+    CHECK(weft::train::group_thousands(0) == "0");
+}
+
+TEST_CASE("the synthetic data set depends on the sample index only") {
+    const weft::train::synthetic_dataset data(5, 3, 11);
+    const auto whole = data.batch(1, 8);      // samples 8..15
+    const auto halves = data.batch(2, 4);     // samples 8..11
+    CHECK(std::equal(halves.inputs.begin(), halves.inputs.end(), whole.inputs.begin()));
+    CHECK(std::equal(halves.labels.begin(), halves.labels.end(), whole.labels.begin()));
+    // Labels use more than one class and stay in range.
+    const auto big = data.batch(0, 300);
+    std::vector<int> counts(3);
+    for (const int label : big.labels) {
+        REQUIRE(label >= 0);
+        REQUIRE(label < 3);
+        ++counts[label];
+    }
+    for (const int count : counts) CHECK(count > 30);
+    CHECK_THROWS_WITH(weft::train::synthetic_dataset(0, 3, 1), Catch::Contains("input_dim = 0"));
+    CHECK_THROWS_WITH(data.batch(-1, 4), Catch::Contains("step = -1"));
+}
