@@ -20,4 +20,11 @@ TEST_CASE("schedule names round trip and unknown names list the valid ones") {
     CHECK_THROWS_WITH(weft::parse_schedule_kind("zigzag"),
                       Catch::Contains("schedule = \"zigzag\"") && Catch::Contains("gpipe, 1f1b"));
     CHECK_THROWS_AS(weft::parse_schedule_kind(""), weft::error);
+    CHECK(weft::schedule_names.size() == 9);
+    CHECK(weft::schedule_name_list() ==
+          "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, zbv, dualpipev, zb-auto");
+    CHECK(weft::parse_schedule_kind("looped-bfs") == weft::schedule_kind::looped_bfs);
+    CHECK(weft::parse_schedule_kind("zb-auto") == weft::schedule_kind::zb_auto);
+    CHECK_THROWS_WITH(weft::parse_schedule_kind("zb_h1"), Catch::Contains("zb-h1"));
+    static_assert(weft::to_string(weft::schedule_kind::dualpipev) == "dualpipev");
 }

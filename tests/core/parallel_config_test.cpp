@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "weft/core/parallel_config.hpp"
 
 using weft::parallel_config;
@@ -31,4 +33,33 @@ TEST_CASE("bad layouts are rejected with a message naming the field") {
     CHECK_THROWS_WITH(parallel_config({.world_size = -1}), Catch::Contains("world_size = -1"));
     // Degrees whose product overflows int are still caught, not wrapped into a match.
     CHECK_THROWS_AS(parallel_config({.pp = 65536, .dp = 65536, .world_size = 0}), weft::error);
+}
+
+TEST_CASE("chunks per rank follow the schedule's stage placement") {
+    const auto with = [](schedule_kind s, int chunks, int microbatches = 8) {
+        return parallel_config({.pp = 4, .microbatches = microbatches, .chunks = chunks, .schedule = s,
+                                .world_size = 4});
+    };
+    for (auto s : {schedule_kind::gpipe, schedule_kind::one_f_one_b, schedule_kind::zb_h1,
+                   schedule_kind::zb_h2, schedule_kind::zb_auto}) {
+        INFO(weft::to_string(s));
+        CHECK(with(s, 1).num_stages() == 4);
+        CHECK_THROWS_WITH(with(s, 2), Catch::Contains("chunks = 2") && Catch::Contains("valid: 1") &&
+                                          Catch::Contains(std::string(weft::to_string(s))));
+    }
+    for (auto s : {schedule_kind::zbv, schedule_kind::dualpipev}) {
+        INFO(weft::to_string(s));
+        CHECK(with(s, 2).num_stages() == 8);
+        CHECK_THROWS_WITH(with(s, 1), Catch::Contains("chunks = 1") && Catch::Contains("valid: 2"));
+        CHECK_THROWS_WITH(with(s, 3), Catch::Contains("chunks = 3") && Catch::Contains("valid: 2"));
+    }
+    for (auto s : {schedule_kind::interleaved, schedule_kind::looped_bfs}) {
+        INFO(weft::to_string(s));
+        for (int v = 1; v <= 4; ++v) CHECK(with(s, v).num_stages() == 4 * v);
+        CHECK_THROWS_WITH(with(s, 0), Catch::Contains("chunks = 0"));
+    }
+    // Only 1f1b keeps its micro-batch check here; the generators check the others.
+    CHECK_THROWS_WITH(with(schedule_kind::one_f_one_b, 1, 3), Catch::Contains("microbatches = 3"));
+    CHECK_NOTHROW(with(schedule_kind::zb_h2, 1, 3));
+    CHECK_THROWS_WITH(with(static_cast<schedule_kind>(42), 1), Catch::Contains("schedule = 42"));
 }

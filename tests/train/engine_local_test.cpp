@@ -86,8 +86,10 @@ TEST_CASE("bad configurations raise weft::error naming the problem, on every ran
     CHECK_THROWS_WITH(try_config(1, {.microbatches = 0}), Catch::Contains("microbatches = 0"));
     CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .world_size = 4}, {.batch_size = -4}),
                       Catch::Contains("batch_size = -4"));
-    // More stages than layers to give them.
-    CHECK_THROWS_AS(try_config(8, {.pp = 8, .microbatches = 8, .world_size = 8}), weft::error);
+    // More stages (4 ranks x 4 chunks) than the model's 8 units.
+    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .chunks = 4, .schedule = schedule_kind::interleaved,
+                                     .world_size = 4}),
+                      Catch::Contains("stages = 16") && Catch::Contains("8 units"));
     // A schedule the engine was not compiled for.
     CHECK_THROWS_WITH(([] {
                           weft::comm::local::run(1, [](weft::comm::local& world) {

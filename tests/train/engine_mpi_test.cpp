@@ -42,3 +42,30 @@ TEST_CASE("pipeline x data parallel over the whole MPI world equals the single-p
         }
     }
 }
+
+TEST_CASE("every schedule over MPI trains the same model as one process") {
+    struct layout {
+        schedule_kind schedule;
+        int microbatches;
+        int chunks;
+    };
+    const layout layouts[] = {
+        {schedule_kind::interleaved, 4, 2}, {schedule_kind::looped_bfs, 4, 2}, {schedule_kind::zb_h1, 4, 1},
+        {schedule_kind::zb_h2, 8, 1},       {schedule_kind::zbv, 8, 2},        {schedule_kind::dualpipev, 8, 2},
+        {schedule_kind::zb_auto, 8, 1},
+    };
+    auto world = weft::comm::mpi::world();
+    std::map<int, run_result> references;
+    for (const int pp : {2, 4}) {
+        if (world.size() % pp != 0) continue;
+        auto pipeline = world.split(world.rank() / pp, world.rank());
+        for (const auto& l : layouts) {
+            INFO(weft::to_string(l.schedule) << " pp " << pp << " m " << l.microbatches << " v " << l.chunks);
+            if (!references.contains(l.microbatches)) references[l.microbatches] = single_process_run(l.microbatches);
+            const auto result = train_steps(pipeline, parallel_config({.pp = pp, .microbatches = l.microbatches,
+                                                                       .chunks = l.chunks, .schedule = l.schedule,
+                                                                       .world_size = pp}));
+            require_same_training(result, references[l.microbatches], 1e-5);
+        }
+    }
+}

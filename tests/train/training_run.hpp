@@ -14,20 +14,21 @@
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"
-#include "weft/sched/any_of.hpp"
+#include "weft/sched/all_schedules.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/train/engine.hpp"
 #include "weft/train/synthetic_dataset.hpp"
 
 namespace weft_test {
 
-using all_schedules = weft::sched::any_of<weft::sched::gpipe, weft::sched::one_f_one_b>;
+using all_schedules = weft::sched::all_schedules;
 
 inline constexpr int steps = 5;
 inline constexpr int batch_size = 16;
 
 inline weft::nn::mlp_config test_model() {
-    return {.input_dim = 6, .hidden_dim = 8, .num_blocks = 3, .num_classes = 4, .seed = 99};
+    // 8 units: enough for 4 ranks x 2 chunks.
+    return {.input_dim = 6, .hidden_dim = 8, .num_blocks = 6, .num_classes = 4, .seed = 99};
 }
 
 inline weft::train::engine_options test_options() {
@@ -41,10 +42,14 @@ struct run_result {
     std::size_t peak_stashed = 0;
 };
 
+// Trains `steps` steps; with `program`, runs that compute-only program instead of
+// generating config.schedule().
 template <weft::communicator Comm>
-run_result train_steps(Comm& world, const weft::parallel_config& config) {
-    weft::train::engine<all_schedules, weft::shard::replicate, Comm, weft::exec::cpu> engine(
-        world, config, test_model(), test_options());
+run_result train_steps(Comm& world, const weft::parallel_config& config,
+                       const weft::sched::program* program = nullptr) {
+    using engine_t = weft::train::engine<all_schedules, weft::shard::replicate, Comm, weft::exec::cpu>;
+    engine_t engine = program ? engine_t(world, config, test_model(), test_options(), *program)
+                              : engine_t(world, config, test_model(), test_options());
     const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     run_result result;
     for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);

@@ -56,13 +56,28 @@ private:
                 "must equal the world size " + std::to_string(o.world_size) + " (pp=" +
                     std::to_string(o.pp) + ", dp=" + std::to_string(o.dp) + ", tp=" +
                     std::to_string(o.tp) + ")");
+        // Chunks (model pieces per rank) are fixed by the schedule's stage placement; the
+        // generators check the rest (micro-batch counts each schedule needs).
+        const std::string schedule_text = "schedule " + std::string(to_string(o.schedule));
         switch (o.schedule) {
             case schedule_kind::gpipe:
             case schedule_kind::one_f_one_b:
-                require(o.chunks == 1, "chunks", o.chunks,
-                        std::string("schedule ") + std::string(to_string(o.schedule)) +
-                            " runs one stage per rank; valid: 1");
+            case schedule_kind::zb_h1:
+            case schedule_kind::zb_h2:
+            case schedule_kind::zb_auto:
+                require(o.chunks == 1, "chunks", o.chunks, schedule_text + " runs one stage per rank; valid: 1");
                 break;
+            case schedule_kind::zbv:
+            case schedule_kind::dualpipev:
+                require(o.chunks == 2, "chunks", o.chunks,
+                        schedule_text + " places two stages per rank in a V; valid: 2");
+                break;
+            case schedule_kind::interleaved:
+            case schedule_kind::looped_bfs:
+                break;  // any chunks >= 1, checked above
+            default:
+                throw invalid_argument("schedule", static_cast<int>(o.schedule),
+                                       "expected a weft::schedule_kind: " + schedule_name_list());
         }
         if (o.schedule == schedule_kind::one_f_one_b)
             require(o.microbatches >= o.pp, "microbatches", o.microbatches,

@@ -12,11 +12,18 @@
 
 namespace weft {
 
-enum class schedule_kind { gpipe, one_f_one_b };
+enum class schedule_kind { gpipe, one_f_one_b, interleaved, looped_bfs, zb_h1, zb_h2, zbv, dualpipev, zb_auto };
 
-inline constexpr std::array<std::pair<schedule_kind, std::string_view>, 2> schedule_names{{
+inline constexpr std::array<std::pair<schedule_kind, std::string_view>, 9> schedule_names{{
     {schedule_kind::gpipe, "gpipe"},
     {schedule_kind::one_f_one_b, "1f1b"},
+    {schedule_kind::interleaved, "interleaved"},
+    {schedule_kind::looped_bfs, "looped-bfs"},
+    {schedule_kind::zb_h1, "zb-h1"},
+    {schedule_kind::zb_h2, "zb-h2"},
+    {schedule_kind::zbv, "zbv"},
+    {schedule_kind::dualpipev, "dualpipev"},
+    {schedule_kind::zb_auto, "zb-auto"},
 }};
 
 [[nodiscard]] constexpr std::string_view to_string(schedule_kind kind) {

@@ -10,6 +10,7 @@
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_params.hpp"
 
 namespace weft::sched {
 
@@ -28,13 +29,22 @@ struct any_of {
         return list;
     }
 
-    [[nodiscard]] static constexpr program generate(std::string_view name, int ranks, int microbatches) {
+    [[nodiscard]] static constexpr program generate(std::string_view name, const schedule_params& params) {
         program result{};
-        const bool found = ((Schedules::name == name &&
-                             (result = Schedules::generate(ranks, microbatches), true)) || ...);
+        const bool found =
+            ((Schedules::name == name && (result = Schedules::generate(params), true)) || ...);
         if (!found)
             throw invalid_argument("schedule", name, "this engine was compiled for: " + names());
         return result;
+    }
+
+    [[nodiscard]] static constexpr program generate(schedule_kind kind, const schedule_params& params) {
+        return generate(to_string(kind), params);
+    }
+
+    // One chunk per rank and default costs.
+    [[nodiscard]] static constexpr program generate(std::string_view name, int ranks, int microbatches) {
+        return generate(name, schedule_params{.ranks = ranks, .microbatches = microbatches});
     }
 
     [[nodiscard]] static constexpr program generate(schedule_kind kind, int ranks, int microbatches) {

@@ -6,11 +6,18 @@
 
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/program.hpp"
+#include "weft/sched/schedule_params.hpp"
 
 namespace weft::sched {
 
 struct gpipe {
     static constexpr std::string_view name = "gpipe";
+
+    [[nodiscard]] static constexpr program generate(const schedule_params& params) {
+        detail::require_generator_arguments(params);
+        detail::require_chunks(params, name, 1);
+        return generate(params.ranks, params.microbatches);
+    }
 
     [[nodiscard]] static constexpr program generate(int ranks, int microbatches) {
         detail::require_generator_arguments(ranks, microbatches);

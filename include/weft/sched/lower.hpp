@@ -1,5 +1,6 @@
 // Lowering: turns a compute-only program into one the engine can run by inserting the
-// SEND/RECV actions between stages that live on different ranks.
+// SEND/RECV actions between neighbour stages that live on different ranks (any placement:
+// one stage per rank, looped/interleaved, V-shaped).
 #pragma once
 
 #include <string>
@@ -31,25 +32,34 @@ namespace weft::sched {
     };
     const int last = compute_only.num_stages - 1;
     for (int r = 0; r < compute_only.num_ranks; ++r) {
+        // Neighbour stages on the same rank (interleaved and V placements) hand data over
+        // in memory, without a SEND/RECV.
+        const auto prev_remote = [&](int s) { return s > 0 && rank_of(s - 1) != r; };
+        const auto next_remote = [&](int s) { return s < last && rank_of(s + 1) != r; };
         const auto& in = compute_only.ranks[static_cast<std::size_t>(r)];
         std::vector<action> lowered;
         lowered.reserve(in.size() * 3);
+        // Both parts of an OVERLAP_F_B run as one step: every RECV either part needs comes
+        // before it, every SEND either part produces after it.
         for (const action& a : in) {
-            const int s = a.stage;
-            const int mb = a.microbatch;
-            const bool prev_remote = s > 0 && rank_of(s - 1) != r;
-            const bool next_remote = s < last && rank_of(s + 1) != r;
-            if (a.kind == F) {
-                if (prev_remote) lowered.push_back({RECV_F, s, mb});
+            const bool overlap = a.kind == OVERLAP_F_B;
+            const action forward = overlap ? forward_part(a) : a;
+            const action backward = overlap ? backward_part(a) : a;
+            const bool has_forward = overlap || a.kind == F;
+            const bool has_backward = overlap || a.kind == B || a.kind == I;
+            if (!has_forward && !has_backward) {
                 lowered.push_back(a);
-                if (next_remote) lowered.push_back({SEND_F, s, mb});
-            } else if (a.kind == B || a.kind == I) {
-                if (next_remote) lowered.push_back({RECV_B, s, mb});
-                lowered.push_back(a);
-                if (prev_remote) lowered.push_back({SEND_B, s, mb});
-            } else {
-                lowered.push_back(a);
+                continue;
             }
+            if (has_forward && prev_remote(forward.stage))
+                lowered.push_back({RECV_F, forward.stage, forward.microbatch});
+            if (has_backward && next_remote(backward.stage))
+                lowered.push_back({RECV_B, backward.stage, backward.microbatch});
+            lowered.push_back(a);
+            if (has_forward && next_remote(forward.stage))
+                lowered.push_back({SEND_F, forward.stage, forward.microbatch});
+            if (has_backward && prev_remote(backward.stage))
+                lowered.push_back({SEND_B, backward.stage, backward.microbatch});
         }
         out.ranks[static_cast<std::size_t>(r)] = std::move(lowered);
     }

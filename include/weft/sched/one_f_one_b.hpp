@@ -7,11 +7,18 @@
 
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/program.hpp"
+#include "weft/sched/schedule_params.hpp"
 
 namespace weft::sched {
 
 struct one_f_one_b {
     static constexpr std::string_view name = "1f1b";
+
+    [[nodiscard]] static constexpr program generate(const schedule_params& params) {
+        detail::require_generator_arguments(params);
+        detail::require_chunks(params, name, 1);
+        return generate(params.ranks, params.microbatches);
+    }
 
     [[nodiscard]] static constexpr program generate(int ranks, int microbatches) {
         detail::require_generator_arguments(ranks, microbatches);

@@ -118,7 +118,57 @@ private:
     return peer >= 0 && peer < num_stages ? peer : -1;
 }
 
-// Fills `position` and rejects actions that cannot be right wherever they stand.
+// Rejects a compute or comm action (never an OVERLAP_F_B itself) that cannot be right
+// wherever it stands, and records its index in `position`. `whole` is the action as the
+// program holds it (for an overlap's part, the whole overlap), named in messages; they are
+// only built on failure, since check() runs on every generated program.
+[[nodiscard]] constexpr validation check_action(const program& p, action_table& position, int r,
+                                                std::size_t i, const action& a,
+                                                const action& whole) {
+    const auto at = [&] { return where(r, i, whole); };
+    if (a.stage < 0 || a.stage >= p.num_stages)
+        return failure(at() + ": stage " + int_text(a.stage) + " is out of range [0, " +
+                       int_text(p.num_stages) + ")");
+    if (has_microbatch(a.kind)) {
+        if (a.microbatch < 0 || a.microbatch >= p.num_microbatches)
+            return failure(at() + ": microbatch " + int_text(a.microbatch) +
+                           " is out of range [0, " + int_text(p.num_microbatches) + ")");
+    } else if (a.microbatch != -1) {
+        return failure(at() + ": " + std::string(to_string(a.kind)) +
+                       " takes no microbatch, but it is " + int_text(a.microbatch));
+    }
+    const int owner = p.stage_rank[static_cast<std::size_t>(a.stage)];
+    if (owner != r)
+        return failure(at() + ": stage " + int_text(a.stage) + " runs on rank " + int_text(owner) +
+                       ", not on rank " + int_text(r));
+    if (is_comm(a.kind)) {
+        if (!p.lowered)
+            return failure(at() + ": a program that is not lowered (lowered = false) "
+                                "must not contain SEND/RECV actions");
+        const int peer = comm_peer_stage(a, p.num_stages);
+        if (peer < 0)
+            return failure(at() + ": stage " + int_text(a.stage) +
+                           " has no neighbour to talk to in that direction");
+        if (p.stage_rank[static_cast<std::size_t>(peer)] == r)
+            return failure(at() + ": its peer stage " + int_text(peer) +
+                           " runs on the same rank, which needs no communication");
+    }
+    if (is_tracked(a.kind)) {
+        int& slot = position(a.kind, a.stage, a.microbatch);
+        if (slot >= 0)
+            return failure(at() + ": duplicate of index " + int_text(slot) + " on the same rank" +
+                           (a.kind == action_kind::F || a.kind == action_kind::B ||
+                                    a.kind == action_kind::I
+                                ? " (" + to_string(a) + ")"
+                                : std::string()));
+        slot = static_cast<int>(i);
+    }
+    return {};
+}
+
+// Fills `position` and rejects actions that cannot be right wherever they stand. Both
+// parts of an OVERLAP_F_B get the overlap's index: the F counts as just before the
+// backward, and SENDs/RECVs around the overlap serve either part.
 [[nodiscard]] constexpr validation check_actions(const program& p, action_table& position) {
     for (int r = 0; r < p.num_ranks; ++r) {
         const auto& actions = p.ranks[static_cast<std::size_t>(r)];
@@ -128,43 +178,20 @@ private:
                 return failure("rank " + int_text(r) + ", index " +
                                int_text(static_cast<long long>(i)) + ": action kind " +
                                int_text(static_cast<int>(a.kind)) + " is not an action_kind");
-            const std::string at = where(r, i, a);
-            if (a.kind == action_kind::OVERLAP_F_B)
-                return failure(at + ": OVERLAP_F_B is not supported by check() yet");
-            if (a.stage < 0 || a.stage >= p.num_stages)
-                return failure(at + ": stage " + int_text(a.stage) + " is out of range [0, " +
-                               int_text(p.num_stages) + ")");
-            if (has_microbatch(a.kind)) {
-                if (a.microbatch < 0 || a.microbatch >= p.num_microbatches)
-                    return failure(at + ": microbatch " + int_text(a.microbatch) +
-                                   " is out of range [0, " + int_text(p.num_microbatches) + ")");
-            } else if (a.microbatch != -1) {
-                return failure(at + ": " + std::string(to_string(a.kind)) +
-                               " takes no microbatch, but it is " + int_text(a.microbatch));
+            const auto at = [&] { return where(r, i, a); };
+            if (a.kind != action_kind::OVERLAP_F_B) {
+                if (a.overlap_stage != -1 || a.overlap_microbatch != -1 ||
+                    a.overlap_backward_kind != action_kind::B)
+                    return failure(at() + ": only an OVERLAP_F_B sets the overlap_* fields");
+                if (validation v = check_action(p, position, r, i, a, a); !v.ok) return v;
+                continue;
             }
-            const int owner = p.stage_rank[static_cast<std::size_t>(a.stage)];
-            if (owner != r)
-                return failure(at + ": stage " + int_text(a.stage) + " runs on rank " +
-                               int_text(owner) + ", not on rank " + int_text(r));
-            if (is_comm(a.kind)) {
-                if (!p.lowered)
-                    return failure(at + ": a program that is not lowered (lowered = false) "
-                                        "must not contain SEND/RECV actions");
-                const int peer = comm_peer_stage(a, p.num_stages);
-                if (peer < 0)
-                    return failure(at + ": stage " + int_text(a.stage) +
-                                   " has no neighbour to talk to in that direction");
-                if (p.stage_rank[static_cast<std::size_t>(peer)] == r)
-                    return failure(at + ": its peer stage " + int_text(peer) +
-                                   " runs on the same rank, which needs no communication");
-            }
-            if (is_tracked(a.kind)) {
-                int& slot = position(a.kind, a.stage, a.microbatch);
-                if (slot >= 0)
-                    return failure(at + ": duplicate of index " + int_text(slot) +
-                                   " on the same rank");
-                slot = static_cast<int>(i);
-            }
+            if (a.overlap_backward_kind != action_kind::B && a.overlap_backward_kind != action_kind::I)
+                return failure(at() + ": the backward part of an OVERLAP_F_B must be a B or an I, not " +
+                               std::string(to_string(a.overlap_backward_kind)));
+            if (validation v = check_action(p, position, r, i, forward_part(a), a); !v.ok) return v;
+            if (validation v = check_action(p, position, r, i, backward_part(a), a); !v.ok)
+                return v;
         }
     }
     return {};
@@ -179,29 +206,31 @@ private:
     using enum action_kind;
     for (int s = 0; s < p.num_stages; ++s) {
         const int r = p.stage_rank[static_cast<std::size_t>(s)];
-        const std::string on_rank = " on rank " + int_text(r);
+        const auto on_rank = [&] { return " on rank " + int_text(r); };
         for (int mb = 0; mb < p.num_microbatches; ++mb) {
             const int f = position(F, s, mb);
             const int b = position(B, s, mb);
             const int i = position(I, s, mb);
             const int w = position(W, s, mb);
-            if (f < 0) return failure("missing " + action_text(F, s, mb) + on_rank);
+            if (f < 0) return failure("missing " + action_text(F, s, mb) + on_rank());
             if (b >= 0 && (i >= 0 || w >= 0))
                 return failure("both " + action_text(B, s, mb) + " and " +
-                               action_text(i >= 0 ? I : W, s, mb) + on_rank +
+                               action_text(i >= 0 ? I : W, s, mb) + on_rank() +
                                ": a backward is either B or I plus W");
             if (b < 0 && i < 0)
                 return failure("missing backward " + action_text(B, s, mb) + " (or " +
                                action_text(I, s, mb) + " plus " + action_text(W, s, mb) + ")" +
-                               on_rank);
+                               on_rank());
             if (i >= 0 && w < 0)
                 return failure("missing " + action_text(W, s, mb) + " after " +
-                               action_text(I, s, mb) + on_rank);
+                               action_text(I, s, mb) + on_rank());
             const int backward = b >= 0 ? b : i;
             const action_kind backward_kind = b >= 0 ? B : I;
             if (backward < f)
+                // Names the action as the program holds it (an overlap shows both parts).
                 return failure(where(r, static_cast<std::size_t>(backward),
-                                     {backward_kind, s, mb}) +
+                                     p.ranks[static_cast<std::size_t>(r)]
+                                            [static_cast<std::size_t>(backward)]) +
                                " comes before its forward " + action_text(F, s, mb) +
                                " at index " + int_text(f));
             if (w >= 0 && w < i)
@@ -210,30 +239,29 @@ private:
                                int_text(i));
             if (!p.lowered) continue;
             // SENDs ship what was just computed; RECVs must land before it is consumed.
+            // Messages are built only on failure: this runs for every (stage, micro-batch).
             const auto after = [&](action_kind kind, int producer,
-                                   std::string_view produced) -> validation {
+                                   action_kind produced) -> validation {
                 const int at = position(kind, s, mb);
                 if (at >= 0 && at < producer)
                     return failure(where(r, static_cast<std::size_t>(at), {kind, s, mb}) +
-                                   " comes before " + std::string(produced) + " at index " +
-                                   int_text(producer));
+                                   " comes before " + action_text(produced, s, mb) +
+                                   " at index " + int_text(producer));
                 return {};
             };
             const auto before = [&](action_kind kind, int consumer,
-                                    std::string_view consumed) -> validation {
+                                    action_kind consumed) -> validation {
                 const int at = position(kind, s, mb);
                 if (at >= 0 && at > consumer)
                     return failure(where(r, static_cast<std::size_t>(at), {kind, s, mb}) +
-                                   " comes after " + std::string(consumed) + " at index " +
-                                   int_text(consumer) + ", which needs it");
+                                   " comes after " + action_text(consumed, s, mb) +
+                                   " at index " + int_text(consumer) + ", which needs it");
                 return {};
             };
-            const std::string fwd = action_text(F, s, mb);
-            const std::string bwd = action_text(backward_kind, s, mb);
-            if (validation v = after(SEND_F, f, fwd); !v.ok) return v;
-            if (validation v = before(RECV_F, f, fwd); !v.ok) return v;
-            if (validation v = after(SEND_B, backward, bwd); !v.ok) return v;
-            if (validation v = before(RECV_B, backward, bwd); !v.ok) return v;
+            if (validation v = after(SEND_F, f, F); !v.ok) return v;
+            if (validation v = before(RECV_F, f, F); !v.ok) return v;
+            if (validation v = after(SEND_B, backward, backward_kind); !v.ok) return v;
+            if (validation v = before(RECV_B, backward, backward_kind); !v.ok) return v;
         }
     }
     return {};
@@ -286,7 +314,7 @@ public:
                 const auto& actions = p_.ranks[static_cast<std::size_t>(r)];
                 std::size_t& next = next_[static_cast<std::size_t>(r)];
                 while (next < actions.size()) {
-                    const bool ready = !waits_for(r, actions[next]).has_value();
+                    const bool ready = !blocker(r, actions[next]).has_value();
                     if (!ready) break;
                     execute(actions[next]);
                     ++next;
@@ -301,7 +329,7 @@ public:
             if (next == actions.size()) continue;
             if (!blocked.empty()) blocked += "; ";
             blocked += where(r, next, actions[next]) + " waits for " +
-                       describe(*waits_for(r, actions[next]));
+                       describe(*blocker(r, actions[next]));
         }
         if (blocked.empty()) return {};
         return failure("deadlock: " + blocked);
@@ -322,7 +350,27 @@ private:
                 stage, microbatch};
     }
 
+    // What `a` still waits for. An OVERLAP_F_B runs as its F then its backward, as one
+    // step: it starts once both can, so its forward's output is not visible to other
+    // ranks before the pair ends (lower() puts the SENDs after it).
+    [[nodiscard]] constexpr std::optional<action> blocker(int r, const action& a) {
+        if (a.kind != action_kind::OVERLAP_F_B) return waits_for(r, a);
+        const action forward = forward_part(a);
+        if (std::optional<action> missing = waits_for(r, forward)) return missing;
+        int& forward_done = done_(action_kind::F, forward.stage, forward.microbatch);
+        const int saved = forward_done;
+        forward_done = 1;
+        std::optional<action> missing = waits_for(r, backward_part(a));
+        forward_done = saved;
+        return missing;
+    }
+
     constexpr void execute(const action& a) {
+        if (a.kind == action_kind::OVERLAP_F_B) {
+            execute(forward_part(a));
+            execute(backward_part(a));
+            return;
+        }
         if (!is_tracked(a.kind)) return;
         done_(a.kind, a.stage, a.microbatch) = 1;
         if (a.kind == action_kind::B || a.kind == action_kind::W)

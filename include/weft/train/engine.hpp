@@ -25,6 +25,7 @@
 #include "weft/nn/partition.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/sched/lower.hpp"
+#include "weft/sched/schedule_params.hpp"
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/train/activation_stash.hpp"
@@ -52,8 +53,16 @@ public:
     using stage_type = nn::mlp_stage<Backend>;
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
+    // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
     engine(Comm& world, const parallel_config& config, const nn::mlp_config& model,
            const engine_options& options)
+        : engine(world, config, model, options,
+                 generate_checked(config)) {}
+
+    // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
+    // generating one; it must be for config.pp() ranks and config.microbatches().
+    engine(Comm& world, const parallel_config& config, const nn::mlp_config& model,
+           const engine_options& options, const sched::program& compute_only)
         : world_(&world), config_(config), options_(options), grid_(world, config) {
         require(config.tp() == 1, "tp", config.tp(),
                 "the MLP engine has no tensor-parallel layers; valid: 1");
@@ -61,22 +70,28 @@ public:
                 std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
                     ", which is ZeRO stage " + std::to_string(Sharding::zero_stage));
         model.validate();
-        const int rows_per_replica = options.batch_size / config.dp();
         require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
                 "batch_size", options.batch_size,
                 "must be a positive multiple of dp*microbatches = " +
                     std::to_string(config.dp() * config.microbatches()));
-        rows_per_microbatch_ = rows_per_replica / config.microbatches();
+        rows_per_microbatch_ = options.batch_size / config.dp() / config.microbatches();
+        require(compute_only.num_ranks == config.pp(), "program ranks", compute_only.num_ranks,
+                "must equal pp = " + std::to_string(config.pp()));
+        require(compute_only.num_microbatches == config.microbatches(), "program microbatches",
+                compute_only.num_microbatches,
+                "must equal microbatches = " + std::to_string(config.microbatches()));
+        require(model.num_units() >= compute_only.num_stages, "stages", compute_only.num_stages,
+                "the MLP has " + std::to_string(model.num_units()) +
+                    " units (blocks + 2) to give to stages; use fewer stages or more blocks");
 
-        program_ = sched::lower(schedules::generate(config.schedule(), config.pp(), config.microbatches()));
+        program_ = sched::lower(compute_only);
         if (const auto verdict = sched::check(program_); !verdict.ok)
-            throw error("the lowered " + std::string(to_string(config.schedule())) +
-                        " program is invalid: " + verdict.message);
+            throw error("the lowered program is invalid: " + verdict.message);
         const int tag_space = 2 * program_.num_stages * program_.num_microbatches;
         require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(max_tag));
 
-        const auto units = nn::partition_units(model.num_blocks + 2, program_.num_stages);
+        const auto units = nn::partition_units(model.num_units(), program_.num_stages);
         for (int s = 0; s < program_.num_stages; ++s)
             if (program_.stage_rank[s] == pipeline_rank())
                 stages_.emplace(s, local_stage{stage_type(model, units[s]), make_optimizer<scalar>(options.optimizer)});
@@ -95,11 +110,14 @@ public:
             stage.model.zero_gradients();
         }
         // Every rank reports the same loss: last-stage ranks contribute their replica's mean.
-        double loss[1] = {owns_last_stage() ? loss_sum_ / config_.dp() : 0.0};
-        world_->allreduce_sum(std::span<double>(loss));
+        // One reduction carries the loss and every rank's idle fraction of the program.
+        double totals[2] = {owns_last_stage() ? loss_sum_ / config_.dp() : 0.0,
+                            program_seconds_ > 0 ? 1.0 - compute_seconds_ / program_seconds_ : 0.0};
+        world_->allreduce_sum(std::span<double>(totals));
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return {steps_done_++, loss[0], 1e3 * seconds, options_.batch_size / seconds, -1};
+        return {steps_done_++, totals[0], 1e3 * seconds, options_.batch_size / seconds,
+                totals[1] / world_->size()};
     }
 
     [[nodiscard]] const sched::program& program() const { return program_; }
@@ -113,11 +131,23 @@ public:
         return out;
     }
     [[nodiscard]] const stage_type& stage(int index) const { return find_stage(index).model; }
+    // This rank's idle share of the last step's program: the time it spent waiting for
+    // data or for its sends, over the program's wall time. The step log's bubble is the
+    // mean of this over all ranks.
+    [[nodiscard]] double idle_fraction() const {
+        return program_seconds_ > 0 ? 1.0 - compute_seconds_ / program_seconds_ : 0.0;
+    }
     // Most micro-batches whose activations this rank held at once during the last step.
     [[nodiscard]] std::size_t peak_stashed() const { return stash_peak_; }
 
 private:
     static constexpr int max_tag = 32767;
+
+    static sched::program generate_checked(const parallel_config& config) {
+        return schedules::generate(config.schedule(),
+                                   sched::schedule_params{.ranks = config.pp(), .microbatches = config.microbatches(),
+                                                          .chunks = config.chunks()});
+    }
     enum class direction { forward = 0, backward = 1 };
 
     struct local_stage {
@@ -148,6 +178,8 @@ private:
         step_state state;
         state.batch = &batch;
         loss_sum_ = 0;
+        compute_seconds_ = 0;
+        const auto program_start = std::chrono::steady_clock::now();
         const auto& actions = program_.ranks[pipeline_rank()];
         std::size_t posted_until = 0;
         for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -157,6 +189,7 @@ private:
             execute(actions[i], state);
         }
         for (auto& send : state.sends) send.request.wait();
+        program_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - program_start).count();
         if (state.stash.live() != 0)
             throw error("the program left " + std::to_string(state.stash.live()) +
                         " micro-batches stashed; every forward needs its backward in the same step");
@@ -178,6 +211,37 @@ private:
     void execute(const sched::action& a, step_state& state) {
         using sched::action_kind;
         switch (a.kind) {
+            case action_kind::F:
+            case action_kind::B:
+            case action_kind::I:
+            case action_kind::W: {
+                const auto start = std::chrono::steady_clock::now();
+                compute(a, state);
+                compute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                break;
+            }
+            case action_kind::OVERLAP_F_B: {
+                // On the CPU backend the pair runs back to back; the overlap DualPipe gains
+                // is compute hiding communication, which needs separate streams (CUDA).
+                const auto start = std::chrono::steady_clock::now();
+                compute(sched::forward_part(a), state);
+                compute(sched::backward_part(a), state);
+                compute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                break;
+            }
+            case action_kind::SEND_F: send(direction::forward, a, state.outputs, state); break;
+            case action_kind::SEND_B: send(direction::backward, a, state.input_grads, state); break;
+            case action_kind::RECV_F: receive(0, a, state.outputs, a.stage - 1, state); break;
+            case action_kind::RECV_B: receive(1, a, state.input_grads, a.stage + 1, state); break;
+            default:
+                throw invalid_argument("action", sched::to_string(a),
+                                       "the MLP engine runs F, B, I, W, OVERLAP_F_B, SEND_F/B and RECV_F/B");
+        }
+    }
+
+    void compute(const sched::action& a, step_state& state) {
+        using sched::action_kind;
+        switch (a.kind) {
             case action_kind::F: forward(a.stage, a.microbatch, state); break;
             case action_kind::B:
                 backward_input(a.stage, a.microbatch, state);
@@ -185,13 +249,8 @@ private:
                 break;
             case action_kind::I: backward_input(a.stage, a.microbatch, state); break;
             case action_kind::W: backward_weight(a.stage, a.microbatch, state); break;
-            case action_kind::SEND_F: send(direction::forward, a, state.outputs, state); break;
-            case action_kind::SEND_B: send(direction::backward, a, state.input_grads, state); break;
-            case action_kind::RECV_F: receive(0, a, state.outputs, a.stage - 1, state); break;
-            case action_kind::RECV_B: receive(1, a, state.input_grads, a.stage + 1, state); break;
             default:
-                throw invalid_argument("action", sched::to_string(a),
-                                       "the MLP engine runs F, B, I, W, SEND_F/B and RECV_F/B");
+                throw invalid_argument("compute action", sched::to_string(a), "expected F, B, I or W");
         }
     }
 
@@ -301,6 +360,8 @@ private:
     double loss_sum_ = 0;
     long long steps_done_ = 0;
     std::size_t stash_peak_ = 0;
+    double compute_seconds_ = 0;  // last step: time in F/B/I/W on this rank
+    double program_seconds_ = 0;  // last step: wall time of this rank's program
 };
 
 }  // namespace weft::train

@@ -1,0 +1,196 @@
+// examples/weft_schedule: generate (or read from PyTorch-style CSV) a pipeline schedule, then
+// print it as an ASCII chart, CSV, JSON, an SVG picture or a Chrome/Perfetto trace, or print
+// its simulated makespan, bubble rate and peak activations as one JSON object.
+//
+//   weft-schedule --schedule zbv --stages 4 --microbatches 8 --format svg > zbv.svg
+//   weft-schedule --schedule 1f1b --stages 4 --microbatches 8 --simulate
+//   weft-schedule --input schedule.csv --format trace > trace.json
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
+#include "weft/sched/cost_model.hpp"
+#include "weft/sched/csv.hpp"
+#include "weft/sched/detail/json_text.hpp"
+#include "weft/sched/program.hpp"
+#include "weft/sched/render_ascii.hpp"
+#include "weft/sched/render_json.hpp"
+#include "weft/sched/render_svg.hpp"
+#include "weft/sched/render_trace.hpp"
+#include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_params.hpp"
+#include "weft/sched/simulate.hpp"
+#include "weft/sched/validate.hpp"
+
+namespace {
+
+namespace ws = weft::sched;
+
+struct cli_options {
+    std::string schedule;
+    int stages = 4;
+    int microbatches = 8;
+    int chunks = 0;  // 0: the schedule's own (2 for zbv and dualpipev, else 1)
+    double tf = 1;
+    double tb = 1;
+    double tw = 1;
+    double tcomm = 0;
+    int mem_limit = 0;
+    std::string format = "ascii";
+    bool simulate = false;
+    std::string input;
+};
+
+[[nodiscard]] int default_chunks(weft::schedule_kind kind) {
+    return kind == weft::schedule_kind::zbv || kind == weft::schedule_kind::dualpipev ? 2 : 1;
+}
+
+[[nodiscard]] std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw weft::invalid_argument("--input", path, "cannot open the file for reading");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// The program to show, and the name it is shown under.
+struct chosen_program {
+    std::string name;
+    ws::program program;
+};
+
+[[nodiscard]] chosen_program choose(const cli_options& o, const ws::cost_model& costs) {
+    if (!o.input.empty()) {
+        const std::string text = read_file(o.input);
+        try {
+            return {"csv", ws::from_csv(text)};
+        } catch (const weft::error& e) {
+            throw weft::error("--input " + o.input + ": " + ws::detail::without_error_prefix(e.what()));
+        }
+    }
+    if (o.schedule.empty())
+        throw weft::invalid_argument(
+            "--schedule", "", "give a schedule (one of: " + weft::schedule_name_list() + ") or --input FILE.csv");
+    weft::schedule_kind kind{};
+    try {
+        kind = weft::parse_schedule_kind(o.schedule);
+    } catch (const weft::error&) {
+        throw weft::invalid_argument("--schedule", o.schedule, "expected one of: " + weft::schedule_name_list());
+    }
+    const ws::schedule_params params{.ranks = o.stages,
+                                     .microbatches = o.microbatches,
+                                     .chunks = o.chunks == 0 ? default_chunks(kind) : o.chunks,
+                                     .costs = costs,
+                                     .memory_limit = o.mem_limit};
+    return {o.schedule, ws::generate(kind, params)};
+}
+
+[[nodiscard]] std::string simulation_json(const chosen_program& chosen, const ws::simulation& sim,
+                                          const cli_options& o) {
+    using ws::detail::json_string;
+    using ws::detail::number_text;
+    const ws::program& p = chosen.program;
+    std::string out = "{\"schedule\":" + json_string(chosen.name);
+    if (!o.input.empty()) out += ",\"input\":" + json_string(o.input);
+    out += ",\"stages\":" + std::to_string(p.num_ranks) + ",\"microbatches\":" + std::to_string(p.num_microbatches) +
+           ",\"chunks\":" + std::to_string(p.num_stages / p.num_ranks) + ",\"makespan\":" + number_text(sim.makespan) +
+           ",\"bubble_rate\":" + number_text(sim.bubble_rate) + ",\"peak_activations\":[";
+    for (std::size_t r = 0; r < sim.peak_activations.size(); ++r)
+        out += (r == 0 ? "" : ",") + number_text(sim.peak_activations[r]);
+    out += "]}\n";
+    return out;
+}
+
+[[nodiscard]] std::string run(const cli_options& o) {
+    ws::cost_model costs;
+    costs.uniform = {.forward = o.tf, .backward_input = o.tb, .backward_weight = o.tw};
+    costs.comm = o.tcomm;
+    const chosen_program chosen = choose(o, costs);
+    const ws::program& p = chosen.program;
+    if (const ws::validation v = ws::check(p); !v.ok) throw weft::error("the program is invalid: " + v.message);
+    if (p.num_stages % p.num_ranks != 0)
+        throw weft::invalid_argument("num_stages", p.num_stages,
+                                     "must be a multiple of the number of ranks (" + std::to_string(p.num_ranks) +
+                                         ") so that every rank holds the same number of chunks");
+
+    if (o.format == "csv" && !o.simulate) return ws::to_csv(p);
+    if (o.format == "json" && !o.simulate) return ws::render_json(p);
+    const ws::simulation sim = ws::simulate(p, costs);
+    if (o.simulate) return simulation_json(chosen, sim, o);
+    if (o.format == "svg") {
+        ws::svg_options svg;
+        svg.title = chosen.name + ": " + std::to_string(p.num_ranks) + " ranks, " + std::to_string(p.num_microbatches) +
+                    " micro-batches, " + std::to_string(p.num_stages / p.num_ranks) + " chunk(s) per rank";
+        return ws::render_svg(p, sim, svg);
+    }
+    if (o.format == "trace") return ws::render_trace(p, sim);
+    return ws::render_ascii(p, sim);
+}
+
+// CLI::PositiveNumber's message prints the whole double range; this one says what is valid.
+[[nodiscard]] CLI::Validator at_least(double minimum, bool inclusive) {
+    const std::string expected =
+        std::string(inclusive ? "must be >= " : "must be > ") + ws::detail::number_text(minimum);
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double value = 0;
+            if (!CLI::detail::lexical_cast(text, value) || !(inclusive ? value >= minimum : value > minimum))
+                return "value " + text + " is invalid: " + expected;
+            return {};
+        },
+        "NUMBER");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Generate a pipeline schedule (or read one from PyTorch-style CSV), then draw it or simulate it."};
+    cli_options o;
+    auto* schedule = app.add_option("--schedule", o.schedule, "schedule: " + weft::schedule_name_list());
+    auto* stages =
+        app.add_option("--stages", o.stages, "pipeline ranks p")->check(CLI::Range(1, 4096))->capture_default_str();
+    auto* microbatches = app.add_option("--microbatches", o.microbatches, "micro-batches m")
+                             ->check(CLI::Range(1, 1 << 20))
+                             ->capture_default_str();
+    auto* chunks =
+        app.add_option("--chunks", o.chunks, "model chunks per rank v (default: 2 for zbv and dualpipev, else 1)")
+            ->check(CLI::Range(1, 64));
+    app.add_option("--tf", o.tf, "forward cost T_F")->check(at_least(0, false))->capture_default_str();
+    app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")->check(at_least(0, false))->capture_default_str();
+    app.add_option("--tw", o.tw, "backward-for-weights cost T_W")->check(at_least(0, false))->capture_default_str();
+    app.add_option("--tcomm", o.tcomm, "latency of a send between ranks")
+        ->check(at_least(0, true))
+        ->capture_default_str();
+    auto* mem_limit = app.add_option("--mem-limit", o.mem_limit,
+                                     "zb-auto: most live activations per rank, in micro-batches (default p)")
+                          ->check(CLI::Range(0, 1 << 20));
+    auto* format = app.add_option("--format", o.format, "output: ascii, csv, json, svg or trace")
+                       ->check(CLI::IsMember({"ascii", "csv", "json", "svg", "trace"}))
+                       ->capture_default_str();
+    app.add_flag("--simulate", o.simulate, "print makespan, bubble rate and peak activations as one JSON object")
+        ->excludes(format);
+    app.add_option("--input", o.input, "read the program from a compute-only CSV file instead of generating it")
+        ->excludes(schedule)
+        ->excludes(stages)
+        ->excludes(microbatches)
+        ->excludes(chunks)
+        ->excludes(mem_limit);
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        const std::string out = run(o);
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        return std::fflush(stdout) == 0 ? 0 : 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "weft-schedule: %s\n", ws::detail::without_error_prefix(e.what()).c_str());
+        return 1;
+    }
+}

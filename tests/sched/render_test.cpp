@@ -1,0 +1,301 @@
+// The renderers: ASCII chart, SVG picture, Chrome/Perfetto trace and program JSON.
+#include <catch2/catch.hpp>
+
+#include <cctype>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/core/schedule_kind.hpp"
+#include "weft/sched/csv.hpp"
+#include "weft/sched/gpipe.hpp"
+#include "weft/sched/one_f_one_b.hpp"
+#include "weft/sched/render_ascii.hpp"
+#include "weft/sched/render_json.hpp"
+#include "weft/sched/render_svg.hpp"
+#include "weft/sched/render_trace.hpp"
+#include "weft/sched/schedule.hpp"
+#include "weft/sched/simulate.hpp"
+
+namespace ws = weft::sched;
+using ws::action_kind;
+
+namespace {
+
+// A strict JSON reader that only answers "is this one well-formed JSON value?".
+class json_checker {
+public:
+    explicit json_checker(std::string_view text) : text_(text) {}
+
+    bool valid() {
+        space();
+        if (!value()) return false;
+        space();
+        return at_ == text_.size();
+    }
+
+private:
+    bool value() {
+        if (at_ >= text_.size()) return false;
+        const char c = text_[at_];
+        if (c == '{') return object();
+        if (c == '[') return array();
+        if (c == '"') return string();
+        if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) return number();
+        return word("true") || word("false") || word("null");
+    }
+    bool object() {
+        ++at_;
+        space();
+        if (eat('}')) return true;
+        do {
+            space();
+            if (!string()) return false;
+            space();
+            if (!eat(':')) return false;
+            space();
+            if (!value()) return false;
+            space();
+        } while (eat(','));
+        return eat('}');
+    }
+    bool array() {
+        ++at_;
+        space();
+        if (eat(']')) return true;
+        do {
+            space();
+            if (!value()) return false;
+            space();
+        } while (eat(','));
+        return eat(']');
+    }
+    bool string() {
+        if (!eat('"')) return false;
+        while (at_ < text_.size() && text_[at_] != '"') {
+            if (static_cast<unsigned char>(text_[at_]) < 0x20) return false;
+            if (text_[at_] == '\\') ++at_;
+            ++at_;
+        }
+        return eat('"');
+    }
+    bool number() {
+        const std::size_t begin = at_;
+        eat('-');
+        if (!digits()) return false;
+        if (eat('.') && !digits()) return false;
+        if (eat('e') || eat('E')) {
+            if (!eat('+')) eat('-');
+            if (!digits()) return false;
+        }
+        return at_ > begin;
+    }
+    bool digits() {
+        const std::size_t begin = at_;
+        while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+        return at_ > begin;
+    }
+    bool word(std::string_view w) {
+        if (text_.substr(at_, w.size()) != w) return false;
+        at_ += w.size();
+        return true;
+    }
+    bool eat(char c) {
+        if (at_ < text_.size() && text_[at_] == c) {
+            ++at_;
+            return true;
+        }
+        return false;
+    }
+    void space() {
+        while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;
+    }
+
+    std::string_view text_;
+    std::size_t at_ = 0;
+};
+
+bool is_json(std::string_view text) {
+    return json_checker(text).valid();
+}
+
+// Checks that every element is closed in order and that the root is <svg>; returns the problem or "".
+std::string xml_problem(std::string_view text) {
+    std::vector<std::string> open;
+    std::size_t at = 0;
+    bool root_seen = false;
+    while ((at = text.find('<', at)) != std::string_view::npos) {
+        const std::size_t close = text.find('>', at);
+        if (close == std::string_view::npos) return "unterminated tag at " + std::to_string(at);
+        const std::string_view tag = text.substr(at + 1, close - at - 1);
+        at = close + 1;
+        if (tag.front() == '?' || tag.front() == '!') continue;
+        if (tag.front() == '/') {
+            if (open.empty() || open.back() != tag.substr(1)) return "unexpected </" + std::string(tag.substr(1)) + ">";
+            open.pop_back();
+            continue;
+        }
+        const std::string name(tag.substr(0, tag.find_first_of(" \n/")));
+        if (open.empty()) {
+            if (root_seen || name != "svg") return "second root or non-svg root <" + name + ">";
+            root_seen = true;
+        }
+        if (tag.back() != '/') open.push_back(name);
+    }
+    if (!open.empty()) return "<" + open.back() + "> not closed";
+    return root_seen ? "" : "no <svg> root";
+}
+
+std::size_t count(std::string_view text, std::string_view what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string_view::npos; at = text.find(what, at + what.size())) ++n;
+    return n;
+}
+
+std::size_t compute_actions(const ws::program& p) {
+    std::size_t n = 0;
+    for (const auto& rank : p.ranks)
+        for (const ws::action& a : rank) n += ws::is_compute(a.kind) ? 1 : 0;
+    return n;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t begin = 0;
+    for (std::size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1)
+        out.push_back(text.substr(begin, end - begin));
+    return out;
+}
+
+struct generated {
+    std::string name;
+    ws::program program;
+};
+
+std::vector<generated> every_schedule() {
+    std::vector<generated> out;
+    for (const auto& [kind, name] : weft::schedule_names) {
+        const bool two_chunks = kind == weft::schedule_kind::interleaved || kind == weft::schedule_kind::looped_bfs ||
+                                kind == weft::schedule_kind::zbv || kind == weft::schedule_kind::dualpipev;
+        const ws::schedule_params params{.ranks = 4, .microbatches = 8, .chunks = two_chunks ? 2 : 1};
+        out.push_back({std::string(name), ws::generate(kind, params)});
+    }
+    return out;
+}
+
+// Two ranks, one DualPipe-style overlapped pair, split backward elsewhere.
+const ws::program overlapped = ws::from_csv(
+    "0F0,0F1,0I0,(0F2;0I1)OVERLAP_F_B,0W0,0I2,0W1,0W2\n"
+    "1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n");
+
+}  // namespace
+
+TEST_CASE("the JSON checker used below tells JSON from non-JSON") {
+    CHECK(is_json(R"({"a":[1,2.5,-3e2,"x\"y",true,null],"b":{}})"));
+    CHECK_FALSE(is_json(R"({"a":[1,2,]})"));
+    CHECK_FALSE(is_json(R"({"a":1}})"));
+    CHECK_FALSE(is_json(R"({"a":.5})"));
+    CHECK(xml_problem("<svg><g><rect/></g></svg>").empty());
+    CHECK_FALSE(xml_problem("<svg><g><rect></g></svg>").empty());
+}
+
+TEST_CASE("ASCII: one row per rank, one column per time unit at unit costs") {
+    const ws::program p = ws::one_f_one_b::generate(2, 2);
+    const std::string chart = ws::render_ascii(p);
+    const auto lines = lines_of(chart);
+    REQUIRE(lines.size() >= 4);
+    // Makespan 9 at unit costs (F = 1, B = 2): 9 cells of 4 characters, B spanning two.
+    CHECK(lines[0] == "rank 0 |0F0 0F1 ........0B0---- ....0B1---- |");
+    CHECK(lines[1] == "rank 1 |....1F0 1B0---- 1F1 1B1---- ........|");
+    CHECK_THAT(chart, Catch::Contains("one column = 1 time unit; makespan 9, bubble rate 33.3%"));
+    CHECK_THAT(chart, Catch::Contains(". idle"));
+}
+
+TEST_CASE("ASCII: wide charts are squeezed to the column limit and keep every action") {
+    const ws::program p = ws::gpipe::generate(2, 40);
+    const std::string chart = ws::render_ascii(p, ws::cost_model{}, ws::ascii_options{.max_columns = 50});
+    const auto lines = lines_of(chart);
+    REQUIRE(lines.size() >= 2);
+    CHECK(lines[0].size() == std::string("rank 0 |").size() + 50 + 1);
+    CHECK(count(lines[0], "F") > 0);
+    CHECK(count(lines[0], "B") > 0);
+    CHECK_THROWS_WITH(ws::render_ascii(p, ws::cost_model{}, ws::ascii_options{.max_columns = 0}),
+                      Catch::Contains("max_columns"));
+}
+
+TEST_CASE("ASCII draws an overlapped pair with both parts") {
+    const std::string chart = ws::render_ascii(overlapped);
+    CHECK_THAT(chart, Catch::Contains("0F2+0I1"));
+}
+
+TEST_CASE("SVG: a standalone picture with one box per compute action") {
+    for (const generated& g : every_schedule()) {
+        INFO(g.name);
+        const ws::simulation sim = ws::simulate(g.program);
+        const std::string svg = ws::render_svg(g.program, sim, {.title = g.name + " <p=4>"});
+        CHECK(svg.rfind("<?xml", 0) == 0);
+        CHECK_THAT(svg, Catch::Contains("xmlns=\"http://www.w3.org/2000/svg\""));
+        CHECK(xml_problem(svg).empty());
+        CHECK(count(svg, "class=\"action\"") == compute_actions(g.program));
+        CHECK(count(svg, ">rank ") == static_cast<std::size_t>(g.program.num_ranks));
+        CHECK_THAT(svg, Catch::Contains("&lt;p=4&gt;"));
+    }
+    const std::string svg = ws::render_svg(overlapped);
+    CHECK(xml_problem(svg).empty());
+    CHECK(count(svg, "fill=\"#b07aa1\"") == 2);  // the pair's box and its legend swatch
+}
+
+TEST_CASE("SVG boxes sit at their simulated times") {
+    const ws::program p = ws::one_f_one_b::generate(2, 2);
+    ws::svg_options options;
+    options.unit_width = 10;
+    const std::string svg = ws::render_svg(p, ws::simulate(p), options);
+    // Rank 1's first forward starts at t = 1: x = 64 (margin) + 10, width 10.
+    CHECK_THAT(svg, Catch::Contains("<title>1F0 [1, 2)</title><rect class=\"action\" x=\"74\""));
+    CHECK_THAT(svg, Catch::Contains("<title>0B0 [4, 6)</title><rect class=\"action\" x=\"104\" y=\"12\" width=\"20\""));
+}
+
+TEST_CASE("trace: valid JSON with one X event per compute action and a name per rank") {
+    for (const generated& g : every_schedule()) {
+        INFO(g.name);
+        const std::string trace = ws::render_trace(g.program);
+        CHECK(is_json(trace));
+        CHECK(trace.rfind("{\"traceEvents\":[", 0) == 0);
+        CHECK(count(trace, "\"ph\":\"X\"") == compute_actions(g.program));
+        CHECK(count(trace, "\"thread_name\"") == static_cast<std::size_t>(g.program.num_ranks));
+    }
+    const ws::program p = ws::one_f_one_b::generate(2, 2);
+    const std::string trace = ws::render_trace(p);
+    CHECK_THAT(trace, Catch::Contains(R"({"name":"B mb0","cat":"B","ph":"X","ts":4000,"dur":2000,"pid":0,"tid":0,)"
+                                      R"("args":{"action":"0B0","stage":0,"microbatch":0}})"));
+    CHECK_THAT(trace, Catch::Contains(R"({"name":"thread_name","ph":"M","pid":0,"tid":1,"args":{"name":"rank 1"}})"));
+    const std::string pair = ws::render_trace(overlapped);
+    CHECK(is_json(pair));
+    CHECK_THAT(pair, Catch::Contains(R"("name":"F mb2 + I mb1","cat":"OVERLAP_F_B")"));
+    CHECK_THAT(pair, Catch::Contains(R"("backward":"0I1")"));
+}
+
+TEST_CASE("program JSON lists sizes, placement and actions") {
+    const ws::program p = ws::one_f_one_b::generate(2, 2);
+    const std::string json = ws::render_json(p);
+    CHECK(is_json(json));
+    CHECK(json ==
+          "{\"num_ranks\":2,\"num_stages\":2,\"num_microbatches\":2,\"lowered\":false,\"stage_rank\":[0,1],"
+          "\"ranks\":[\n[\"0F0\",\"0F1\",\"0B0\",\"0B1\"],\n[\"1F0\",\"1B0\",\"1F1\",\"1B1\"]\n]}\n");
+    CHECK(is_json(ws::render_json(overlapped)));
+    for (const generated& g : every_schedule()) {
+        INFO(g.name);
+        const std::string all = ws::render_json(g.program);
+        CHECK(is_json(all));
+        CHECK(count(all, "\",\"") + static_cast<std::size_t>(g.program.num_ranks) == compute_actions(g.program));
+    }
+}
+
+TEST_CASE("renderers refuse a simulation of another program") {
+    const ws::program two = ws::one_f_one_b::generate(2, 2);
+    const ws::simulation three = ws::simulate(ws::one_f_one_b::generate(3, 3));
+    CHECK_THROWS_WITH(ws::render_ascii(two, three), Catch::Contains("simulation.timeline.size()"));
+    CHECK_THROWS_WITH(ws::render_svg(two, three), Catch::Contains("simulation.timeline.size()"));
+    CHECK_THROWS_WITH(ws::render_trace(two, three), Catch::Contains("simulation.timeline.size()"));
+}

@@ -1,0 +1,128 @@
+// Every schedule weft generates, run by the engine on the in-process backend: it
+// trains the same model as one process, holds the activations the simulator says it
+// holds, and reports a measured bubble.
+#include "training_run.hpp"
+
+#include "weft/sched/csv.hpp"
+#include "weft/sched/simulate.hpp"
+
+using weft::parallel_config;
+using weft::schedule_kind;
+using namespace weft_test;
+
+namespace {
+
+struct layout {
+    schedule_kind schedule;
+    int pp;
+    int microbatches;
+    int chunks;
+};
+
+// Each schedule at two pipeline depths, with sizes that meet its preconditions.
+std::vector<layout> every_schedule() {
+    std::vector<layout> out;
+    for (const int p : {2, 4}) {
+        out.push_back({schedule_kind::gpipe, p, 4, 1});
+        out.push_back({schedule_kind::one_f_one_b, p, 4, 1});
+        out.push_back({schedule_kind::interleaved, p, 4, 2});
+        out.push_back({schedule_kind::looped_bfs, p, 4, 2});
+        out.push_back({schedule_kind::zb_h1, p, 4, 1});
+        out.push_back({schedule_kind::zb_h2, p, 8, 1});
+        out.push_back({schedule_kind::zbv, p, 8, 2});
+        out.push_back({schedule_kind::dualpipev, p, 8, 2});
+        out.push_back({schedule_kind::zb_auto, p, 8, 1});
+    }
+    return out;
+}
+
+parallel_config config_of(const layout& l) {
+    return parallel_config({.pp = l.pp, .microbatches = l.microbatches, .chunks = l.chunks, .schedule = l.schedule,
+                            .world_size = l.pp});
+}
+
+std::vector<run_result> run_local(const parallel_config& config) {
+    std::vector<run_result> results(static_cast<std::size_t>(config.world_size()));
+    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
+        results[static_cast<std::size_t>(world.rank())] = train_steps(world, config);
+    });
+    return results;
+}
+
+}  // namespace
+
+TEST_CASE("every schedule trains the same model as one process") {
+    std::map<int, run_result> references;
+    for (const auto& l : every_schedule()) {
+        DYNAMIC_SECTION(weft::to_string(l.schedule) << " pp " << l.pp << " m " << l.microbatches << " v " << l.chunks) {
+            if (!references.contains(l.microbatches)) references[l.microbatches] = single_process_run(l.microbatches);
+            const auto ranks = run_local(config_of(l));
+            std::size_t tensors = 0;
+            for (const auto& rank : ranks) {
+                // Split backward may add micro-batches' weight gradients in another order.
+                require_same_training(rank, references[l.microbatches], 1e-5);
+                tensors += rank.parameters.size();
+            }
+            CHECK(tensors == references[l.microbatches].parameters.size());
+        }
+    }
+}
+
+TEST_CASE("the engine holds exactly the activations the simulator predicts") {
+    for (const auto& l : every_schedule()) {
+        DYNAMIC_SECTION(weft::to_string(l.schedule) << " pp " << l.pp << " v " << l.chunks) {
+            const auto ranks = run_local(config_of(l));
+            const auto program = weft::sched::generate(
+                l.schedule, weft::sched::schedule_params{.ranks = l.pp, .microbatches = l.microbatches, .chunks = l.chunks});
+            const auto simulated = weft::sched::simulate(program);
+            for (int r = 0; r < l.pp; ++r) {
+                INFO("pipeline rank " << r);
+                // The simulator counts a chunk's micro-batch as 1/v of the rank's share.
+                CHECK(static_cast<double>(ranks[r].peak_stashed) == Approx(simulated.peak_activations[r] * l.chunks));
+            }
+        }
+    }
+}
+
+TEST_CASE("a program read from PyTorch's CSV runs and trains the same model") {
+    const auto generated = weft::sched::generate(schedule_kind::zb_h1,
+                                                 weft::sched::schedule_params{.ranks = 2, .microbatches = 4});
+    const auto from_csv = weft::sched::from_csv(weft::sched::to_csv(generated));
+    const run_result reference = single_process_run(4);
+    std::vector<run_result> ranks(2);
+    weft::comm::local::run(2, [&](weft::comm::local& world) {
+        ranks[static_cast<std::size_t>(world.rank())] =
+            train_steps(world, parallel_config({.pp = 2, .microbatches = 4, .schedule = schedule_kind::zb_h1,
+                                                .world_size = 2}),
+                        &from_csv);
+    });
+    for (const auto& rank : ranks) require_same_training(rank, reference, 1e-5);
+}
+
+TEST_CASE("the step log reports the measured bubble") {
+    weft::comm::local::run(2, [](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
+            world, parallel_config({.pp = 2, .microbatches = 4, .schedule = schedule_kind::gpipe, .world_size = 2}),
+            test_model(), test_options());
+        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const auto stats = engine.step(data.batch(0, batch_size));
+        CHECK(stats.bubble >= 0.0);
+        CHECK(stats.bubble < 1.0);
+        CHECK(engine.idle_fraction() >= 0.0);
+        // The first stage waits for its whole backward to come back: it must have idled.
+        if (world.rank() == 0) CHECK(engine.idle_fraction() > 0.0);
+        CHECK_THAT(weft::train::format_step(stats), Catch::Contains("| bubble "));
+    });
+}
+
+TEST_CASE("a supplied program must fit the layout") {
+    const auto program = weft::sched::generate(schedule_kind::one_f_one_b,
+                                               weft::sched::schedule_params{.ranks = 2, .microbatches = 4});
+    CHECK_THROWS_WITH(weft::comm::local::run(4, [&](weft::comm::local& world) {
+                          weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local,
+                                              weft::exec::cpu>
+                              engine(world, parallel_config({.pp = 4, .microbatches = 4, .world_size = 4}),
+                                     test_model(), test_options(), program);
+                      }),
+                      Catch::Contains("program ranks = 2"));
+}
