@@ -24,6 +24,7 @@ struct run_options {
     int pp = 1;
     int dp = 1;
     int microbatches = 8;
+    int chunks = 0;  // 0: the schedule's natural value (2 for interleaving and V shapes, else 1)
     int steps = 50;
     int batch = 64;
     int ranks = 0;  // 0: the world's size (1 without mpirun)
@@ -37,13 +38,24 @@ struct run_options {
     unsigned long long seed = 1234;
 };
 
-using schedules = weft::sched::any_of<weft::sched::gpipe, weft::sched::one_f_one_b>;
+using schedules = weft::sched::all_schedules;
+
+int natural_chunks(weft::schedule_kind kind) {
+    switch (kind) {
+        case weft::schedule_kind::interleaved:
+        case weft::schedule_kind::looped_bfs:
+        case weft::schedule_kind::zbv:
+        case weft::schedule_kind::dualpipev: return 2;
+        default: return 1;
+    }
+}
 
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
+    const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .microbatches = o.microbatches,
-                                        .schedule = weft::parse_schedule_kind(o.schedule),
-                                        .world_size = world.size()});
+                                        .chunks = o.chunks != 0 ? o.chunks : natural_chunks(schedule),
+                                        .schedule = schedule, .world_size = world.size()});
     const weft::nn::mlp_config model{.input_dim = o.input_dim, .hidden_dim = o.hidden, .num_blocks = o.blocks,
                                      .num_classes = o.classes, .seed = o.seed};
     const weft::train::engine_options options{
@@ -54,8 +66,8 @@ void train(Comm& world, const run_options& o) {
     weft::train::engine<schedules, weft::shard::replicate, Comm, weft::exec::cpu> engine(world, config, model, options);
     const weft::train::synthetic_dataset data(o.input_dim, o.classes, o.seed + 1);
     if (world.rank() == 0)
-        std::printf("weft train_mlp | schedule %s | pp %d | dp %d | microbatches %d | batch %d | %d blocks of width %d\n",
-                    o.schedule.c_str(), o.pp, o.dp, o.microbatches, o.batch, o.blocks, o.hidden);
+        std::printf("weft train_mlp | schedule %s | pp %d | dp %d | microbatches %d | chunks %d | batch %d | %d blocks of width %d\n",
+                    o.schedule.c_str(), o.pp, o.dp, o.microbatches, config.chunks(), o.batch, o.blocks, o.hidden);
     for (int step = 0; step < o.steps; ++step) {
         const auto stats = engine.step(data.batch(step, o.batch));
         if (world.rank() == 0) std::printf("%s\n", weft::train::format_step(stats).c_str());
@@ -77,6 +89,9 @@ int main(int argc, char** argv) {
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
     app.add_option("--dp", o.dp, "data-parallel replicas (gradients averaged)")->capture_default_str();
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
+    app.add_option("--chunks", o.chunks,
+                   "model chunks (stages) per pipeline rank; default: 2 for interleaved, looped-bfs, zbv and "
+                   "dualpipev, else 1");
     app.add_option("--steps", o.steps, "training steps")->capture_default_str();
     app.add_option("--batch", o.batch, "global batch size in samples (a multiple of dp*microbatches)")->capture_default_str();
     app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp)");

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages weft's build, examples and tests need, and only
-# those that are missing. Debian packages only: nothing else is downloaded.
+# Installs the Debian 12 packages weft needs, and only those that are missing.
+# Debian packages only: nothing else is downloaded.
+#   scripts/install-deps.sh           # build and run the examples
+#   scripts/install-deps.sh --tests   # also the tests, benchmarks and the PyTorch reference
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libopenmpi-dev openmpi-bin
-          catch2 libcli11-dev libbenchmark-dev)
+          libcli11-dev nlohmann-json3-dev)
+if [[ "${1:-}" == "--tests" ]]; then
+    packages+=(catch2 libbenchmark-dev python3-torch python3-numpy)
+elif [[ -n "${1:-}" ]]; then
+    echo "install-deps: unknown option '$1' (valid: --tests)" >&2
+    exit 2
+fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,7 +5,7 @@
 # ThreadSanitizer. Any failure stops it with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --tests
 source scripts/env.sh
 
 run_preset() {

@@ -30,3 +30,12 @@ TEST_CASE("the synthetic data set depends on the sample index only") {
     CHECK_THROWS_WITH(weft::train::synthetic_dataset(0, 3, 1), Catch::Contains("input_dim = 0"));
     CHECK_THROWS_WITH(data.batch(-1, 4), Catch::Contains("step = -1"));
 }
+
+TEST_CASE("the GPT step log line has lr, tok/s, bubble and MFU") {
+    weft::train::step_stats s{12, 3.48123, 41.23, 97.5, 0.079};
+    s.lr = 3e-4;
+    s.tokens_per_second = 12480.4;
+    s.mfu = 0.312;
+    CHECK(weft::train::format_step(s) ==
+          "step 12 | loss 3.4812 | lr 3.0e-04 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%");
+}

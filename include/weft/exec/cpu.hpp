@@ -3,12 +3,15 @@
 // Every kernel is single-threaded and runs in a fixed order, so results are bit-reproducible.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <Eigen/Dense>
 
@@ -195,9 +198,175 @@ public:
         return Scalar(total / double(rows_n));
     }
 
+    // ---- GPT kernels --------------------------------------------------------------
+
+    // Row n = wte[tokens[n]] + wpe[n % seq_len]: tokens are whole sequences, row-major.
+    static matrix embedding_forward(std::span<const std::int32_t> tokens, std::span<const Scalar> wte,
+                                    std::span<const Scalar> wpe, int vocab, int width, int seq_len) {
+        require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0, "embedding_forward: tokens.size()",
+                tokens.size(), "must be a positive multiple of seq_len = " + std::to_string(seq_len));
+        require_size(wte.size(), std::size_t(vocab) * std::size_t(width), "embedding_forward: wte size");
+        require_size(wpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_forward: wpe size");
+        require_tokens(tokens, vocab, "embedding_forward");
+        matrix y(Eigen::Index(tokens.size()), width);
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            y.row(Eigen::Index(n)) =
+                const_row_map(wte.data() + std::size_t(tokens[n]) * std::size_t(width), width) +
+                const_row_map(wpe.data() + (n % std::size_t(seq_len)) * std::size_t(width), width);
+        return y;
+    }
+
+    // dwte[v] += sum of dy rows whose token is v, dwpe[t] += sum of dy rows at position t.
+    // Each touched row is summed apart (in position order) and added once, so a tied
+    // wte's two contributions meet in one rounding whichever is added first.
+    static void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
+                                          std::span<Scalar> dwte, std::span<Scalar> dwpe, int vocab,
+                                          int seq_len) {
+        const auto width = dy.cols();
+        require_shape(dy, Eigen::Index(tokens.size()), width, "embedding_backward_weight: dy");
+        require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0,
+                "embedding_backward_weight: tokens.size()", tokens.size(),
+                "must be a positive multiple of seq_len = " + std::to_string(seq_len));
+        require_size(dwte.size(), std::size_t(vocab) * std::size_t(width), "embedding_backward_weight: wte size");
+        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width),
+                     "embedding_backward_weight: wpe size");
+        require_tokens(tokens, vocab, "embedding_backward_weight");
+        std::vector<std::size_t> order(tokens.size());
+        std::iota(order.begin(), order.end(), std::size_t(0));
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t b) { return tokens[a] < tokens[b]; });
+        row_vector sum(width);
+        for (std::size_t i = 0; i < order.size();) {
+            const std::int32_t token = tokens[order[i]];
+            sum = dy.row(Eigen::Index(order[i]));
+            for (++i; i < order.size() && tokens[order[i]] == token; ++i) sum += dy.row(Eigen::Index(order[i]));
+            row_map(dwte.data() + std::size_t(token) * std::size_t(width), width) += sum;
+        }
+        const Eigen::Index t = seq_len;
+        matrix dpos = dy.topRows(t);
+        for (Eigen::Index first = t; first < dy.rows(); first += t) dpos += dy.middleRows(first, t);
+        Eigen::Map<matrix>(dwpe.data(), t, width) += dpos;
+    }
+
+    // y = x W^T with W stored [out, in] (PyTorch's nn.Linear layout, no bias): the LM head
+    // tied to the token embedding [vocab, width].
+    static matrix transposed_linear_forward(const matrix& x, std::span<const Scalar> w, int out, int in) {
+        require_shape(x, x.rows(), in, "transposed_linear_forward: x");
+        require_size(w.size(), std::size_t(out) * std::size_t(in), "transposed_linear_forward: weight size");
+        matrix y(x.rows(), out);
+        y.noalias() = x * const_map(w.data(), out, in).transpose();
+        return y;
+    }
+
+    // dX = dY W
+    static matrix transposed_linear_backward_input(const matrix& dy, std::span<const Scalar> w, int out,
+                                                   int in) {
+        require_shape(dy, dy.rows(), out, "transposed_linear_backward_input: dy");
+        require_size(w.size(), std::size_t(out) * std::size_t(in),
+                     "transposed_linear_backward_input: weight size");
+        matrix dx(dy.rows(), in);
+        dx.noalias() = dy * const_map(w.data(), out, in);
+        return dx;
+    }
+
+    // dW += dY^T X, formed apart and added in one rounding (see linear_backward_weight).
+    static void transposed_linear_backward_weight(const matrix& x, const matrix& dy, std::span<Scalar> dw) {
+        require_shape(dy, x.rows(), dy.cols(), "transposed_linear_backward_weight: dy");
+        require_size(dw.size(), std::size_t(dy.cols() * x.cols()), "transposed_linear_backward_weight: weight size");
+        matrix dw_batch(dy.cols(), x.cols());
+        dw_batch.noalias() = dy.transpose() * x;
+        Eigen::Map<matrix>(dw.data(), dy.cols(), x.cols()) += dw_batch;
+    }
+
+    // Causal multi-head self-attention on qkv = [q | k | v] (rows = tokens of whole
+    // sequences of seq_len, each of q, k, v `heads` blocks of width/heads columns).
+    // Returns softmax(q k^T / sqrt(d) + causal mask) v per (sequence, head), heads
+    // concatenated; saves the probabilities (seqs*heads*seq_len x seq_len, zero above
+    // the diagonal) for backward.
+    static matrix causal_attention_forward(const matrix& qkv, int seq_len, int heads, matrix& probs) {
+        const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_forward");
+        matrix y(qkv.rows(), a.width);
+        probs.resize(a.seqs * a.heads * a.t, a.t);
+        const Scalar scale = Scalar(1) / std::sqrt(Scalar(a.d));
+        for (Eigen::Index b = 0; b < a.seqs; ++b)
+            for (Eigen::Index h = 0; h < a.heads; ++h) {
+                const auto q = qkv.block(b * a.t, h * a.d, a.t, a.d);
+                const auto k = qkv.block(b * a.t, a.width + h * a.d, a.t, a.d);
+                const auto v = qkv.block(b * a.t, 2 * a.width + h * a.d, a.t, a.d);
+                auto p = probs.block((b * a.heads + h) * a.t, 0, a.t, a.t);
+                // Only the causal (lower) triangle is needed: half the GEMM work for long sequences.
+                p.template triangularView<Eigen::Lower>() = scale * (q * k.transpose());
+                for (Eigen::Index i = 0; i < a.t; ++i) {
+                    auto row = p.row(i);
+                    const Scalar max = row.head(i + 1).maxCoeff();
+                    row.head(i + 1) = (row.head(i + 1).array() - max).exp().matrix();
+                    row.head(i + 1) /= row.head(i + 1).sum();
+                    row.tail(a.t - i - 1).setZero();
+                }
+                y.block(b * a.t, h * a.d, a.t, a.d).noalias() = p.template triangularView<Eigen::Lower>() * v;
+            }
+        return y;
+    }
+
+    // Gradient of causal_attention_forward with respect to qkv, from its probabilities.
+    static matrix causal_attention_backward(const matrix& qkv, const matrix& probs, const matrix& dy,
+                                            int seq_len, int heads) {
+        const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_backward");
+        require_shape(probs, a.seqs * a.heads * a.t, a.t, "causal_attention_backward: probs");
+        require_shape(dy, qkv.rows(), a.width, "causal_attention_backward: dy");
+        matrix dqkv(qkv.rows(), qkv.cols());
+        matrix ds(a.t, a.t);
+        const Scalar scale = Scalar(1) / std::sqrt(Scalar(a.d));
+        for (Eigen::Index b = 0; b < a.seqs; ++b)
+            for (Eigen::Index h = 0; h < a.heads; ++h) {
+                const auto q = qkv.block(b * a.t, h * a.d, a.t, a.d);
+                const auto k = qkv.block(b * a.t, a.width + h * a.d, a.t, a.d);
+                const auto v = qkv.block(b * a.t, 2 * a.width + h * a.d, a.t, a.d);
+                const auto p = probs.block((b * a.heads + h) * a.t, 0, a.t, a.t);
+                const auto g = dy.block(b * a.t, h * a.d, a.t, a.d);
+                dqkv.block(b * a.t, 2 * a.width + h * a.d, a.t, a.d).noalias() =
+                    p.transpose().template triangularView<Eigen::Upper>() * g;
+                ds.template triangularView<Eigen::Lower>() = g * v.transpose();  // d(probs)
+                // Softmax backward per row, over the unmasked prefix only.
+                for (Eigen::Index i = 0; i < a.t; ++i) {
+                    auto row = ds.row(i);
+                    const auto prow = p.row(i).head(i + 1);
+                    const Scalar dot = prow.dot(row.head(i + 1));
+                    row.head(i + 1) = (prow.array() * (row.head(i + 1).array() - dot)).matrix() * scale;
+                    row.tail(a.t - i - 1).setZero();
+                }
+                dqkv.block(b * a.t, h * a.d, a.t, a.d).noalias() = ds.template triangularView<Eigen::Lower>() * k;
+                dqkv.block(b * a.t, a.width + h * a.d, a.t, a.d).noalias() =
+                    ds.transpose().template triangularView<Eigen::Upper>() * q;
+            }
+        return dqkv;
+    }
+
 private:
     static constexpr Scalar gelu_k = Scalar(0.7978845608028654);  // sqrt(2 / pi)
     static constexpr Scalar gelu_c = Scalar(0.044715);
+
+    static void require_tokens(std::span<const std::int32_t> tokens, int vocab, std::string_view kernel) {
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (tokens[n] < 0 || tokens[n] >= vocab)
+                throw invalid_argument(std::string(kernel) + ": tokens[" + std::to_string(n) + "]", tokens[n],
+                                       "must be a token id in [0, vocab_size = " + std::to_string(vocab) + ")");
+    }
+
+    struct attention_shape {
+        Eigen::Index seqs, t, heads, width, d;
+    };
+    static attention_shape attention_dims(const matrix& qkv, int seq_len, int heads, std::string_view kernel) {
+        const std::string k(kernel);
+        require(seq_len >= 1, k + ": seq_len", seq_len, "must be at least 1");
+        require(heads >= 1, k + ": heads", heads, "must be at least 1");
+        require(qkv.cols() > 0 && qkv.cols() % (3 * Eigen::Index(heads)) == 0, k + ": qkv.cols()", qkv.cols(),
+                "must be 3 * width with width a positive multiple of heads = " + std::to_string(heads));
+        require(qkv.rows() % seq_len == 0, k + ": qkv.rows()", qkv.rows(),
+                "must be a multiple of seq_len = " + std::to_string(seq_len) + " (whole sequences)");
+        const Eigen::Index width = qkv.cols() / 3;
+        return {qkv.rows() / seq_len, seq_len, heads, width, width / heads};
+    }
 };
 
 using cpu = cpu_backend<float>;

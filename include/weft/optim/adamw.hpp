@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -90,6 +91,18 @@ public:
     [[nodiscard]] std::span<const Scalar> exp_avg() const { return m_; }
     [[nodiscard]] std::span<Scalar> exp_avg_sq() { return v_; }
     [[nodiscard]] std::span<const Scalar> exp_avg_sq() const { return v_; }
+
+    // Puts back a saved state (from a checkpoint): the moments in the layout step()
+    // is called with, and the number of steps taken, which drives bias correction.
+    void restore(std::uint64_t step_count, std::vector<Scalar> exp_avg, std::vector<Scalar> exp_avg_sq) {
+        require(exp_avg_sq.size() == exp_avg.size(), "adamw restore: exp_avg_sq.size()", exp_avg_sq.size(),
+                "must equal exp_avg.size() = " + std::to_string(exp_avg.size()));
+        require(step_count == 0 || !exp_avg.empty(), "adamw restore: exp_avg.size()", exp_avg.size(),
+                "must be non-zero after " + std::to_string(step_count) + " steps");
+        m_ = std::move(exp_avg);
+        v_ = std::move(exp_avg_sq);
+        steps_ = step_count;
+    }
 
 private:
     adamw_options options_;

@@ -241,6 +241,14 @@ struct zb_auto {
     // breaks ties (a candidate equal in both keeps the earlier one). Ranking by makespan
     // alone would count the pipeline's fill time, which no order can remove, and let a
     // candidate with a worse bubble win a tie.
+    //
+    // Memory is counted as simulate() does: a micro-batch is live from its F until its W (the
+    // paper counts M_B until B and a smaller M_W until W), so a limit of p is 1F1B's peak.
+    // It bounds the bubble: the last rank can defer at most L of its W's past its last I,
+    // and those must cover the backward trip to rank 0, so under a limit L (uniform costs)
+    //     cost >= m (T_F + T_B + T_W) + (p-1)(T_F + T_B + 2 T_comm) - (L-1) T_W.
+    // With the paper's Table 6 costs and L = 2p this search reaches that bound on every
+    // row; the paper's lower ZB-2p bubbles need about 3p-4p live micro-batches counted so.
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
         detail::require_chunks(params, name, 1);

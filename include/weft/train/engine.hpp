@@ -5,6 +5,7 @@
 // program, gradients are reduced as the sharding policy says and the optimizer steps.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -19,9 +20,6 @@
 #include "weft/core/error.hpp"
 #include "weft/core/parallel_config.hpp"
 #include "weft/exec/compute_backend.hpp"
-#include "weft/nn/cross_entropy.hpp"
-#include "weft/nn/mlp.hpp"
-#include "weft/nn/mlp_stage.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/sched/lower.hpp"
@@ -29,47 +27,51 @@
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/train/activation_stash.hpp"
+#include "weft/train/mlp_model.hpp"
+#include "weft/train/pipeline_model.hpp"
 #include "weft/train/optimizer.hpp"
 #include "weft/train/step_log.hpp"
-#include "weft/train/synthetic_dataset.hpp"
 
 namespace weft::train {
 
 struct engine_options {
-    int batch_size = 32;         // global batch: samples per step over all data-parallel replicas
+    int batch_size = 32;         // global batch: rows (samples, or sequences) per step over all replicas
     optimizer_options optimizer{};
     int recv_lookahead = 4;      // how many actions ahead RECVs are posted
 };
 
-template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend>
+template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend, class Model = mlp_model>
 class engine {
     static_assert(std::is_same_v<typename Backend::scalar, float> || std::is_same_v<typename Backend::scalar, double>,
                   "weft::engine: the backend's scalar must be float or double");
+    static_assert(sizeof(require_pipeline_model<Model, Backend>) > 0);
 
 public:
     using schedules = sched::any_of_t<Schedules>;
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
-    using stage_type = nn::mlp_stage<Backend>;
+    using model_config = typename Model::config;
+    using batch_type = typename Model::batch;
+    using stage_type = typename Model::template stage<Backend>;
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
     // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
-    engine(Comm& world, const parallel_config& config, const nn::mlp_config& model,
+    engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options)
         : engine(world, config, model, options,
                  generate_checked(config)) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
-    engine(Comm& world, const parallel_config& config, const nn::mlp_config& model,
+    engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options, const sched::program& compute_only)
-        : world_(&world), config_(config), options_(options), grid_(world, config) {
+        : world_(&world), config_(config), model_(model), options_(options), grid_(world, config) {
         require(config.tp() == 1, "tp", config.tp(),
                 "the MLP engine has no tensor-parallel layers; valid: 1");
         require(config.zero_stage() == Sharding::zero_stage, "zero_stage", config.zero_stage(),
                 std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
                     ", which is ZeRO stage " + std::to_string(Sharding::zero_stage));
-        model.validate();
+        Model::validate(model);
         require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
                 "batch_size", options.batch_size,
                 "must be a positive multiple of dp*microbatches = " +
@@ -80,9 +82,10 @@ public:
         require(compute_only.num_microbatches == config.microbatches(), "program microbatches",
                 compute_only.num_microbatches,
                 "must equal microbatches = " + std::to_string(config.microbatches()));
-        require(model.num_units() >= compute_only.num_stages, "stages", compute_only.num_stages,
-                "the MLP has " + std::to_string(model.num_units()) +
-                    " units (blocks + 2) to give to stages; use fewer stages or more blocks");
+        const int num_units = Model::num_units(model);
+        require(num_units >= compute_only.num_stages, "stages", compute_only.num_stages,
+                "the model has " + std::to_string(num_units) +
+                    " units (layers + 2) to give to stages; use fewer stages or more layers");
 
         program_ = sched::lower(compute_only);
         if (const auto verdict = sched::check(program_); !verdict.ok)
@@ -91,19 +94,21 @@ public:
         require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(max_tag));
 
-        const auto units = nn::partition_units(model.num_units(), program_.num_stages);
+        units_ = nn::partition_units(num_units, program_.num_stages);
         for (int s = 0; s < program_.num_stages; ++s)
             if (program_.stage_rank[s] == pipeline_rank())
-                stages_.emplace(s, local_stage{stage_type(model, units[s]), make_optimizer<scalar>(options.optimizer)});
+                stages_.emplace(s, local_stage{stage_type(model, units_[s]), make_optimizer<scalar>(options.optimizer)});
+        tie_parameters();
     }
 
     // Runs one training step on the global batch (every rank passes the same batch)
     // and returns what the step log prints. Collective over the world.
-    step_stats step(const classification_batch& batch) {
-        require(batch.rows == options_.batch_size, "batch rows", batch.rows,
+    step_stats step(const batch_type& batch) {
+        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
                 "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
         const auto start = std::chrono::steady_clock::now();
         run_program(batch);
+        sum_tied_gradients();
         for (auto& [index, stage] : stages_) {
             Sharding::reduce_gradients(grid_.data(), stage.model.gradients());
             stage.stepper->step(stage.model.parameters(), stage.model.gradients(), stage.model.registry());
@@ -131,6 +136,14 @@ public:
         return out;
     }
     [[nodiscard]] const stage_type& stage(int index) const { return find_stage(index).model; }
+    // For loading checkpoints: the stage's parameters may be overwritten between steps.
+    [[nodiscard]] stage_type& mutable_stage(int index) { return find_stage(index).model; }
+    [[nodiscard]] train::optimizer<scalar>& stage_optimizer(int index) { return *find_stage(index).stepper; }
+    // The model units each stage holds, by global stage index.
+    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
+    [[nodiscard]] const model_config& model() const { return model_; }
+    // The ranks holding the stages of this rank's replica; pipeline rank i is rank i here.
+    [[nodiscard]] Comm& pipeline_group() { return grid_.pipeline(); }
     // This rank's idle share of the last step's program: the time it spent waiting for
     // data or for its sends, over the program's wall time. The step log's bubble is the
     // mean of this over all ranks.
@@ -142,6 +155,54 @@ public:
 
 private:
     static constexpr int max_tag = 32767;
+
+    // Finds, for every tied tensor, the stages (local and remote) that hold a copy, and
+    // builds the group of pipeline ranks to sum its gradient over. Collective over the
+    // pipeline group: every rank splits once per tied tensor, holder or not.
+    void tie_parameters() {
+        for (const auto& tied : Model::tied_parameters(model_)) {
+            std::vector<int> holder_ranks;
+            tie t{tied.name, {}, nullptr};
+            for (int s = 0; s < program_.num_stages; ++s) {
+                bool holds = false;
+                for (const int unit : tied.units) holds = holds || (unit >= units_[s].first && unit < units_[s].last);
+                if (!holds) continue;
+                const int rank = program_.stage_rank[s];
+                if (holder_ranks.empty() || holder_ranks.back() != rank) holder_ranks.push_back(rank);
+                if (rank == pipeline_rank()) t.local_stages.push_back(s);
+            }
+            std::sort(holder_ranks.begin(), holder_ranks.end());
+            holder_ranks.erase(std::unique(holder_ranks.begin(), holder_ranks.end()), holder_ranks.end());
+            const bool holds_here = !t.local_stages.empty();
+            if (holder_ranks.size() > 1) {
+                Comm group = grid_.pipeline().split(holds_here ? 0 : 1, pipeline_rank());
+                if (holds_here) t.holders = std::make_unique<Comm>(std::move(group));
+            }
+            if (holds_here && (t.local_stages.size() > 1 || t.holders)) ties_.push_back(std::move(t));
+        }
+    }
+
+    // Every copy of a tied tensor gets the sum of all copies' gradients, so the copies,
+    // which start equal, take identical optimizer steps and stay equal.
+    void sum_tied_gradients() {
+        for (auto& t : ties_) {
+            std::vector<scalar> total;
+            for (const int s : t.local_stages) {
+                auto& stage = find_stage(s).model;
+                const auto& info = stage.registry().find(t.name);
+                const auto grads = stage.gradients().subspan(info.offset, info.size);
+                if (total.empty()) total.assign(grads.begin(), grads.end());
+                else
+                    for (std::size_t i = 0; i < total.size(); ++i) total[i] += grads[i];
+            }
+            if (t.holders) t.holders->allreduce_sum(std::span<scalar>(total));
+            for (const int s : t.local_stages) {
+                auto& stage = find_stage(s).model;
+                const auto& info = stage.registry().find(t.name);
+                std::copy(total.begin(), total.end(), stage.gradients().subspan(info.offset, info.size).begin());
+            }
+        }
+    }
 
     static sched::program generate_checked(const parallel_config& config) {
         return schedules::generate(config.schedule(),
@@ -165,7 +226,7 @@ private:
 
     // Per-step state; rebuilt by run_program so nothing leaks from one step to the next.
     struct step_state {
-        const classification_batch* batch = nullptr;
+        const batch_type* batch = nullptr;
         activation_stash<typename stage_type::stash> stash;
         std::map<std::pair<int, int>, matrix> outputs;        // F output, kept for SEND_F / next local stage
         std::map<std::pair<int, int>, matrix> input_grads;    // B/I output, kept for SEND_B / previous local stage
@@ -174,7 +235,7 @@ private:
         std::vector<in_flight_send> sends;
     };
 
-    void run_program(const classification_batch& batch) {
+    void run_program(const batch_type& batch) {
         step_state state;
         state.batch = &batch;
         loss_sum_ = 0;
@@ -202,7 +263,9 @@ private:
         const bool forward = a.kind == action_kind::RECV_F;
         const auto& stage = find_stage(a.stage).model;
         const int peer_stage = forward ? a.stage - 1 : a.stage + 1;
-        in_flight_recv recv{matrix(rows_per_microbatch_, forward ? stage.input_width() : stage.output_width()), {}};
+        in_flight_recv recv{matrix(Model::activation_rows(model_, rows_per_microbatch_),
+                                   forward ? stage.input_width() : stage.output_width()),
+                            {}};
         recv.request = grid_.pipeline().irecv(as_writable_bytes(recv.buffer), program_.stage_rank[peer_stage],
                                               tag(forward ? direction::forward : direction::backward, a.stage, a.microbatch));
         state.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
@@ -256,13 +319,15 @@ private:
 
     void forward(int stage_index, int mb, step_state& state) {
         auto& stage = find_stage(stage_index).model;
-        matrix input = stage.is_first() ? microbatch_inputs(*state.batch, mb)
-                                        : take(state.outputs, stage_index - 1, mb, "F needs the previous stage's output");
         auto& stash = state.stash.insert(stage_index, mb, typename stage_type::stash{});
-        matrix output = stage.forward(input, stash);
+        matrix output =
+            stage.is_first()
+                ? stage.forward(Model::template first_input<Backend>(*state.batch, first_row(mb), rows_per_microbatch_),
+                                stash)
+                : stage.forward(take(state.outputs, stage_index - 1, mb, "F needs the previous stage's output"), stash);
         if (stage.is_last()) {
-            const auto labels = microbatch_labels(*state.batch, mb);
-            const auto result = nn::cross_entropy<Backend>(output, labels, scalar{1} / config_.microbatches());
+            const auto result = Model::template loss<Backend>(output, *state.batch, first_row(mb), rows_per_microbatch_,
+                                                              scalar{1} / config_.microbatches());
             loss_sum_ += static_cast<double>(result.loss) / config_.microbatches();
             state.loss_grads.emplace(std::pair{stage_index, mb}, std::move(result.dlogits));
         } else {
@@ -302,18 +367,6 @@ private:
         state.recvs.erase(it);
     }
 
-    [[nodiscard]] matrix microbatch_inputs(const classification_batch& batch, int mb) const {
-        const int first = first_row(mb);
-        matrix x(rows_per_microbatch_, batch.input_dim);
-        for (int r = 0; r < rows_per_microbatch_; ++r)
-            for (int c = 0; c < batch.input_dim; ++c)
-                x(r, c) = static_cast<scalar>(batch.inputs[static_cast<std::size_t>(first + r) * batch.input_dim + c]);
-        return x;
-    }
-    [[nodiscard]] std::span<const int> microbatch_labels(const classification_batch& batch, int mb) const {
-        return std::span<const int>(batch.labels).subspan(static_cast<std::size_t>(first_row(mb)),
-                                                         static_cast<std::size_t>(rows_per_microbatch_));
-    }
     // Replica d takes rows [d*B/dp, (d+1)*B/dp); its micro-batch j the j-th slice of those.
     [[nodiscard]] int first_row(int mb) const {
         return (grid_.coordinates().dp_index * config_.microbatches() + mb) * rows_per_microbatch_;
@@ -352,10 +405,19 @@ private:
 
     Comm* world_;
     parallel_config config_;
+    model_config model_;
     engine_options options_;
     comm::process_grid<Comm> grid_;
     sched::program program_;
     std::map<int, local_stage> stages_;
+    std::vector<nn::unit_range> units_;  // per stage: the model units it holds
+    // Tied tensors this rank holds: the name, and the group of pipeline ranks that hold a copy.
+    struct tie {
+        std::string name;
+        std::vector<int> local_stages;
+        std::unique_ptr<Comm> holders;  // null when this rank is the only holder
+    };
+    std::vector<tie> ties_;
     int rows_per_microbatch_ = 0;
     double loss_sum_ = 0;
     long long steps_done_ = 0;
@@ -369,6 +431,7 @@ private:
 namespace weft {
 // The composition reads like a sentence:
 //   weft::engine<weft::sched::one_f_one_b, weft::shard::replicate, weft::comm::mpi, weft::exec::cpu>
-template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend>
-using engine = train::engine<Schedules, Sharding, Comm, Backend>;
+template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend,
+          class Model = train::mlp_model>
+using engine = train::engine<Schedules, Sharding, Comm, Backend, Model>;
 }  // namespace weft

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "weft/core/error.hpp"
@@ -45,6 +46,8 @@ public:
     virtual ~optimizer() = default;
     virtual void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
                       const nn::parameter_registry& registry) = 0;
+    // The AdamW behind this interface, for checkpoints of its moments; null for SGD.
+    virtual optim::basic_adamw<Scalar>* adamw() { return nullptr; }
 };
 
 namespace detail {
@@ -56,6 +59,10 @@ public:
     void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
               const nn::parameter_registry& registry) override {
         impl_.step(parameters, gradients, registry);
+    }
+    optim::basic_adamw<Scalar>* adamw() override {
+        if constexpr (std::is_same_v<Impl, optim::basic_adamw<Scalar>>) return &impl_;
+        else return nullptr;
     }
 
 private:

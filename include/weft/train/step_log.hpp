@@ -1,5 +1,6 @@
 // The one line per step that every weft run prints, in the style of Megatron and
-// llm.c: "step 12 | loss 3.4812 | 41.2 ms | 12 480 samples/s".
+// llm.c: "step 12 | loss 3.4812 | lr 3.0e-04 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%".
+// Fields a run does not measure (lr, tokens, MFU) are left out rather than printed as 0.
 #pragma once
 
 #include <cstdio>
@@ -12,7 +13,10 @@ struct step_stats {
     double loss = 0;
     double milliseconds = 0;
     double samples_per_second = 0;
-    double bubble = -1;  // idle fraction of the step on the busiest rank; < 0 when not measured
+    double bubble = -1;  // mean idle fraction of the ranks' programs; < 0 when not measured
+    double lr = -1;                  // < 0: not printed
+    double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
+    double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
 };
 
 // Groups thousands with a thin space-like blank, as llm.c does, so big rates stay readable.
@@ -28,13 +32,29 @@ struct step_stats {
 
 [[nodiscard]] inline std::string format_step(const step_stats& s) {
     char head[128];
-    std::snprintf(head, sizeof head, "step %lld | loss %.4f | %.1f ms | ", s.step, s.loss, s.milliseconds);
+    std::snprintf(head, sizeof head, "step %lld | loss %.4f | ", s.step, s.loss);
     std::string line = head;
-    line += group_thousands(static_cast<long long>(s.samples_per_second + 0.5)) + " samples/s";
+    if (s.lr >= 0) {
+        char lr[32];
+        std::snprintf(lr, sizeof lr, "lr %.1e | ", s.lr);
+        line += lr;
+    }
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f ms | ", s.milliseconds);
+    line += ms;
+    if (s.tokens_per_second >= 0)
+        line += group_thousands(static_cast<long long>(s.tokens_per_second + 0.5)) + " tok/s";
+    else
+        line += group_thousands(static_cast<long long>(s.samples_per_second + 0.5)) + " samples/s";
     if (s.bubble >= 0) {
         char bubble[32];
         std::snprintf(bubble, sizeof bubble, " | bubble %.1f%%", 100.0 * s.bubble);
         line += bubble;
+    }
+    if (s.mfu >= 0) {
+        char mfu[32];
+        std::snprintf(mfu, sizeof mfu, " | MFU %.0f%%", 100.0 * s.mfu);
+        line += mfu;
     }
     return line;
 }

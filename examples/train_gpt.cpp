@@ -1,0 +1,183 @@
+// examples/train_gpt: trains GPT-2 on an llm.c token file with any pipeline schedule.
+// Under mpirun it uses MPI, one rank per process; without mpirun, `--ranks N` runs N
+// ranks as threads of this process.
+//
+//   make_dataset --out-dir data            # byte-level tokens of a real English text
+//   mpirun -np 4 ./train_gpt --schedule zb-h1 --pp 4 --data data/train.bin --steps 20
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <string>
+
+#include "weft/weft.hpp"
+#include "weft/train/engine_checkpoint.hpp"
+#include "weft/train/gpt_model.hpp"
+#include "weft/train/mfu.hpp"
+#include "weft/train/token_batches.hpp"
+#include "weft/train/token_file.hpp"
+#if WEFT_HAS_MPI
+#include "weft/comm/mpi.hpp"
+#include "weft/comm/mpi_environment.hpp"
+#endif
+
+namespace {
+
+struct run_options {
+    std::string schedule = "1f1b";
+    int pp = 1;
+    int chunks = 0;
+    int ranks = 0;
+    int layers = 4;
+    int d_model = 128;
+    int heads = 4;
+    int vocab = 256;
+    int seq_len = 64;
+    int batch = 8;
+    int microbatches = 4;
+    int steps = 20;
+    double lr = 3e-4;
+    std::string optimizer = "adamw";
+    double weight_decay = 0.0;
+    unsigned long long seed = 1234;
+    std::string data;
+    std::string init_from;
+    std::string save;
+    std::string log_json;
+    double peak_tflops = 0;  // 0: unknown (MFU not printed)
+};
+
+int natural_chunks(weft::schedule_kind kind) {
+    switch (kind) {
+        case weft::schedule_kind::interleaved:
+        case weft::schedule_kind::looped_bfs:
+        case weft::schedule_kind::zbv:
+        case weft::schedule_kind::dualpipev: return 2;
+        default: return 1;
+    }
+}
+
+template <weft::communicator Comm>
+void train(Comm& world, const run_options& o) {
+    using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::replicate, Comm, weft::exec::cpu,
+                                  weft::train::gpt_model>;
+    const auto schedule = weft::parse_schedule_kind(o.schedule);
+    const weft::parallel_config config({.pp = o.pp, .microbatches = o.microbatches,
+                                        .chunks = o.chunks != 0 ? o.chunks : natural_chunks(schedule),
+                                        .schedule = schedule, .world_size = world.size()});
+    const weft::nn::gpt_config model{.num_layers = o.layers, .d_model = o.d_model, .num_heads = o.heads,
+                                     .vocab_size = o.vocab, .seq_len = o.seq_len, .seed = o.seed};
+    weft::require(!o.data.empty(), "--data", o.data,
+                  "name an llm.c token file (make one with make_dataset --out-dir DIR)");
+    const auto tokens = weft::train::read_token_file(o.data);
+    for (const auto token : tokens.tokens())
+        if (token >= o.vocab)
+            throw weft::invalid_argument("--vocab", o.vocab,
+                                         "the data holds token " + std::to_string(token) + "; use a larger --vocab");
+
+    const auto optimizer = weft::train::parse_optimizer_kind(o.optimizer);
+    engine_t engine(world, config, model,
+                    {.batch_size = o.batch,
+                     .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay}});
+    if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
+
+    std::int64_t parameters = 0;  // the whole model's, tied wte once
+    {
+        const weft::nn::gpt_stage<weft::exec::cpu> whole(model, {0, model.num_units()});
+        parameters = static_cast<std::int64_t>(whole.parameters().size());
+    }
+    const double flops_per_token = weft::train::gpt_flops_per_token(parameters, o.layers, o.d_model, o.seq_len);
+    std::ofstream log;
+    if (world.rank() == 0 && !o.log_json.empty()) {
+        log.open(o.log_json);
+        weft::require(log.good(), "--log-json", o.log_json, "must be a writable file path");
+        log.precision(9);
+    }
+    if (world.rank() == 0)
+        std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
+                    "batch %d | schedule %s | pp %d | microbatches %d | chunks %d\n",
+                    static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
+                    o.schedule.c_str(), o.pp, o.microbatches, config.chunks());
+    for (int step = 0; step < o.steps; ++step) {
+        auto stats = engine.step(weft::train::batch_at(tokens, step, o.batch, o.seq_len));
+        const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
+        stats.lr = o.lr;
+        stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
+        stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, o.peak_tflops);
+        if (world.rank() != 0) continue;
+        std::printf("%s\n", weft::train::format_step(stats).c_str());
+        if (log.is_open())
+            log << "{\"step\": " << stats.step << ", \"loss\": " << stats.loss << ", \"ms\": " << stats.milliseconds
+                << ", \"tokens_per_s\": " << stats.tokens_per_second << ", \"bubble\": " << stats.bubble << "}\n";
+    }
+    if (!o.save.empty()) {
+        weft::train::save(engine, o.save);
+        if (world.rank() == 0) std::printf("saved %s\n", o.save.c_str());
+    }
+}
+
+bool launched_by_mpirun() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(name) != nullptr) return true;
+    return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Train GPT-2 on an llm.c token file with a pipeline schedule, over MPI (under mpirun) or threads."};
+    run_options o;
+    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::schedule_name_list())->capture_default_str();
+    app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
+    app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
+    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp)");
+    app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
+    app.add_option("--d-model", o.d_model, "model width")->capture_default_str();
+    app.add_option("--heads", o.heads, "attention heads (must divide --d-model)")->capture_default_str();
+    app.add_option("--vocab", o.vocab, "vocabulary size (256 for make_dataset's byte tokens)")->capture_default_str();
+    app.add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();
+    app.add_option("--batch", o.batch, "sequences per step (a multiple of --microbatches)")->capture_default_str();
+    app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
+    app.add_option("--steps", o.steps, "training steps")->capture_default_str();
+    app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+    app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
+    app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")->capture_default_str();
+    app.add_option("--seed", o.seed, "seed of the initial weights")->capture_default_str();
+    app.add_option("--data", o.data, "llm.c token file (.bin)");
+    app.add_option("--init-from", o.init_from, "safetensors checkpoint to start from (and its .optimizer companion)");
+    app.add_option("--save", o.save, "write a safetensors checkpoint (and the optimizer companion) at the end");
+    app.add_option("--log-json", o.log_json, "write one JSON object per step: step, loss, ms, tokens_per_s, bubble");
+    app.add_option("--peak-tflops", o.peak_tflops, "device peak for MFU (0: not printed)")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        if (launched_by_mpirun()) {
+#if WEFT_HAS_MPI
+            weft::comm::mpi_environment environment(argc, argv);
+            auto world = weft::comm::mpi::world();
+            try {
+                train(world, o);
+                return 0;
+            } catch (const std::exception& e) {
+                // Another rank may be waiting for this one; aborting is the exit that cannot hang.
+                std::fprintf(stderr, "train_gpt (rank %d): %s\n", world.rank(), e.what());
+                std::fflush(stderr);
+                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+                return 2;
+            }
+#else
+            throw weft::error("this train_gpt was built without MPI; run it without mpirun and use --ranks");
+#endif
+        }
+        const int ranks = o.ranks != 0 ? o.ranks : o.pp;
+        weft::require(ranks >= 1, "--ranks", ranks, "must be >= 1");
+        weft::comm::local::run(ranks, [&](weft::comm::local& world) { train(world, o); });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "train_gpt: %s\n", e.what());
+        return 2;
+    }
+}

@@ -1,0 +1,210 @@
+// bf16 matrix products on cuBLASLt with fp32 accumulation, in weft's row-major
+// convention (y = x W, x [rows, in], W [in, out] as the CPU backend stores it).
+// One gemm object owns the cuBLASLt handle and its workspace; usable inside CUDA graphs.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/device_buffer.hpp"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::exec::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Throws weft::error("<what> failed: cuBLAS status <n>") unless `status` is success.
+inline void check(cublasStatus_t status, std::string_view what) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    throw error(std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)) + " (" +
+                cublasLtGetStatusString(status) + ")");
+}
+
+enum class transpose : bool { no = false, yes = true };
+
+class gemm {
+public:
+    // 32 MiB is what cuBLAS itself asks for on Hopper; big enough for every algorithm.
+    static constexpr std::size_t default_workspace_bytes = std::size_t(32) << 20;
+
+    explicit gemm(std::size_t workspace_bytes = default_workspace_bytes) : workspace_(workspace_bytes) {
+        check(cublasLtCreate(&handle_), "cublasLtCreate");
+    }
+    gemm(const gemm&) = delete;
+    gemm& operator=(const gemm&) = delete;
+    gemm(gemm&& other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)),
+          workspace_(std::move(other.workspace_)),
+          algorithms_(std::move(other.algorithms_)) {}
+    gemm& operator=(gemm&& other) noexcept {
+        if (this != &other) {
+            release();
+            handle_ = std::exchange(other.handle_, nullptr);
+            workspace_ = std::move(other.workspace_);
+            algorithms_ = std::move(other.algorithms_);
+        }
+        return *this;
+    }
+    ~gemm() { release(); }
+
+    // Row-major c[m, n] = alpha op(a) op(b) + beta c (+ bias[n] on every row when bias is
+    // given), where op(a) is [m, k] (a stored [k, m] when ta is yes) and op(b) is [k, n]
+    // (b stored [n, k] when tb is yes). Out is float or bf16; bias has the type of c.
+    template <class Out>
+    void matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n, int k,
+                float alpha, float beta, const Out* bias, cudaStream_t stream) {
+        static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "gemm output is float or bf16");
+        require(handle_ != nullptr, "gemm", "moved-from", "must own a cuBLASLt handle");
+        require(m > 0, "gemm: m", m, "must be positive");
+        require(n > 0, "gemm: n", n, "must be positive");
+        require(k > 0, "gemm: k", k, "must be positive");
+        require(a != nullptr && b != nullptr && c != nullptr, "gemm: a, b, c", "a null pointer",
+                "must all be device pointers");
+        constexpr cudaDataType_t out_type = std::is_same_v<Out, float> ? CUDA_R_32F : CUDA_R_16BF;
+        const bool a_t = ta == transpose::yes;
+        const bool b_t = tb == transpose::yes;
+
+        // cuBLASLt is column-major: a row-major [r, c] matrix is a column-major [c, r] one,
+        // so c^T = op(b)^T op(a)^T is computed with cuBLASLt's A = b and B = a.
+        const std::uint64_t lt_m = std::uint64_t(n), lt_n = std::uint64_t(m), lt_k = std::uint64_t(k);
+        const cublasOperation_t op_a = b_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const cublasOperation_t op_b = a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+
+        detail_handles h;
+        check(cublasLtMatmulDescCreate(&h.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+              "cublasLtMatmulDescSetAttribute(TRANSA)");
+        check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+              "cublasLtMatmulDescSetAttribute(TRANSB)");
+        if (bias != nullptr) {
+            const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+                  "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                  "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+        }
+        // Stored (pre-op) shapes, column-major.
+        check(cublasLtMatrixLayoutCreate(&h.a, CUDA_R_16BF, b_t ? lt_k : lt_m, b_t ? lt_m : lt_k,
+                                         std::int64_t(b_t ? lt_k : lt_m)),
+              "cublasLtMatrixLayoutCreate(A)");
+        check(cublasLtMatrixLayoutCreate(&h.b, CUDA_R_16BF, a_t ? lt_n : lt_k, a_t ? lt_k : lt_n,
+                                         std::int64_t(a_t ? lt_n : lt_k)),
+              "cublasLtMatrixLayoutCreate(B)");
+        check(cublasLtMatrixLayoutCreate(&h.c, out_type, lt_m, lt_n, std::int64_t(lt_m)),
+              "cublasLtMatrixLayoutCreate(C)");
+
+        const std::array<std::uint32_t, 4> alignments = {alignment_of(b), alignment_of(a), alignment_of(c),
+                                                         bias != nullptr ? alignment_of(bias) : 256u};
+        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), int(bias != nullptr),
+                              int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
+        auto found = algorithms_.find(key);
+        if (found == algorithms_.end()) {
+            found = algorithms_.emplace(key, choose_algorithm(h, alignments, m, n, k)).first;
+        }
+        check(cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c, &found->second,
+                             workspace_.data(), workspace_.bytes(), stream),
+              "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
+                  ")");
+    }
+
+    // y[rows, out] = x[rows, in] W[in, out] (+ b[out]).
+    template <class Out>
+    void linear_forward(const bf16* x, const bf16* w, const Out* b, Out* y, int rows, int in, int out,
+                        cudaStream_t stream) {
+        matmul(x, transpose::no, w, transpose::no, y, rows, out, in, 1.0f, 0.0f, b, stream);
+    }
+    // dx[rows, in] = dy[rows, out] W^T.
+    template <class Out>
+    void linear_backward_input(const bf16* dy, const bf16* w, Out* dx, int rows, int in, int out,
+                               cudaStream_t stream) {
+        matmul(dy, transpose::no, w, transpose::yes, dx, rows, in, out, 1.0f, 0.0f, static_cast<const Out*>(nullptr),
+               stream);
+    }
+    // dW[in, out] += x^T dy, fp32 so that gradients accumulate at master precision.
+    void linear_backward_weight(const bf16* x, const bf16* dy, float* dw, int rows, int in, int out,
+                                cudaStream_t stream) {
+        matmul(x, transpose::yes, dy, transpose::no, dw, in, out, rows, 1.0f, 1.0f,
+               static_cast<const float*>(nullptr), stream);
+    }
+
+    [[nodiscard]] std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+private:
+    using key_type = std::array<int, 11>;
+
+    struct detail_handles {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+        detail_handles() = default;
+        detail_handles(const detail_handles&) = delete;
+        detail_handles& operator=(const detail_handles&) = delete;
+        ~detail_handles() {
+            if (c != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(c));
+            if (b != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(b));
+            if (a != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(a));
+            if (op != nullptr) static_cast<void>(cublasLtMatmulDescDestroy(op));
+        }
+    };
+
+    // The largest power of two (up to 256) dividing the address: cuBLASLt assumes 256
+    // unless told, and an algorithm chosen for 256 fails on an offset into a flat buffer.
+    static std::uint32_t alignment_of(const void* pointer) {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        std::uint32_t alignment = 256;
+        while (alignment > 1 && address % alignment != 0) alignment /= 2;
+        return alignment;
+    }
+
+    cublasLtMatmulAlgo_t choose_algorithm(const detail_handles& h, const std::array<std::uint32_t, 4>& alignments,
+                                          int m, int n, int k) {
+        cublasLtMatmulPreference_t preference = nullptr;
+        check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+        struct preference_guard {
+            cublasLtMatmulPreference_t p;
+            ~preference_guard() { static_cast<void>(cublasLtMatmulPreferenceDestroy(p)); }
+        } guard{preference};
+        const std::size_t workspace = workspace_.bytes();
+        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                   sizeof(workspace)),
+              "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+        const std::array<cublasLtMatmulPreferenceAttributes_t, 4> which = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (std::size_t i = 0; i < which.size(); ++i) {
+            const std::uint32_t value = i < 3 ? alignments[i] : alignments[2];
+            check(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &value, sizeof(value)),
+                  "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
+        }
+        cublasLtMatmulHeuristicResult_t result{};
+        int returned = 0;
+        check(cublasLtMatmulAlgoGetHeuristic(handle_, h.op, h.a, h.b, h.c, h.c, preference, 1, &result, &returned),
+              "cublasLtMatmulAlgoGetHeuristic");
+        if (returned == 0)
+            throw error("gemm: cuBLASLt has no algorithm for m=" + std::to_string(m) + ", n=" + std::to_string(n) +
+                        ", k=" + std::to_string(k) + " with these transposes, types and alignments");
+        return result.algo;
+    }
+
+    void release() noexcept {
+        if (handle_ != nullptr) static_cast<void>(cublasLtDestroy(handle_));
+        handle_ = nullptr;
+    }
+
+    cublasLtHandle_t handle_ = nullptr;
+    device_buffer<std::byte> workspace_;
+    std::map<key_type, cublasLtMatmulAlgo_t> algorithms_;
+};
+
+}  // namespace weft::exec::cuda

@@ -1,0 +1,118 @@
+// AdamW on the GPU with torch.optim.AdamW's update (as weft::optim::adamw): fp32 master
+// weights, gradients and moments, plus an optional bf16 copy of the weights for compute.
+// The step counter and the per-step scalars live in device memory and are advanced by a
+// kernel, so one captured CUDA graph replays correct steps 1, 2, 3, ...
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::exec::cuda {
+
+// Hyperparameters and derived per-step scalars, kept in device memory. Set the
+// hyperparameters with adamw_state_init (or write lr between steps); adamw_begin_step
+// advances `step` and recomputes the scalars on the device.
+struct adamw_state {
+    std::uint64_t step;
+    double lr, beta1, beta2, eps, weight_decay;
+    // As PyTorch: scalar factors formed in double, rounded once to float.
+    float decay_factor, beta1_f, one_minus_beta1, beta2_f, one_minus_beta2, step_size, bias_correction2_sqrt, eps_f;
+    int lerp_from_start;
+};
+
+// Which part of the flat buffers decays (weft decays 2-D+ tensors only): a range
+// [offset, offset + size) and its flag. The optimizer layer builds these from the registry.
+struct adamw_range {
+    std::size_t offset;
+    std::size_t size;
+    bool decays;
+};
+
+namespace detail {
+
+__global__ inline void adamw_begin_step_kernel(adamw_state* s) {
+    const std::uint64_t t = s->step + 1;
+    s->step = t;
+    s->decay_factor = float(1.0 - s->lr * s->weight_decay);
+    s->beta1_f = float(s->beta1);
+    s->one_minus_beta1 = float(1.0 - s->beta1);
+    s->beta2_f = float(s->beta2);
+    s->one_minus_beta2 = float(1.0 - s->beta2);
+    s->step_size = float(s->lr / (1.0 - pow(s->beta1, double(t))));
+    s->bias_correction2_sqrt = float(sqrt(1.0 - pow(s->beta2, double(t))));
+    s->eps_f = float(s->eps);
+    s->lerp_from_start = s->beta1 > 0.5;  // torch.lerp's two forms
+}
+
+__global__ inline void adamw_update_kernel(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
+                                           std::size_t n, bool decays, const adamw_state* state) {
+    const adamw_state s = *state;
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x) {
+        const float g = grads[i];
+        float p = params[i];
+        if (decays) p *= s.decay_factor;
+        const float mi = s.lerp_from_start ? m[i] + s.one_minus_beta1 * (g - m[i]) : g - (g - m[i]) * s.beta1_f;
+        const float vi = v[i] * s.beta2_f + s.one_minus_beta2 * g * g;
+        const float denom = sqrtf(vi) / s.bias_correction2_sqrt + s.eps_f;
+        p += -s.step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+        if (params_bf16 != nullptr) params_bf16[i] = __float2bfloat16_rn(p);
+    }
+}
+
+}  // namespace detail
+
+// Synchronous: writes a fresh state (step 0) with these hyperparameters to `state`.
+inline void adamw_state_init(adamw_state* state, double lr, double beta1, double beta2, double eps,
+                             double weight_decay) {
+    require(lr > 0, "adamw lr", lr, "must be positive");
+    require(beta1 >= 0 && beta1 < 1, "adamw beta1", beta1, "must be in [0, 1)");
+    require(beta2 >= 0 && beta2 < 1, "adamw beta2", beta2, "must be in [0, 1)");
+    require(eps > 0, "adamw eps", eps, "must be positive");
+    require(weight_decay >= 0, "adamw weight_decay", weight_decay, "must be non-negative");
+    adamw_state host{};
+    host.lr = lr;
+    host.beta1 = beta1;
+    host.beta2 = beta2;
+    host.eps = eps;
+    host.weight_decay = weight_decay;
+    check(cudaMemcpy(state, &host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy adamw_state");
+}
+
+// Advances the step counter and the derived scalars (one thread; capturable).
+inline void adamw_begin_step(adamw_state* state, cudaStream_t stream) {
+    detail::adamw_begin_step_kernel<<<1, 1, 0, stream>>>(state);
+    check(cudaGetLastError(), "adamw_begin_step kernel launch");
+}
+
+// One AdamW update of params[0, n) from grads, moments m and v (zero before step 1);
+// params_bf16 (may be null) receives the updated weights rounded to bf16.
+inline void adamw_update(float* params, const float* grads, float* m, float* v, bf16* params_bf16, std::size_t n,
+                         bool decays, const adamw_state* state, cudaStream_t stream) {
+    if (n == 0) return;
+    constexpr unsigned int threads = 256;
+    detail::adamw_update_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(
+        params, grads, m, v, params_bf16, n, decays, state);
+    check(cudaGetLastError(), "adamw_update kernel launch");
+}
+
+// The update over flat buffers split into decaying and non-decaying ranges.
+inline void adamw_update(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
+                         std::span<const adamw_range> ranges, const adamw_state* state, cudaStream_t stream) {
+    for (const adamw_range& r : ranges)
+        adamw_update(params + r.offset, grads + r.offset, m + r.offset, v + r.offset,
+                     params_bf16 != nullptr ? params_bf16 + r.offset : nullptr, r.size, r.decays, state, stream);
+}
+
+}  // namespace weft::exec::cuda

@@ -1,0 +1,58 @@
+// fp32 <-> bf16 conversion: the elementwise kernel, and the load/store helpers every
+// weft kernel uses so that arithmetic is fp32 whatever the storage type.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::exec::cuda {
+
+using bf16 = __nv_bfloat16;
+
+namespace detail {
+
+__host__ __device__ inline float to_float(float v) { return v; }
+__host__ __device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
+
+template <class T>
+__host__ __device__ inline T from_float(float v) {
+    if constexpr (std::is_same_v<T, bf16>) {
+        return __float2bfloat16_rn(v);
+    } else {
+        static_assert(std::is_same_v<T, float>, "weft's CUDA kernels store float or bf16");
+        return v;
+    }
+}
+
+// Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than n needs.
+inline unsigned int elementwise_blocks(std::size_t n, unsigned int threads) {
+    const std::size_t wanted = (n + threads - 1) / threads;
+    return static_cast<unsigned int>(wanted < 65536 ? wanted : 65536);
+}
+
+template <class From, class To>
+__global__ void convert_kernel(const From* in, To* out, std::size_t n) {
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x)
+        out[i] = from_float<To>(to_float(in[i]));
+}
+
+}  // namespace detail
+
+// out[i] = in[i] rounded to To (round to nearest even for bf16), for float and bf16 in any pairing.
+template <class From, class To>
+void convert(const From* in, To* out, std::size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    require(in != nullptr && out != nullptr, "convert: in, out", "a null pointer", "must be device pointers");
+    constexpr unsigned int threads = 256;
+    detail::convert_kernel<From, To><<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, out, n);
+    check(cudaGetLastError(), "convert kernel launch");
+}
+
+}  // namespace weft::exec::cuda

@@ -1,0 +1,147 @@
+// LayerNorm on the GPU: forward saving per-row mean and rstd, backward for the input
+// and (separately, like the CPU backend's split backward) for weight and bias.
+// Storage is float or bf16, arithmetic fp32; weight/bias grads accumulate in fp32.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/reduce.cuh"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::exec::cuda {
+
+namespace detail {
+
+constexpr int layer_norm_rows_per_block = 8;  // one warp per row
+
+template <class T, class P>
+__global__ void layer_norm_forward_kernel(const T* x, const P* gamma, const P* beta, T* y, float* mean,
+                                          float* rstd, int rows, int cols, float eps) {
+    const int row = blockIdx.x * layer_norm_rows_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const T* xr = x + std::size_t(row) * cols;
+    float sum = 0;
+    for (int c = lane; c < cols; c += 32) sum += to_float(xr[c]);
+    const float mu = warp_sum(sum) / float(cols);
+    float squares = 0;  // two passes, as the CPU backend: no cancellation for large means
+    for (int c = lane; c < cols; c += 32) {
+        const float d = to_float(xr[c]) - mu;
+        squares += d * d;
+    }
+    const float rs = rsqrtf(warp_sum(squares) / float(cols) + eps);
+    T* yr = y + std::size_t(row) * cols;
+    for (int c = lane; c < cols; c += 32)
+        yr[c] = from_float<T>((to_float(xr[c]) - mu) * rs * to_float(gamma[c]) + to_float(beta[c]));
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+template <class T, class P>
+__global__ void layer_norm_backward_input_kernel(const T* x, const float* mean, const float* rstd,
+                                                 const P* gamma, const T* dy, T* dx, int rows, int cols) {
+    const int row = blockIdx.x * layer_norm_rows_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const std::size_t base = std::size_t(row) * cols;
+    const float mu = mean[row];
+    const float rs = rstd[row];
+    float sum_g = 0, sum_gx = 0;
+    for (int c = lane; c < cols; c += 32) {
+        const float g = to_float(dy[base + c]) * to_float(gamma[c]);
+        sum_g += g;
+        sum_gx += g * (to_float(x[base + c]) - mu) * rs;
+    }
+    const float mean_g = warp_sum(sum_g) / float(cols);
+    const float mean_gx = warp_sum(sum_gx) / float(cols);
+    for (int c = lane; c < cols; c += 32) {
+        const float g = to_float(dy[base + c]) * to_float(gamma[c]);
+        const float xhat = (to_float(x[base + c]) - mu) * rs;
+        dx[base + c] = from_float<T>((g - mean_g - xhat * mean_gx) * rs);
+    }
+}
+
+// Column sums over rows with a fixed order: 32 columns per block, 32 row lanes each
+// summing a strided set of rows, then the 32 partials added in order. No atomics, so
+// results are bit-reproducible (a CUDA graph replay equals the eager run).
+constexpr int column_block = 32;
+constexpr int row_lanes = 32;
+
+template <class T>
+__global__ void layer_norm_backward_weight_kernel(const T* x, const float* mean, const float* rstd, const T* dy,
+                                                  float* dgamma, float* dbeta, int rows, int cols) {
+    __shared__ float partial_g[row_lanes][column_block + 1];
+    __shared__ float partial_b[row_lanes][column_block + 1];
+    const int c = blockIdx.x * column_block + threadIdx.x;
+    float g = 0, b = 0;
+    if (c < cols) {
+        for (int r = threadIdx.y; r < rows; r += row_lanes) {
+            const std::size_t i = std::size_t(r) * cols + c;
+            const float d = to_float(dy[i]);
+            g += d * (to_float(x[i]) - mean[r]) * rstd[r];
+            b += d;
+        }
+    }
+    partial_g[threadIdx.y][threadIdx.x] = g;
+    partial_b[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float sum_g = 0, sum_b = 0;
+        for (int r = 0; r < row_lanes; ++r) {
+            sum_g += partial_g[r][threadIdx.x];
+            sum_b += partial_b[r][threadIdx.x];
+        }
+        dgamma[c] += sum_g;
+        dbeta[c] += sum_b;
+    }
+}
+
+inline void require_rows_cols(int rows, int cols, const char* what) {
+    require(rows > 0, std::string(what) + ": rows", rows, "must be positive");
+    require(cols > 0, std::string(what) + ": cols", cols, "must be positive");
+}
+
+}  // namespace detail
+
+// y = (x - mean) * rstd * gamma + beta per row of x [rows, cols]; mean and rstd [rows] are saved.
+template <class T, class P>
+void layer_norm_forward(const T* x, const P* gamma, const P* beta, T* y, float* mean, float* rstd, int rows,
+                        int cols, float eps, cudaStream_t stream) {
+    detail::require_rows_cols(rows, cols, "layer_norm_forward");
+    require(eps > 0, "layer_norm_forward: eps", eps, "must be positive");
+    const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
+    detail::layer_norm_forward_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
+        x, gamma, beta, y, mean, rstd, rows, cols, eps);
+    check(cudaGetLastError(), "layer_norm_forward kernel launch");
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy * gamma (written, not accumulated).
+template <class T, class P>
+void layer_norm_backward_input(const T* x, const float* mean, const float* rstd, const P* gamma, const T* dy, T* dx,
+                               int rows, int cols, cudaStream_t stream) {
+    detail::require_rows_cols(rows, cols, "layer_norm_backward_input");
+    const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
+    detail::layer_norm_backward_input_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
+        x, mean, rstd, gamma, dy, dx, rows, cols);
+    check(cudaGetLastError(), "layer_norm_backward_input kernel launch");
+}
+
+// dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy (fp32 accumulators).
+template <class T>
+void layer_norm_backward_weight(const T* x, const float* mean, const float* rstd, const T* dy, float* dgamma,
+                                float* dbeta, int rows, int cols, cudaStream_t stream) {
+    detail::require_rows_cols(rows, cols, "layer_norm_backward_weight");
+    const unsigned int blocks = (cols + detail::column_block - 1) / detail::column_block;
+    detail::layer_norm_backward_weight_kernel<<<blocks, dim3(detail::column_block, detail::row_lanes), 0, stream>>>(
+        x, mean, rstd, dy, dgamma, dbeta, rows, cols);
+    check(cudaGetLastError(), "layer_norm_backward_weight kernel launch");
+}
+
+}  // namespace weft::exec::cuda

@@ -1,0 +1,203 @@
+// One pipeline stage of GPT-2: the units [first, last) (0 = embedding, 1..L = blocks,
+// L+1 = head) with parameters and gradients in flat buffers under Hugging Face names,
+// forward, and backward split into an input half (I) and a weight half (W).
+//
+// Tied weights: the LM head is wte^T. A stage holding both unit 0 and unit L+1 registers
+// "wte.weight" once and adds both contributions to its gradient. A stage holding only one
+// of them registers its own "wte.weight", initialized identically (by name); the engine
+// must sum the gradients of same-named tensors across stages (and ranks) before the
+// optimizer step, and the copies then stay equal because they take the same update.
+//
+// Activations between stages are [rows * seq_len, d_model] row-major (token-major).
+// Every micro-batch has exactly config.seq_len tokens per sequence, which is how a
+// non-first stage splits its input rows into sequences for attention.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/compute_backend.hpp"
+#include "weft/nn/embedding.hpp"
+#include "weft/nn/gpt_config.hpp"
+#include "weft/nn/gpt_init.hpp"
+#include "weft/nn/lm_head.hpp"
+#include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/partition.hpp"
+#include "weft/nn/token_view.hpp"
+#include "weft/nn/transformer_block.hpp"
+
+namespace weft::nn {
+
+template <compute_backend Backend>
+class gpt_stage {
+public:
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+
+    // Everything backward needs for one micro-batch. Filled by forward, trimmed by
+    // backward_input to what backward_weight needs, emptied by backward_weight.
+    struct stash {
+        enum class phase { empty, forwarded, input_done };
+        phase state = phase::empty;
+        int rows = 0;  // activation rows = sequences * seq_len
+        typename embedding<Backend>::saved embed;
+        std::vector<typename transformer_block<Backend>::saved> blocks;
+        typename lm_head<Backend>::saved head;
+
+        [[nodiscard]] bool empty() const { return state == phase::empty; }
+        // Bytes of activations held; what the schedules' peak-memory figures count.
+        [[nodiscard]] std::size_t bytes() const {
+            std::size_t n = embed.tokens.size() * sizeof(std::int32_t);
+            auto add = [&n](const matrix& m) { n += std::size_t(m.size()) * sizeof(scalar); };
+            add(embed.d_out);
+            for (const auto& b : blocks) b.for_each_matrix(add);
+            for (const matrix* m : {&head.x, &head.mean, &head.rstd, &head.normed, &head.d_out, &head.d_normed})
+                add(*m);
+            return n;
+        }
+    };
+
+    gpt_stage(const gpt_config& config, unit_range units) : config_(config), units_(units) {
+        config.validate();
+        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
+                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
+                "must be a non-empty range within [0, num_units = " + std::to_string(config.num_units()) + ")");
+        const int c = config.d_model;
+        if (is_first()) embed_ = embedding<Backend>(registry_, config.vocab_size, c, config.seq_len);
+        for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
+            blocks_.emplace_back(registry_, u - 1, c, config.num_heads, config.seq_len);
+        if (is_last()) head_ = lm_head<Backend>(registry_, config.vocab_size, c);
+        params_.assign(registry_.total_size(), scalar(0));
+        grads_.assign(registry_.total_size(), scalar(0));
+        gpt_initialize(registry_, std::span<scalar>(params_), config.seed, config.num_layers);
+    }
+
+    [[nodiscard]] const gpt_config& config() const { return config_; }
+    [[nodiscard]] unit_range units() const { return units_; }
+    [[nodiscard]] bool is_first() const { return units_.first == 0; }
+    [[nodiscard]] bool is_last() const { return units_.last == config_.num_units(); }
+    // Width of the activation rows a non-first stage takes (the first takes tokens).
+    [[nodiscard]] int input_width() const { return config_.d_model; }
+    [[nodiscard]] int output_width() const { return is_last() ? config_.vocab_size : config_.d_model; }
+
+    // First stage only. Returns the stage output ([rows * seq_len, output_width()],
+    // the logits for a stage that is also last) and fills `s`, which must be empty.
+    [[nodiscard]] matrix forward(const token_view& tokens, stash& s) const {
+        require(is_first(), "forward(tokens): stage units",
+                "[" + std::to_string(units_.first) + ", " + std::to_string(units_.last) + ")",
+                "only the first stage (holding unit 0) takes tokens; pass activations instead");
+        check_empty(s);
+        require(tokens.rows >= 1, "forward: tokens.rows", tokens.rows, "must be at least 1");
+        require(tokens.seq_len == config_.seq_len, "forward: tokens.seq_len", tokens.seq_len,
+                "must equal gpt_config.seq_len = " + std::to_string(config_.seq_len) +
+                    " (every micro-batch uses full-length sequences)");
+        require(tokens.tokens.size() == std::size_t(tokens.rows) * std::size_t(tokens.seq_len),
+                "forward: tokens.tokens.size()", tokens.tokens.size(),
+                "must equal rows * seq_len = " + std::to_string(std::size_t(tokens.rows) * std::size_t(tokens.seq_len)));
+        for (std::size_t n = 0; n < tokens.tokens.size(); ++n)
+            if (tokens.tokens[n] < 0 || tokens.tokens[n] >= config_.vocab_size)
+                throw invalid_argument("forward: tokens.tokens[" + std::to_string(n) + "]", tokens.tokens[n],
+                                       "must be a token id in [0, vocab_size = " +
+                                           std::to_string(config_.vocab_size) + ")");
+        begin(s, tokens.rows * tokens.seq_len);
+        return run_forward(embed_.forward(parameters(), tokens.tokens, s.embed), s);
+    }
+
+    // Non-first stages. x is [rows * seq_len, d_model].
+    [[nodiscard]] matrix forward(const matrix& x, stash& s) const {
+        require(!is_first(), "forward(matrix): stage units",
+                "[" + std::to_string(units_.first) + ", " + std::to_string(units_.last) + ")",
+                "the first stage (holding unit 0) takes tokens (a token_view), not activations");
+        check_empty(s);
+        require(Backend::cols(x) == input_width(), "forward: x.cols()", Backend::cols(x),
+                "must equal d_model = " + std::to_string(input_width()));
+        require(Backend::rows(x) >= 1 && Backend::rows(x) % config_.seq_len == 0, "forward: x.rows()",
+                Backend::rows(x),
+                "must be a positive multiple of gpt_config.seq_len = " + std::to_string(config_.seq_len) +
+                    " (rows * seq_len tokens, whole sequences)");
+        begin(s, Backend::rows(x));
+        return run_forward(x, s);
+    }
+
+    // dy is the gradient of the stage output (last stage: dlogits from cross_entropy).
+    // Returns the gradient of the stage input; the first stage returns an empty (0 x 0)
+    // matrix, since token ids have no gradient.
+    [[nodiscard]] matrix backward_input(const matrix& dy, stash& s) const {
+        require(s.state == stash::phase::forwarded, "backward_input: stash",
+                s.empty() ? "empty" : "already past backward_input",
+                "must hold this micro-batch's forward (call forward first)");
+        require(Backend::rows(dy) == s.rows && Backend::cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(Backend::rows(dy)) + "x" + std::to_string(Backend::cols(dy)),
+                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+        const auto p = parameters();
+        matrix d = dy;
+        if (is_last()) d = head_.backward_input(p, std::move(d), s.head);
+        for (std::size_t i = blocks_.size(); i-- > 0;) d = blocks_[i].backward_input(p, std::move(d), s.blocks[i]);
+        if (is_first()) {
+            embed_.backward_input(std::move(d), s.embed);
+            d = matrix();
+        }
+        s.state = stash::phase::input_done;
+        return d;
+    }
+
+    // Accumulates (+=) this micro-batch's weight gradients into gradients() and
+    // releases `s` so it can take the next forward.
+    void backward_weight(stash& s) {
+        require(s.state == stash::phase::input_done, "backward_weight: stash",
+                s.empty() ? "empty" : "not past backward_input",
+                "must have run backward_input for this micro-batch first");
+        const auto g = gradients();
+        if (is_first()) embed_.backward_weight(g, s.embed);
+        for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].backward_weight(g, s.blocks[i]);
+        if (is_last()) head_.backward_weight(g, s.head);
+        s = stash{};
+    }
+
+    // The full backward (B): both halves back to back.
+    [[nodiscard]] matrix backward(const matrix& dy, stash& s) {
+        matrix dx = backward_input(dy, s);
+        backward_weight(s);
+        return dx;
+    }
+
+    [[nodiscard]] std::span<scalar> parameters() { return params_; }
+    [[nodiscard]] std::span<const scalar> parameters() const { return params_; }
+    [[nodiscard]] std::span<scalar> gradients() { return grads_; }
+    [[nodiscard]] std::span<const scalar> gradients() const { return grads_; }
+    void zero_gradients() { std::fill(grads_.begin(), grads_.end(), scalar(0)); }
+    [[nodiscard]] const parameter_registry& registry() const { return registry_; }
+
+private:
+    static void check_empty(const stash& s) {
+        require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
+    }
+    void begin(stash& s, int rows) const {
+        s.rows = rows;
+        s.blocks.assign(blocks_.size(), {});
+    }
+    matrix run_forward(matrix y, stash& s) const {
+        const auto p = parameters();
+        for (std::size_t i = 0; i < blocks_.size(); ++i) y = blocks_[i].forward(p, std::move(y), s.blocks[i]);
+        if (is_last()) y = head_.forward(p, std::move(y), s.head);
+        s.state = stash::phase::forwarded;
+        return y;
+    }
+
+    gpt_config config_;
+    unit_range units_;
+    parameter_registry registry_;
+    embedding<Backend> embed_;
+    std::vector<transformer_block<Backend>> blocks_;
+    lm_head<Backend> head_;
+    std::vector<scalar> params_;
+    std::vector<scalar> grads_;
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,94 @@
+// One GPT-2 transformer block, pre-LayerNorm: x + attn(ln_1(x)), then
+// + mlp(ln_2(.)) with a 4x GELU (tanh) MLP. Split backward: backward_input computes the
+// input gradient and keeps only what the weight gradients need; backward_weight adds those.
+#pragma once
+
+#include <span>
+#include <string>
+#include <utility>
+
+#include "weft/exec/compute_backend.hpp"
+#include "weft/nn/attention.hpp"
+#include "weft/nn/gelu.hpp"
+#include "weft/nn/layer_norm.hpp"
+#include "weft/nn/linear.hpp"
+#include "weft/nn/parameter_registry.hpp"
+
+namespace weft::nn {
+
+template <compute_backend Backend>
+class transformer_block {
+public:
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+
+    struct saved {
+        matrix x, mean_1, rstd_1, ln_1;  // block input and its ln_1
+        typename attention<Backend>::saved attn;
+        matrix x_mid, mean_2, rstd_2, ln_2;  // after the attention residual, and its ln_2
+        matrix pre_act;                      // c_fc output, until backward_input
+        matrix act;                          // its GELU = mlp c_proj input
+        matrix d_out;                        // gradient of the block output = mlp c_proj's dY
+        matrix d_pre_act;                    // c_fc's dY
+        matrix d_ln_2, d_ln_1;               // the LayerNorms' dY
+
+        template <class F>
+        void for_each_matrix(F&& f) const {
+            for (const matrix* m : {&x, &mean_1, &rstd_1, &ln_1, &attn.qkv, &attn.probs, &attn.att, &attn.d_out,
+                                    &attn.d_qkv, &x_mid, &mean_2, &rstd_2, &ln_2, &pre_act, &act, &d_out,
+                                    &d_pre_act, &d_ln_2, &d_ln_1})
+                f(*m);
+        }
+    };
+
+    transformer_block() = default;
+    // Registers h.<index>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.
+    transformer_block(parameter_registry& registry, int index, int width, int heads, int seq_len) {
+        const std::string prefix = "h." + std::to_string(index);
+        ln_1_ = layer_norm<Backend>(registry, prefix + ".ln_1", width);
+        attn_ = attention<Backend>(registry, prefix + ".attn", width, heads, seq_len);
+        ln_2_ = layer_norm<Backend>(registry, prefix + ".ln_2", width);
+        c_fc_ = linear<Backend>(registry, prefix + ".mlp.c_fc", width, 4 * width);
+        c_proj_ = linear<Backend>(registry, prefix + ".mlp.c_proj", 4 * width, width);
+    }
+
+    // Takes x by value and keeps it: pass an rvalue to avoid a copy.
+    [[nodiscard]] matrix forward(std::span<const scalar> params, matrix x, saved& s) const {
+        s.x = std::move(x);
+        s.ln_1 = ln_1_.forward(params, s.x, s.mean_1, s.rstd_1);
+        s.x_mid = Backend::add(s.x, attn_.forward(params, s.ln_1, s.attn));
+        s.ln_2 = ln_2_.forward(params, s.x_mid, s.mean_2, s.rstd_2);
+        s.pre_act = c_fc_.forward(params, s.ln_2);
+        s.act = gelu<Backend>::forward(s.pre_act);
+        return Backend::add(s.x_mid, c_proj_.forward(params, s.act));
+    }
+
+    [[nodiscard]] matrix backward_input(std::span<const scalar> params, matrix dy, saved& s) const {
+        s.d_out = std::move(dy);
+        const matrix d_act = c_proj_.backward_input(params, s.d_out);
+        s.d_pre_act = gelu<Backend>::backward_input(s.pre_act, d_act);
+        s.pre_act = matrix();
+        s.d_ln_2 = c_fc_.backward_input(params, s.d_pre_act);
+        matrix d_mid = Backend::add(s.d_out, ln_2_.backward_input(params, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2));
+        // attention keeps d_mid (its output gradient); the residual path reads it back from there.
+        s.d_ln_1 = attn_.backward_input(params, std::move(d_mid), s.attn);
+        return Backend::add(s.attn.d_out, ln_1_.backward_input(params, s.x, s.mean_1, s.rstd_1, s.d_ln_1));
+    }
+
+    void backward_weight(std::span<scalar> grads, const saved& s) const {
+        c_proj_.backward_weight(grads, s.act, s.d_out);
+        c_fc_.backward_weight(grads, s.ln_2, s.d_pre_act);
+        ln_2_.backward_weight(grads, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2);
+        attn_.backward_weight(grads, s.ln_1, s.attn);
+        ln_1_.backward_weight(grads, s.x, s.mean_1, s.rstd_1, s.d_ln_1);
+    }
+
+private:
+    layer_norm<Backend> ln_1_;
+    attention<Backend> attn_;
+    layer_norm<Backend> ln_2_;
+    linear<Backend> c_fc_;
+    linear<Backend> c_proj_;
+};
+
+}  // namespace weft::nn

@@ -1,0 +1,57 @@
+// GPT-2 as a pipeline model: llm.c-style token batches (B rows of T tokens, targets
+// shifted by one), token ids entering the first stage, mean cross-entropy over every
+// token of the micro-batch, and the token embedding tied to the LM head.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/nn/cross_entropy.hpp"
+#include "weft/nn/gpt_config.hpp"
+#include "weft/nn/gpt_stage.hpp"
+#include "weft/train/pipeline_model.hpp"
+#include "weft/train/token_batches.hpp"
+
+namespace weft::train {
+
+struct gpt_model {
+    using config = nn::gpt_config;
+    using batch = token_batch;
+    template <class Backend>
+    using stage = nn::gpt_stage<Backend>;
+
+    static int num_units(const config& c) { return c.num_units(); }
+    static void validate(const config& c) { c.validate(); }
+    static int batch_rows(const batch& b) { return b.rows; }
+    // Stages exchange one row of d_model values per token.
+    static int activation_rows(const config& c, int rows) { return rows * c.seq_len; }
+    // wte is the embedding (unit 0) and the LM head (the last unit).
+    static std::vector<tied_parameter> tied_parameters(const config& c) {
+        return {{"wte.weight", {0, c.num_units() - 1}}};
+    }
+
+    template <class Backend>
+    static nn::token_view first_input(const batch& b, int first, int count) {
+        return {rows_of(b.inputs, b, first, count), count, b.seq_len};
+    }
+
+    template <class Backend>
+    static nn::cross_entropy_result<Backend> loss(const typename Backend::matrix& logits, const batch& b, int first,
+                                                  int count, typename Backend::scalar scale) {
+        return nn::cross_entropy<Backend>(logits, rows_of(b.targets, b, first, count), scale);
+    }
+
+private:
+    static std::span<const std::int32_t> rows_of(const std::vector<std::int32_t>& tokens, const batch& b, int first,
+                                                 int count) {
+        require(first >= 0 && count >= 1 && first + count <= b.rows, "batch rows",
+                "[" + std::to_string(first) + ", " + std::to_string(first + count) + ")",
+                "must lie within the batch's " + std::to_string(b.rows) + " rows");
+        return std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(first) * b.seq_len,
+                                                             static_cast<std::size_t>(count) * b.seq_len);
+    }
+};
+
+}  // namespace weft::train

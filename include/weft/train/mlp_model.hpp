@@ -1,0 +1,48 @@
+// The MLP of the foundation as a pipeline model: classification batches from
+// synthetic_dataset, inputs entering the first stage as a matrix, mean softmax
+// cross-entropy over the micro-batch's samples. No tied weights.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "weft/nn/cross_entropy.hpp"
+#include "weft/nn/mlp_config.hpp"
+#include "weft/nn/mlp_stage.hpp"
+#include "weft/train/pipeline_model.hpp"
+#include "weft/train/synthetic_dataset.hpp"
+
+namespace weft::train {
+
+struct mlp_model {
+    using config = nn::mlp_config;
+    using batch = classification_batch;
+    template <class Backend>
+    using stage = nn::mlp_stage<Backend>;
+
+    static int num_units(const config& c) { return c.num_units(); }
+    static void validate(const config& c) { c.validate(); }
+    static int batch_rows(const batch& b) { return b.rows; }
+    static int activation_rows(const config&, int rows) { return rows; }
+    static std::vector<tied_parameter> tied_parameters(const config&) { return {}; }
+
+    template <class Backend>
+    static typename Backend::matrix first_input(const batch& b, int first, int count) {
+        using scalar = typename Backend::scalar;
+        typename Backend::matrix x(count, b.input_dim);
+        for (int r = 0; r < count; ++r)
+            for (int c = 0; c < b.input_dim; ++c)
+                x(r, c) = static_cast<scalar>(b.inputs[static_cast<std::size_t>(first + r) * b.input_dim + c]);
+        return x;
+    }
+
+    template <class Backend>
+    static nn::cross_entropy_result<Backend> loss(const typename Backend::matrix& logits, const batch& b, int first,
+                                                  int count, typename Backend::scalar scale) {
+        const auto labels = std::span<const int>(b.labels).subspan(static_cast<std::size_t>(first),
+                                                                   static_cast<std::size_t>(count));
+        return nn::cross_entropy<Backend>(logits, labels, scale);
+    }
+};
+
+}  // namespace weft::train

@@ -1,0 +1,535 @@
+// The CUDA backend's kernels against weft's CPU backend (or a double-precision loop
+// where the CPU backend has no such kernel), within fp32 or bf16 tolerance, and a
+// training step captured into a CUDA graph whose replays equal the eager run bit for bit.
+// `test_cuda_kernels kernels|graph` runs one part; exit 77 (skipped) without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "cpu_reference.hpp"
+#include "weft/exec/cuda/device_buffer.hpp"
+#include "weft/exec/cuda/gemm.hpp"
+#include "weft/exec/cuda/graph.hpp"
+#include "weft/exec/cuda/kernels/adamw.cuh"
+#include "weft/exec/cuda/kernels/attention.cuh"
+#include "weft/exec/cuda/kernels/bias_grad.cuh"
+#include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/cross_entropy.cuh"
+#include "weft/exec/cuda/kernels/gelu.cuh"
+#include "weft/exec/cuda/kernels/layer_norm.cuh"
+#include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream.hpp"
+
+namespace cu = weft::exec::cuda;
+using weft_test::vec;
+using cu::bf16;
+
+namespace {
+
+int failures = 0;
+int checks = 0;
+
+void expect(bool condition, const std::string& what) {
+    ++checks;
+    if (!condition) {
+        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+        ++failures;
+    }
+}
+
+// |got - want| <= atol + rtol |want| everywhere; reports the worst element.
+void expect_close(const std::string& what, const vec& got, const vec& want, float rtol, float atol) {
+    ++checks;
+    if (got.size() != want.size()) {
+        std::fprintf(stderr, "FAILED: %s: size %zu, want %zu\n", what.c_str(), got.size(), want.size());
+        ++failures;
+        return;
+    }
+    std::size_t worst = 0;
+    double worst_excess = -1;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(double(got[i]) - double(want[i]));
+        const double excess = err - (atol + rtol * std::fabs(double(want[i])));
+        if (!(excess <= 0) && (worst_excess < 0 || excess > worst_excess || std::isnan(excess))) {
+            worst = i;
+            worst_excess = std::isnan(excess) ? 1e30 : excess;
+        }
+    }
+    if (worst_excess > 0) {
+        std::fprintf(stderr, "FAILED: %s: element %zu is %.8g, want %.8g (rtol %g, atol %g)\n", what.c_str(), worst,
+                     double(got[worst]), double(want[worst]), double(rtol), double(atol));
+        ++failures;
+    }
+}
+
+template <class T>
+bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+template <class Fn>
+void expect_throws(const std::string& what, Fn&& fn) {
+    bool threw = false;
+    try {
+        fn();
+    } catch (const weft::error&) {
+        threw = true;
+    }
+    expect(threw, what + " throws weft::error");
+}
+
+vec random_vec(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    vec v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+vec round_bf16(vec v) {
+    for (float& x : v) x = round_bf16(x);
+    return v;
+}
+
+template <class T>
+cu::device_buffer<T> upload(const vec& v) {
+    std::vector<T> host(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if constexpr (std::is_same_v<T, bf16>)
+            host[i] = __float2bfloat16_rn(v[i]);
+        else
+            host[i] = v[i];
+    }
+    return cu::device_buffer<T>(std::span<const T>(host));
+}
+
+template <class T>
+vec download(const cu::device_buffer<T>& d) {
+    const std::vector<T> host = d.to_host();
+    vec v(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        if constexpr (std::is_same_v<T, bf16>)
+            v[i] = __bfloat162float(host[i]);
+        else
+            v[i] = host[i];
+    }
+    return v;
+}
+
+float max_abs(const vec& v) {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+
+// Tolerances: fp32 storage differs from the CPU only by summation order; bf16 storage
+// adds one rounding (2^-8 relative) per stored value, a few of them in a chain.
+template <class T>
+constexpr float rtol = std::is_same_v<T, float> ? 2e-5f : 2e-2f;
+
+// ---- checks that need no GPU: arguments are validated before any launch -----------
+
+void test_argument_validation() {
+    expect_throws("layer_norm_forward rows = 0", [] {
+        cu::layer_norm_forward<float, float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 8, 1e-5f,
+                                             nullptr);
+    });
+    expect_throws("layer_norm_forward eps = 0", [] {
+        cu::layer_norm_forward<float, float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, 0.0f,
+                                             nullptr);
+    });
+    expect_throws("attention_forward head_dim = 48", [] {
+        cu::attention_forward<float>(nullptr, nullptr, nullptr, 1, 4, 2, 48, nullptr);
+    });
+    expect_throws("attention_backward seq = 0", [] {
+        cu::attention_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0, 2, 32, nullptr);
+    });
+    expect_throws("cross_entropy classes = 0", [] {
+        cu::cross_entropy_forward_backward<float>(nullptr, nullptr, nullptr, nullptr, 4, 0, 1.0f, nullptr);
+    });
+    expect_throws("bias_grad cols = -1", [] { cu::bias_grad<float>(nullptr, nullptr, 4, -1, nullptr); });
+    expect_throws("convert of null pointers", [] { cu::convert<float, bf16>(nullptr, nullptr, 4, nullptr); });
+}
+
+// ---- device tests -------------------------------------------------------------------
+
+void test_device_buffer() {
+    const vec host = random_vec(1000, 1);
+    cu::device_buffer<float> a(host);
+    expect(bits_equal(a.to_host(), host), "device_buffer round trip");
+    cu::device_buffer<float> b(std::move(a));
+    expect(a.empty() && a.data() == nullptr && b.size() == 1000, "device_buffer move leaves the source empty");
+    cu::device_buffer<float> c(1000);
+    c.copy_from(b);
+    expect(bits_equal(c.to_host(), host), "device_buffer device-to-device copy");
+    c.fill_zero();
+    expect(bits_equal(c.to_host(), vec(1000, 0.0f)), "device_buffer fill_zero");
+    expect_throws("copy_from_host of a short vector", [&] { c.copy_from_host(vec(999)); });
+    cu::device_buffer<float> empty;
+    expect(empty.to_host().empty(), "empty device_buffer");
+}
+
+void test_convert() {
+    vec values = random_vec(4099, 2, 100.0f);
+    values[0] = 1.0f + 1.0f / 256.0f;  // a tie: rounds to even (1.0)
+    values[1] = -0.0f;
+    cu::device_buffer<float> in(values);
+    cu::device_buffer<bf16> half(values.size());
+    cu::device_buffer<float> back(values.size());
+    cu::convert(in.data(), half.data(), values.size(), nullptr);
+    cu::convert(half.data(), back.data(), values.size(), nullptr);
+    const vec got = back.to_host();
+    expect(bits_equal(got, round_bf16(values)), "float -> bf16 -> float equals host round-to-nearest-even");
+    expect(got[0] == 1.0f, "bf16 rounding ties to even");
+}
+
+template <class Out>
+void test_linear(int rows, int in, int out) {
+    const std::string tag = std::string(std::is_same_v<Out, float> ? "fp32" : "bf16") + " out, " +
+                            std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(out);
+    const vec x = round_bf16(random_vec(std::size_t(rows) * in, 10));
+    const vec w = round_bf16(random_vec(std::size_t(in) * out, 11, 0.1f));
+    vec b = random_vec(std::size_t(out), 12);
+    if constexpr (std::is_same_v<Out, bf16>) b = round_bf16(b);
+    const vec dy = round_bf16(random_vec(std::size_t(rows) * out, 13));
+    auto dx_ = upload<bf16>(x), dw_ = upload<bf16>(w), ddy = upload<bf16>(dy);
+    auto db_ = upload<Out>(b);
+    cu::device_buffer<Out> y(std::size_t(rows) * out), dx(std::size_t(rows) * in);
+    cu::gemm gemm;
+    gemm.linear_forward(dx_.data(), dw_.data(), db_.data(), y.data(), rows, in, out, nullptr);
+    const vec want_y = weft_test::linear_forward(x, w, b, rows, in, out);
+    // Inputs are exact in both; fp32 output differs by summation order only.
+    const float r = std::is_same_v<Out, float> ? 1e-4f : 1e-2f;
+    expect_close("linear_forward " + tag, download(y), want_y, r, r * max_abs(want_y));
+    gemm.linear_backward_input(ddy.data(), dw_.data(), dx.data(), rows, in, out, nullptr);
+    const vec want_dx = weft_test::linear_backward_input(dy, w, rows, in, out);
+    expect_close("linear_backward_input " + tag, download(dx), want_dx, r, r * max_abs(want_dx));
+
+    // dW accumulates into what is there.
+    vec want_dw, want_db;
+    weft_test::linear_backward_weight(x, dy, rows, in, out, want_dw, want_db);
+    cu::device_buffer<float> dw{vec(std::size_t(in) * out, 1.0f)}, db{vec(std::size_t(out), 1.0f)};
+    gemm.linear_backward_weight(dx_.data(), ddy.data(), dw.data(), rows, in, out, nullptr);
+    cu::bias_grad(ddy.data(), db.data(), rows, out, nullptr);
+    for (float& v : want_dw) v += 1.0f;
+    for (float& v : want_db) v += 1.0f;
+    expect_close("linear_backward_weight " + tag, download(dw), want_dw, 1e-4f, 1e-4f * max_abs(want_dw));
+    expect_close("bias_grad " + tag, download(db), want_db, 1e-5f, 1e-5f * max_abs(want_db));
+}
+
+template <class T>
+void test_gelu() {
+    const std::string tag = std::is_same_v<T, float> ? " fp32" : " bf16";
+    vec x = random_vec(5000, 20, 3.0f), dy = random_vec(5000, 21);
+    if constexpr (std::is_same_v<T, bf16>) x = round_bf16(x), dy = round_bf16(dy);
+    auto dx_in = upload<T>(x), ddy = upload<T>(dy);
+    cu::device_buffer<T> y(x.size()), dx(x.size());
+    cu::gelu_forward(dx_in.data(), y.data(), x.size(), nullptr);
+    cu::gelu_backward(dx_in.data(), ddy.data(), dx.data(), x.size(), nullptr);
+    expect_close("gelu_forward" + tag, download(y), weft_test::gelu_forward(x), rtol<T>, 1e-6f);
+    expect_close("gelu_backward" + tag, download(dx), weft_test::gelu_backward(x, dy), rtol<T>, 1e-5f);
+}
+
+template <class T>
+void test_layer_norm(int rows, int cols) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(cols) + " cols";
+    vec x = random_vec(std::size_t(rows) * cols, 30, 2.0f), dy = random_vec(std::size_t(rows) * cols, 31);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += 3.0f;  // a mean far from 0
+    vec gamma = random_vec(std::size_t(cols), 32), beta = random_vec(std::size_t(cols), 33);
+    if constexpr (std::is_same_v<T, bf16>) x = round_bf16(x), dy = round_bf16(dy), gamma = round_bf16(gamma),
+                                           beta = round_bf16(beta);
+    auto d_x = upload<T>(x), d_dy = upload<T>(dy), d_gamma = upload<T>(gamma), d_beta = upload<T>(beta);
+    cu::device_buffer<T> y(x.size()), dx(x.size());
+    cu::device_buffer<float> mean{std::size_t(rows)}, rstd{std::size_t(rows)};
+    cu::layer_norm_forward(d_x.data(), d_gamma.data(), d_beta.data(), y.data(), mean.data(), rstd.data(), rows, cols,
+                           1e-5f, nullptr);
+    vec want_mean, want_rstd;
+    const vec want_y = weft_test::layer_norm_forward(x, gamma, beta, rows, cols, want_mean, want_rstd);
+    expect_close("layer_norm_forward y" + tag, download(y), want_y, rtol<T>, rtol<T>);
+    expect_close("layer_norm_forward mean" + tag, download(mean), want_mean, 1e-5f, 1e-6f);
+    expect_close("layer_norm_forward rstd" + tag, download(rstd), want_rstd, 1e-4f, 0.0f);
+
+    cu::layer_norm_backward_input(d_x.data(), mean.data(), rstd.data(), d_gamma.data(), d_dy.data(), dx.data(), rows,
+                                  cols, nullptr);
+    const vec want_dx = weft_test::layer_norm_backward_input(x, want_mean, want_rstd, gamma, dy, rows, cols);
+    expect_close("layer_norm_backward_input" + tag, download(dx), want_dx, rtol<T> * 10, rtol<T> * max_abs(want_dx));
+
+    vec want_dgamma, want_dbeta;
+    weft_test::layer_norm_backward_weight(x, want_mean, want_rstd, dy, rows, cols, want_dgamma, want_dbeta);
+    cu::device_buffer<float> dgamma{vec(std::size_t(cols), 0.5f)}, dbeta{vec(std::size_t(cols), 0.5f)};
+    cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(),
+                                   rows, cols, nullptr);
+    for (float& v : want_dgamma) v += 0.5f;
+    for (float& v : want_dbeta) v += 0.5f;
+    expect_close("layer_norm_backward_weight dgamma" + tag, download(dgamma), want_dgamma, 1e-4f,
+                 1e-4f * max_abs(want_dgamma));
+    expect_close("layer_norm_backward_weight dbeta" + tag, download(dbeta), want_dbeta, 1e-5f,
+                 1e-5f * max_abs(want_dbeta));
+}
+
+template <class T>
+void test_cross_entropy(int rows, int classes) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(classes) + " classes";
+    vec logits = random_vec(std::size_t(rows) * classes, 40, 3.0f);
+    if constexpr (std::is_same_v<T, bf16>) logits = round_bf16(logits);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
+    auto d_logits = upload<T>(logits);
+    cu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
+    cu::device_buffer<float> losses{std::size_t(rows)}, loss{1};
+    cu::device_buffer<T> dlogits(logits.size());
+    const float scale = 0.5f;
+    cu::cross_entropy_forward_backward(d_logits.data(), d_labels.data(), losses.data(), dlogits.data(), rows, classes,
+                                       scale, nullptr);
+    cu::mean(losses.data(), rows, loss.data(), nullptr);
+    vec want_dlogits;
+    const float want_loss = weft_test::cross_entropy(logits, labels, rows, classes, scale, want_dlogits);
+    expect_close("cross_entropy loss" + tag, download(loss), vec{want_loss}, 1e-5f, 0.0f);
+    expect_close("cross_entropy dlogits" + tag, download(dlogits), want_dlogits, rtol<T>,
+                 1e-3f * max_abs(want_dlogits));
+
+    // Forward only, and an invalid label shows as NaN rather than a plausible number.
+    labels[1] = classes;
+    d_labels.copy_from_host(labels);
+    cu::cross_entropy_forward_backward<T>(d_logits.data(), d_labels.data(), losses.data(), nullptr, rows, classes,
+                                          scale, nullptr);
+    const vec got = download(losses);
+    expect(std::isnan(got[1]) && !std::isnan(got[0]), "cross_entropy: an out-of-range label gives a NaN loss" + tag);
+}
+
+template <class T>
+void test_attention(int batch, int seq, int heads, int head_dim) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(batch) + "x" +
+                            std::to_string(seq) + "x" + std::to_string(heads) + "x" + std::to_string(head_dim);
+    const int C = heads * head_dim;
+    vec qkv = random_vec(std::size_t(batch) * seq * 3 * C, 50), dout = random_vec(std::size_t(batch) * seq * C, 51);
+    if constexpr (std::is_same_v<T, bf16>) qkv = round_bf16(qkv), dout = round_bf16(dout);
+    auto d_qkv = upload<T>(qkv), d_dout = upload<T>(dout);
+    cu::device_buffer<T> out(std::size_t(batch) * seq * C), dqkv(qkv.size());
+    cu::device_buffer<float> lse(std::size_t(batch) * heads * seq), delta(lse.size());
+    cu::attention_forward(d_qkv.data(), out.data(), lse.data(), batch, seq, heads, head_dim, nullptr);
+    const vec want_out = weft_test::attention_forward(qkv, batch, seq, heads, head_dim);
+    expect_close("attention_forward" + tag, download(out), want_out, rtol<T>, rtol<T> * max_abs(want_out));
+    cu::attention_backward(d_qkv.data(), out.data(), d_dout.data(), lse.data(), delta.data(), dqkv.data(), batch, seq,
+                           heads, head_dim, nullptr);
+    const vec want_dqkv = weft_test::attention_backward(qkv, dout, batch, seq, heads, head_dim);
+    // delta = dout . out uses the stored (rounded) out, hence the wider bf16 bound.
+    const float r = std::is_same_v<T, float> ? 1e-4f : 5e-2f;
+    expect_close("attention_backward" + tag, download(dqkv), want_dqkv, r, r * max_abs(want_dqkv));
+}
+
+void test_adamw() {
+    const int rows = 16, cols = 40;
+    const std::size_t n = std::size_t(rows) * cols + cols;
+    const vec params = random_vec(n, 60);
+    std::vector<vec> grads;
+    for (std::uint32_t s = 0; s < 3; ++s) grads.push_back(random_vec(n, 61 + s, 0.1f));
+    const double lr = 1e-2, weight_decay = 0.1;
+    const vec want = weft_test::adamw(params, grads, rows, cols, lr, weight_decay);
+
+    cu::device_buffer<float> p(params), g(n), m(n), v(n);
+    cu::device_buffer<bf16> p16(n);
+    m.fill_zero();
+    v.fill_zero();
+    cu::device_buffer<cu::adamw_state> state(1);
+    cu::adamw_state_init(state.data(), lr, 0.9, 0.999, 1e-8, weight_decay);
+    const std::vector<cu::adamw_range> ranges = {{0, std::size_t(rows) * cols, true},
+                                                 {std::size_t(rows) * cols, std::size_t(cols), false}};
+    for (const vec& grad : grads) {
+        g.copy_from_host(grad);
+        cu::adamw_begin_step(state.data(), nullptr);
+        cu::adamw_update(p.data(), g.data(), m.data(), v.data(), p16.data(), ranges, state.data(), nullptr);
+    }
+    const vec got = p.to_host();
+    expect_close("adamw 3 steps vs weft::optim::adamw", got, want, 1e-6f, 1e-7f);
+    expect(bits_equal(download(p16), round_bf16(got)), "adamw bf16 copy is the rounded master weights");
+    expect(state.to_host()[0].step == 3, "adamw step counter advanced on the device");
+}
+
+// ---- a training step as a CUDA graph ------------------------------------------------
+
+// ln -> c_attn gemm -> attention -> gemm -> gelu -> gemm (logits) -> cross-entropy, the
+// whole backward, and AdamW on one flat fp32 master buffer with a bf16 copy.
+struct tiny_model {
+    static constexpr int batch = 4, seq = 16, heads = 2, head_dim = 32, C = heads * head_dim, F = 4 * C, V = 96;
+    static constexpr int N = batch * seq;
+    // Flat layout of parameters (and their gradients, moments, bf16 copy).
+    static constexpr std::size_t w1 = 0, b1 = w1 + std::size_t(C) * 3 * C, w2 = b1 + 3 * C, b2 = w2 + std::size_t(C) * F,
+                                 w3 = b2 + F, b3 = w3 + std::size_t(F) * V, gamma = b3 + V, beta = gamma + C,
+                                 total = beta + C;
+
+    cu::gemm gemm;
+    cu::device_buffer<float> master{total}, grads{total}, m{total}, v{total};
+    cu::device_buffer<bf16> params{total};
+    cu::device_buffer<cu::adamw_state> state{1};
+    cu::device_buffer<bf16> x{std::size_t(N) * C}, ln{std::size_t(N) * C}, qkv{std::size_t(N) * 3 * C},
+        att{std::size_t(N) * C}, h{std::size_t(N) * F}, g{std::size_t(N) * F}, logits{std::size_t(N) * V},
+        dlogits{std::size_t(N) * V}, dg{std::size_t(N) * F}, dh{std::size_t(N) * F}, datt{std::size_t(N) * C},
+        dqkv{std::size_t(N) * 3 * C}, dln{std::size_t(N) * C}, dx{std::size_t(N) * C};
+    cu::device_buffer<float> mean{std::size_t(N)}, rstd{std::size_t(N)}, lse{std::size_t(N) * heads},
+        delta{std::size_t(N) * heads}, losses{std::size_t(N)}, loss{1};
+    cu::device_buffer<std::int32_t> labels{std::size_t(N)};
+    std::vector<cu::adamw_range> ranges;
+
+    tiny_model() {
+        for (auto [offset, size, decays] : {std::tuple{w1, b1 - w1, true}, {b1, w2 - b1, false}, {w2, b2 - w2, true},
+                                            {b2, w3 - b2, false}, {w3, b3 - w3, true}, {b3, gamma - b3, false},
+                                            {gamma, total - gamma, false}})
+            ranges.push_back({offset, size, decays});
+        std::vector<std::int32_t> host_labels(static_cast<std::size_t>(N));
+        for (int i = 0; i < N; ++i) host_labels[std::size_t(i)] = (i * 31 + 7) % V;
+        labels.copy_from_host(host_labels);
+        const vec host_x = random_vec(x.size(), 70);
+        cu::device_buffer<float> x32(host_x);
+        cu::convert(x32.data(), x.data(), x.size(), nullptr);
+    }
+
+    // Step 0 state: fresh weights, zero moments, a fresh optimizer state.
+    void reset() {
+        vec w = random_vec(total, 71, 0.02f);
+        std::fill(w.begin() + std::ptrdiff_t(gamma), w.begin() + std::ptrdiff_t(beta), 1.0f);
+        std::fill(w.begin() + std::ptrdiff_t(beta), w.end(), 0.0f);
+        master.copy_from_host(w);
+        cu::convert(master.data(), params.data(), total, nullptr);
+        m.fill_zero();
+        v.fill_zero();
+        cu::adamw_state_init(state.data(), 1e-2, 0.9, 0.95, 1e-8, 0.1);
+        check_sync();
+    }
+
+    static void check_sync() { cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+    void enqueue_step(cudaStream_t s) {
+        const bf16* P = params.data();
+        float* G = grads.data();
+        grads.fill_zero(s);
+        cu::layer_norm_forward(x.data(), P + gamma, P + beta, ln.data(), mean.data(), rstd.data(), N, C, 1e-5f, s);
+        gemm.linear_forward(ln.data(), P + w1, P + b1, qkv.data(), N, C, 3 * C, s);
+        cu::attention_forward(qkv.data(), att.data(), lse.data(), batch, seq, heads, head_dim, s);
+        gemm.linear_forward(att.data(), P + w2, P + b2, h.data(), N, C, F, s);
+        cu::gelu_forward(h.data(), g.data(), h.size(), s);
+        gemm.linear_forward(g.data(), P + w3, P + b3, logits.data(), N, F, V, s);
+        cu::cross_entropy_forward_backward(logits.data(), labels.data(), losses.data(), dlogits.data(), N, V, 1.0f, s);
+        cu::mean(losses.data(), N, loss.data(), s);
+
+        gemm.linear_backward_weight(g.data(), dlogits.data(), G + w3, N, F, V, s);
+        cu::bias_grad(dlogits.data(), G + b3, N, V, s);
+        gemm.linear_backward_input(dlogits.data(), P + w3, dg.data(), N, F, V, s);
+        cu::gelu_backward(h.data(), dg.data(), dh.data(), h.size(), s);
+        gemm.linear_backward_weight(att.data(), dh.data(), G + w2, N, C, F, s);
+        cu::bias_grad(dh.data(), G + b2, N, F, s);
+        gemm.linear_backward_input(dh.data(), P + w2, datt.data(), N, C, F, s);
+        cu::attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(), dqkv.data(), batch, seq,
+                               heads, head_dim, s);
+        gemm.linear_backward_weight(ln.data(), dqkv.data(), G + w1, N, C, 3 * C, s);
+        cu::bias_grad(dqkv.data(), G + b1, N, 3 * C, s);
+        gemm.linear_backward_input(dqkv.data(), P + w1, dln.data(), N, C, 3 * C, s);
+        cu::layer_norm_backward_input(x.data(), mean.data(), rstd.data(), P + gamma, dln.data(), dx.data(), N, C, s);
+        cu::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dln.data(), G + gamma, G + beta, N, C, s);
+
+        cu::adamw_begin_step(state.data(), s);
+        cu::adamw_update(master.data(), G, m.data(), v.data(), params.data(), ranges, state.data(), s);
+    }
+
+    struct snapshot {
+        std::vector<float> losses, master, m, v;
+        std::vector<bf16> params, dx;
+    };
+    snapshot take(const std::vector<float>& step_losses) const {
+        return {step_losses, master.to_host(), m.to_host(), v.to_host(), params.to_host(), dx.to_host()};
+    }
+};
+
+void test_graph_replay() {
+    constexpr int steps = 3;
+    cu::stream stream;
+    tiny_model model;
+
+    model.reset();
+    std::vector<float> eager_losses;
+    for (int i = 0; i < steps; ++i) {
+        model.enqueue_step(stream);
+        stream.synchronize();
+        eager_losses.push_back(model.loss.to_host()[0]);
+    }
+    const auto eager = model.take(eager_losses);
+
+    model.reset();
+    const cu::graph step = cu::graph::capture(stream, [&](cudaStream_t s) { model.enqueue_step(s); });
+    expect(step.node_count() >= 25, "the captured step holds every kernel and GEMM (" +
+                                        std::to_string(step.node_count()) + " nodes)");
+    std::vector<float> replay_losses;
+    for (int i = 0; i < steps; ++i) {
+        step.launch(stream);
+        stream.synchronize();
+        replay_losses.push_back(model.loss.to_host()[0]);
+    }
+    const auto replay = model.take(replay_losses);
+
+    std::printf("losses eager %.7f %.7f %.7f, replay %.7f %.7f %.7f\n", double(eager_losses[0]),
+                double(eager_losses[1]), double(eager_losses[2]), double(replay_losses[0]), double(replay_losses[1]),
+                double(replay_losses[2]));
+    expect(std::isfinite(eager_losses[0]) && std::fabs(eager_losses[0] - std::log(float(tiny_model::V))) < 0.5f,
+           "first loss is near log(V) for small random weights");
+    expect(eager_losses[2] < eager_losses[0], "AdamW steps lower the loss");
+    expect(bits_equal(replay.losses, eager.losses), "graph replay losses == eager losses, bit for bit");
+    expect(bits_equal(replay.master, eager.master), "graph replay master weights == eager, bit for bit");
+    expect(bits_equal(replay.m, eager.m) && bits_equal(replay.v, eager.v), "graph replay moments == eager");
+    expect(bits_equal(replay.params, eager.params), "graph replay bf16 weights == eager");
+    expect(bits_equal(replay.dx, eager.dx), "graph replay input gradient == eager");
+    expect(model.state.to_host()[0].step == steps, "each replay advanced the optimizer's step counter");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string part = argc > 1 ? argv[1] : "all";
+    if (part != "all" && part != "kernels" && part != "graph") {
+        std::fprintf(stderr, "usage: %s [kernels|graph|all]\n", argv[0]);
+        return 2;
+    }
+    try {
+        test_argument_validation();
+        if (failures > 0) return 1;
+        if (cu::device_count() == 0) {
+            std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
+            return 77;
+        }
+        std::printf("device 0: %s\n", cu::device_name(0).c_str());
+        if (part != "graph") {
+            test_device_buffer();
+            test_convert();
+            test_linear<float>(37, 64, 80);
+            test_linear<bf16>(37, 64, 80);
+            test_linear<float>(256, 768, 2304);
+            test_gelu<float>();
+            test_gelu<bf16>();
+            test_layer_norm<float>(50, 96);
+            test_layer_norm<bf16>(50, 768);
+            test_cross_entropy<float>(24, 1000);
+            test_cross_entropy<bf16>(24, 50257);
+            test_attention<float>(2, 33, 3, 64);
+            test_attention<bf16>(1, 70, 2, 128);
+            test_attention<float>(1, 5, 1, 32);
+            test_adamw();
+        }
+        if (part != "kernels") test_graph_replay();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
+        return 1;
+    }
+    std::printf("%d check(s), %d failure(s)\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
