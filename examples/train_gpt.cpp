@@ -12,8 +12,11 @@
 #include <exception>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <algorithm>
 
 #include "weft/weft.hpp"
+#include "weft/exec/cpu_gemm_rate.hpp"
 #include "weft/train/engine_checkpoint.hpp"
 #include "weft/train/gpt_model.hpp"
 #include "weft/train/mfu.hpp"
@@ -47,7 +50,8 @@ struct run_options {
     std::string init_from;
     std::string save;
     std::string log_json;
-    double peak_tflops = 0;  // 0: unknown (MFU not printed)
+    double peak_tflops = 0;  // 0: measure this machine's GEMM rate and report MFU against it
+    std::vector<int> partition;  // units per stage; empty = even
 };
 
 int natural_chunks(weft::schedule_kind kind) {
@@ -81,7 +85,8 @@ void train(Comm& world, const run_options& o) {
     const auto optimizer = weft::train::parse_optimizer_kind(o.optimizer);
     engine_t engine(world, config, model,
                     {.batch_size = o.batch,
-                     .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay}});
+                     .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},
+                     .partition = o.partition});
     if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
 
     std::int64_t parameters = 0;  // the whole model's, tied wte once
@@ -90,6 +95,17 @@ void train(Comm& world, const run_options& o) {
         parameters = static_cast<std::int64_t>(whole.parameters().size());
     }
     const double flops_per_token = weft::train::gpt_flops_per_token(parameters, o.layers, o.d_model, o.seq_len);
+    // Without a given peak, MFU is against this CPU's measured GEMM rate times the cores
+    // the ranks can use (ranks beyond the cores share them).
+    double peak_tflops = o.peak_tflops;
+    if (peak_tflops <= 0) {
+        const double per_core = weft::exec::measure_cpu_gemm_gflops();
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        peak_tflops = per_core * std::min(world.size(), cores) / 1e3;
+        if (world.rank() == 0)
+            std::printf("MFU is against a measured GEMM peak of %.1f GFLOP/s per core x %d core(s)\n", per_core,
+                        std::min(world.size(), cores));
+    }
     std::ofstream log;
     if (world.rank() == 0 && !o.log_json.empty()) {
         log.open(o.log_json);
@@ -106,7 +122,7 @@ void train(Comm& world, const run_options& o) {
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
         stats.lr = o.lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
-        stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, o.peak_tflops);
+        stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, peak_tflops);
         if (world.rank() != 0) continue;
         std::printf("%s\n", weft::train::format_step(stats).c_str());
         if (log.is_open())
@@ -150,7 +166,13 @@ int main(int argc, char** argv) {
     app.add_option("--init-from", o.init_from, "safetensors checkpoint to start from (and its .optimizer companion)");
     app.add_option("--save", o.save, "write a safetensors checkpoint (and the optimizer companion) at the end");
     app.add_option("--log-json", o.log_json, "write one JSON object per step: step, loss, ms, tokens_per_s, bubble");
-    app.add_option("--peak-tflops", o.peak_tflops, "device peak for MFU (0: not printed)")->capture_default_str();
+    app.add_option("--peak-tflops", o.peak_tflops,
+                   "peak TFLOP/s for MFU (0: measure this CPU's single-thread GEMM rate and use it)")
+        ->capture_default_str();
+    app.add_option("--partition", o.partition,
+                   "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
+                   "(default: even)")
+        ->delimiter(',');
     CLI11_PARSE(app, argc, argv);
 
     try {

@@ -126,3 +126,30 @@ TEST_CASE("training makes the loss fall") {
         if (world.rank() == 0) CHECK(last < 0.7 * first);
     });
 }
+
+TEST_CASE("an uneven partition trains the same model and bad partitions are rejected") {
+    const run_result reference = single_process_run(4);
+    std::vector<run_result> ranks(2);
+    auto options = test_options();
+    options.partition = {2, 6};  // of the model's 8 units
+    weft::comm::local::run(2, [&](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
+            world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(), options);
+        CHECK(engine.stage_units()[0].last == 2);
+        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        run_result result;
+        for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
+        for (const int s : engine.local_stages()) {
+            const auto& stage = engine.stage(s);
+            for (const auto& info : stage.registry().entries())
+                result.parameters[info.name].assign(
+                    stage.parameters().begin() + static_cast<std::ptrdiff_t>(info.offset),
+                    stage.parameters().begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+        }
+        ranks[static_cast<std::size_t>(world.rank())] = result;
+    });
+    for (const auto& rank : ranks) require_same_training(rank, reference, 0);
+    CHECK_THROWS_WITH(weft::train::partition_from_counts({2, 5}, 8, 2), Catch::Contains("partition total = 7"));
+    CHECK_THROWS_WITH(weft::train::partition_from_counts({8}, 8, 2), Catch::Contains("partition size = 1"));
+    CHECK_THROWS_WITH(weft::train::partition_from_counts({0, 8}, 8, 2), Catch::Contains("partition entry = 0"));
+}

@@ -38,7 +38,27 @@ struct engine_options {
     int batch_size = 32;         // global batch: rows (samples, or sequences) per step over all replicas
     optimizer_options optimizer{};
     int recv_lookahead = 4;      // how many actions ahead RECVs are posted
+    // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = as even as possible.
+    std::vector<int> partition{};
 };
+
+// Stage unit ranges from a list of unit counts per stage; weft::error unless there is one
+// positive count per stage and they add up to the model's units.
+[[nodiscard]] inline std::vector<nn::unit_range> partition_from_counts(const std::vector<int>& counts, int num_units,
+                                                                      int num_stages) {
+    require(static_cast<int>(counts.size()) == num_stages, "partition size", counts.size(),
+            "must list one unit count per stage (" + std::to_string(num_stages) + " stages)");
+    std::vector<nn::unit_range> ranges;
+    int first = 0;
+    for (const int count : counts) {
+        require(count >= 1, "partition entry", count, "every stage needs at least one unit");
+        ranges.push_back({first, first + count});
+        first += count;
+    }
+    require(first == num_units, "partition total", first,
+            "the counts must add up to the model's " + std::to_string(num_units) + " units (layers + 2)");
+    return ranges;
+}
 
 template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend, class Model = mlp_model>
 class engine {
@@ -94,7 +114,8 @@ public:
         require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(max_tag));
 
-        units_ = nn::partition_units(num_units, program_.num_stages);
+        units_ = options.partition.empty() ? nn::partition_units(num_units, program_.num_stages)
+                                           : partition_from_counts(options.partition, num_units, program_.num_stages);
         for (int s = 0; s < program_.num_stages; ++s)
             if (program_.stage_rank[s] == pipeline_rank())
                 stages_.emplace(s, local_stage{stage_type(model, units_[s]), make_optimizer<scalar>(options.optimizer)});
