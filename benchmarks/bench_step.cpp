@@ -1,0 +1,374 @@
+// CPU speed of one whole GPT-2 training step (forward, backward_input, backward_weight, AdamW)
+// on a single stage holding every unit, next to the time of the same step's GEMMs alone and
+// to PyTorch's CPU step for the same config measured in the same run (tests/reference/gpt_step_torch.py).
+// Usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] [--no-torch]
+//                   [--python PATH] [--torch-script PATH]
+// Goals (step/GEMM <= 1.15, PyTorch/weft >= 1.5) are reported, never asserted.
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/nn/cross_entropy.hpp"
+#include "weft/nn/gpt_config.hpp"
+#include "weft/nn/gpt_stage.hpp"
+#include "weft/nn/token_view.hpp"
+#include "weft/optim/adamw.hpp"
+#include "weft/train/mfu.hpp"
+
+#ifndef WEFT_SOURCE_DIR
+#define WEFT_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using backend = weft::exec::cpu;
+using matrix = backend::matrix;
+using scalar = backend::scalar;
+using clock_type = std::chrono::steady_clock;
+
+struct bench_config {
+    const char* name;
+    int layers, d_model, heads, vocab, seq_len, batch;
+    int warmup, steps;  // timed steps; the median is reported
+};
+
+// Byte-level vocabulary (256), as make_dataset's tokens: the head is then a small share of
+// the step, as it is for GPT-2's 50257 only at far larger d_model. Batches sized so one weft
+// step takes about 0.1-3 s on one core.
+const bench_config configs[] = {
+    {"small", 4, 256, 4, 256, 128, 4, 2, 10},
+    {"big", 12, 768, 12, 256, 256, 1, 1, 3},
+};
+
+double seconds_since(clock_type::time_point start) {
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct phases {
+    double forward = 0, loss = 0, backward_input = 0, backward_weight = 0, optimizer = 0, step = 0;
+};
+
+// ---- weft's step -------------------------------------------------------------------------
+
+struct weft_result {
+    phases median;  // each phase's median on its own; `step` is the median whole step
+    std::int64_t parameters = 0;
+    double loss = 0;
+};
+
+weft_result time_weft(const bench_config& c, weft::nn::gpt_stage<backend>& stage) {
+    std::mt19937 rng(1);
+    std::vector<std::int32_t> inputs(std::size_t(c.batch) * c.seq_len), targets(inputs.size());
+    for (auto& t : inputs) t = std::int32_t(rng() % unsigned(c.vocab));
+    for (auto& t : targets) t = std::int32_t(rng() % unsigned(c.vocab));
+    weft::optim::adamw optimizer({.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+    const weft::nn::token_view view{inputs, c.batch, c.seq_len};
+
+    std::vector<phases> runs;
+    weft_result result;
+    for (int step = 0; step < c.warmup + c.steps; ++step) {
+        phases p;
+        const auto start = clock_type::now();
+        auto t = start;
+        auto lap = [&t](double& into) {
+            const auto now = clock_type::now();
+            into = std::chrono::duration<double>(now - t).count();
+            t = now;
+        };
+        stage.zero_gradients();
+        weft::nn::gpt_stage<backend>::stash stash;
+        const matrix logits = stage.forward(view, stash);
+        lap(p.forward);
+        auto ce = weft::nn::cross_entropy<backend>(logits, targets, scalar(1));
+        lap(p.loss);
+        const matrix dx = stage.backward_input(ce.dlogits, stash);
+        lap(p.backward_input);
+        stage.backward_weight(stash);
+        lap(p.backward_weight);
+        optimizer.step(stage.parameters(), stage.gradients(), stage.registry());
+        lap(p.optimizer);
+        p.step = seconds_since(start);
+        result.loss = ce.loss;
+        if (step >= c.warmup) runs.push_back(p);
+    }
+    auto med = [&runs](double phases::*field) {
+        std::vector<double> v;
+        for (const auto& r : runs) v.push_back(r.*field);
+        return median(v);
+    };
+    result.median = {med(&phases::forward), med(&phases::loss), med(&phases::backward_input),
+                     med(&phases::backward_weight), med(&phases::optimizer), med(&phases::step)};
+    result.parameters = std::int64_t(stage.parameters().size());
+    return result;
+}
+
+// ---- The same step's GEMMs alone ---------------------------------------------------------
+// Exactly the products the CPU kernels evaluate (exec/cpu.hpp), same shapes, same Eigen
+// expressions, on the stage's own weight buffers; everything else (bias adds, LayerNorm, GELU,
+// softmax, residual adds, gradient accumulation, allocation, the optimizer) is left out.
+
+struct gemm_step {
+    using const_map = Eigen::Map<const matrix>;
+    const bench_config& c;
+    weft::nn::gpt_stage<backend>& stage;
+    Eigen::Index m, width, t, d;
+    matrix x, x4, qkv, probs, ds, y, y3, y4, g, g3, g4, dqkv, logits, dlogits, att;
+
+    gemm_step(const bench_config& cfg, weft::nn::gpt_stage<backend>& s)
+        : c(cfg), stage(s), m(Eigen::Index(cfg.batch) * cfg.seq_len), width(cfg.d_model), t(cfg.seq_len),
+          d(cfg.d_model / cfg.heads) {
+        x = matrix::Random(m, width);
+        x4 = matrix::Random(m, 4 * width);
+        qkv = matrix::Random(m, 3 * width);
+        g = matrix::Random(m, width);
+        g3 = matrix::Random(m, 3 * width);
+        g4 = matrix::Random(m, 4 * width);
+        dlogits = matrix::Random(m, c.vocab);
+        probs = matrix::Random(Eigen::Index(c.batch) * c.heads * t, t);
+        probs.triangularView<Eigen::StrictlyUpper>().setZero();
+        ds.resize(t, t);
+        att.resize(m, width);
+        dqkv.resize(m, 3 * width);
+    }
+
+    const_map weight(const std::string& name, Eigen::Index in, Eigen::Index out) const {
+        const auto& info = stage.registry().find(name);
+        return const_map(stage.parameters().data() + info.offset, in, out);
+    }
+
+    // linear_forward, linear_backward_input, linear_backward_weight (products only).
+    void linear(const matrix& in, const const_map& w, const matrix& dy) {
+        matrix out = in * w;
+        matrix dx = dy * w.transpose();
+        const matrix dw = in.transpose() * dy;
+        sink += out(0, 0) + dx(0, 0) + dw(0, 0);
+    }
+
+    void attention() {
+        const Eigen::Index heads = c.heads;
+        for (Eigen::Index b = 0; b < c.batch; ++b)
+            for (Eigen::Index h = 0; h < heads; ++h) {
+                const auto q = qkv.block(b * t, h * d, t, d);
+                const auto k = qkv.block(b * t, width + h * d, t, d);
+                const auto v = qkv.block(b * t, 2 * width + h * d, t, d);
+                auto p = probs.block((b * heads + h) * t, 0, t, t);
+                const auto gy = g.block(b * t, h * d, t, d);
+                // causal_attention_forward
+                p.template triangularView<Eigen::Lower>() = scalar(0.125) * (q * k.transpose());
+                att.block(b * t, h * d, t, d).noalias() = p.template triangularView<Eigen::Lower>() * v;
+                // causal_attention_backward
+                dqkv.block(b * t, 2 * width + h * d, t, d).noalias() =
+                    p.transpose().template triangularView<Eigen::Upper>() * gy;
+                ds.template triangularView<Eigen::Lower>() = gy * v.transpose();
+                dqkv.block(b * t, h * d, t, d).noalias() = ds.template triangularView<Eigen::Lower>() * k;
+                dqkv.block(b * t, width + h * d, t, d).noalias() =
+                    ds.transpose().template triangularView<Eigen::Upper>() * q;
+            }
+        sink += att(0, 0) + dqkv(0, 0);
+    }
+
+    double run() {
+        const auto start = clock_type::now();
+        for (int l = 0; l < c.layers; ++l) {
+            const std::string h = "h." + std::to_string(l) + ".";
+            linear(x, weight(h + "attn.c_attn.weight", width, 3 * width), g3);
+            attention();
+            linear(x, weight(h + "attn.c_proj.weight", width, width), g);
+            linear(x, weight(h + "mlp.c_fc.weight", width, 4 * width), g4);
+            linear(x4, weight(h + "mlp.c_proj.weight", 4 * width, width), g);
+        }
+        // The tied head: transposed_linear_forward / _backward_input / _backward_weight.
+        const const_map wte = weight("wte.weight", c.vocab, width);
+        logits.resize(m, c.vocab);
+        logits.noalias() = x * wte.transpose();
+        matrix dx(m, width);
+        dx.noalias() = dlogits * wte;
+        matrix dw(c.vocab, width);
+        dw.noalias() = dlogits.transpose() * x;
+        sink += logits(0, 0) + dx(0, 0) + dw(0, 0);
+        return seconds_since(start);
+    }
+
+    scalar sink = 0;  // keeps the products observable
+};
+
+double time_gemms(const bench_config& c, weft::nn::gpt_stage<backend>& stage) {
+    gemm_step gemms(c, stage);
+    std::vector<double> runs;
+    for (int step = 0; step < c.warmup + c.steps; ++step) {
+        const double s = gemms.run();
+        if (step >= c.warmup) runs.push_back(s);
+    }
+    volatile scalar keep = gemms.sink;  // so the optimizer cannot drop the products
+    (void)keep;
+    return median(runs);
+}
+
+// ---- PyTorch, in the same run ------------------------------------------------------------
+
+std::optional<double> time_torch(const bench_config& c, int threads, const std::string& python,
+                                 const std::string& script) {
+    const std::string command = python + " " + script + " --layers " + std::to_string(c.layers) + " --d-model " +
+                                std::to_string(c.d_model) + " --heads " + std::to_string(c.heads) + " --vocab " +
+                                std::to_string(c.vocab) + " --seq-len " + std::to_string(c.seq_len) + " --batch " +
+                                std::to_string(c.batch) + " --threads " + std::to_string(threads) + " --warmup " +
+                                std::to_string(c.warmup) + " --steps " + std::to_string(c.steps) + " 2>/dev/null";
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return std::nullopt;
+    std::string out;
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+    if (pclose(pipe) != 0) return std::nullopt;
+    const auto key = out.rfind("\"median_ms\": ");
+    if (key == std::string::npos) return std::nullopt;
+    return std::stod(out.substr(key + 13)) / 1e3;
+}
+
+struct row {
+    bench_config c;  // as run (--steps may override the step count)
+    weft_result weft;
+    double gemm_s = 0;
+    std::optional<double> torch_s;
+    double flops_per_token = 0;
+};
+
+void print_table(const std::vector<row>& rows, int threads) {
+    std::printf("weft bench_step: one GPT-2 training step on the CPU (forward + backward_input + backward_weight + "
+                "AdamW), one stage, one micro-batch\n");
+    std::printf("weft threads: %d (Eigen), PyTorch threads: %d; times are medians of the timed steps\n\n",
+                Eigen::nbThreads(), threads);
+    std::printf("%-6s %6s %5s %4s %4s %4s %9s %9s %9s %9s %9s %8s %9s %9s\n", "config", "params", "L", "C", "T",
+                "B", "step_ms", "tok/s", "GFLOP/s", "gemm_ms", "step/gemm", "torch_ms", "torch/weft", "loss");
+    for (const auto& r : rows) {
+        const double tokens = double(r.c.batch) * r.c.seq_len;
+        char torch_ms[32] = "n/a", ratio[32] = "n/a";
+        if (r.torch_s) {
+            std::snprintf(torch_ms, sizeof torch_ms, "%.1f", *r.torch_s * 1e3);
+            std::snprintf(ratio, sizeof ratio, "%.2f", *r.torch_s / r.weft.median.step);
+        }
+        std::printf("%-6s %5.1fM %5d %4d %4d %4d %9.1f %9.0f %9.1f %9.1f %9.2f %8s %9s %9.4f\n", r.c.name,
+                    double(r.weft.parameters) / 1e6, r.c.layers, r.c.d_model, r.c.seq_len, r.c.batch,
+                    r.weft.median.step * 1e3, tokens / r.weft.median.step,
+                    r.flops_per_token * tokens / r.weft.median.step / 1e9, r.gemm_s * 1e3,
+                    r.weft.median.step / r.gemm_s, torch_ms, ratio, r.weft.loss);
+    }
+    std::printf("\nphase medians (ms), and the step without the optimizer over the GEMMs:\n");
+    std::printf("%-6s %9s %6s %9s %9s %9s %14s\n", "config", "forward", "loss", "bwd_in", "bwd_wt", "adamw",
+                "(step-adamw)/gemm");
+    for (const auto& r : rows) {
+        const auto& p = r.weft.median;
+        std::printf("%-6s %9.1f %6.1f %9.1f %9.1f %9.1f %14.2f\n", r.c.name, p.forward * 1e3, p.loss * 1e3,
+                    p.backward_input * 1e3, p.backward_weight * 1e3, p.optimizer * 1e3,
+                    (p.step - p.optimizer) / r.gemm_s);
+    }
+    std::printf("\ngoals (reported, not asserted): step/gemm <= 1.15, torch/weft >= 1.5\n");
+}
+
+void print_json(const std::vector<row>& rows, int threads) {
+    std::printf("{\"weft_threads\": %d, \"torch_threads\": %d, \"configs\": [", Eigen::nbThreads(), threads);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        const auto& p = r.weft.median;
+        const double tokens = double(r.c.batch) * r.c.seq_len;
+        std::printf("%s\n  {\"name\": \"%s\", \"parameters\": %lld, \"layers\": %d, \"d_model\": %d, \"heads\": %d, "
+                    "\"vocab\": %d, \"seq_len\": %d, \"batch\": %d, \"steps\": %d, \"step_ms\": %.4f, "
+                    "\"tokens_per_s\": %.2f, \"gflops\": %.3f, \"gemm_ms\": %.4f, \"step_over_gemm\": %.4f, "
+                    "\"forward_ms\": %.4f, \"loss_ms\": %.4f, \"backward_input_ms\": %.4f, "
+                    "\"backward_weight_ms\": %.4f, \"optimizer_ms\": %.4f, \"torch_ms\": ",
+                    i == 0 ? "" : ",", r.c.name, static_cast<long long>(r.weft.parameters), r.c.layers,
+                    r.c.d_model, r.c.heads, r.c.vocab, r.c.seq_len, r.c.batch, r.c.steps, p.step * 1e3,
+                    tokens / p.step, r.flops_per_token * tokens / p.step / 1e9, r.gemm_s * 1e3, p.step / r.gemm_s,
+                    p.forward * 1e3, p.loss * 1e3, p.backward_input * 1e3, p.backward_weight * 1e3,
+                    p.optimizer * 1e3);
+        if (r.torch_s)
+            std::printf("%.4f, \"torch_over_weft\": %.4f}", *r.torch_s * 1e3, *r.torch_s / p.step);
+        else
+            std::printf("null, \"torch_over_weft\": null}");
+    }
+    std::printf("\n]}\n");
+}
+
+int parse_positive(const char* flag, const char* value) {
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    weft::require(end != value && *end == '\0' && v >= 1 && v <= 4096, flag, value, "must be an integer in [1, 4096]");
+    return int(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        bool json = false, torch = true;
+        int threads = 1, steps = 0;
+        std::string which = "all", python = "/usr/bin/python3",
+                    script = WEFT_SOURCE_DIR "/tests/reference/gpt_step_torch.py";
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            auto value = [&]() -> const char* {
+                weft::require(i + 1 < argc, a, "(missing)", "takes a value");
+                return argv[++i];
+            };
+            if (a == "--json") json = true;
+            else if (a == "--no-torch") torch = false;
+            else if (a == "--threads") threads = parse_positive("--threads", value());
+            else if (a == "--steps") steps = parse_positive("--steps", value());
+            else if (a == "--config") which = value();
+            else if (a == "--python") python = value();
+            else if (a == "--torch-script") script = value();
+            else if (a == "--help" || a == "-h") {
+                std::printf("usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] "
+                            "[--no-torch] [--python PATH] [--torch-script PATH]\n");
+                return 0;
+            } else
+                throw weft::invalid_argument("argument", a,
+                                             "one of --json, --threads, --steps, --config, --no-torch, --python, "
+                                             "--torch-script, --help");
+        }
+        weft::require(which == "all" || which == "small" || which == "big", "--config", which,
+                      "must be small, big or all");
+        // Eigen parallelises its GEMMs only when built with OpenMP; otherwise this is a no-op
+        // and weft runs on one thread whatever --threads says (the table prints what ran).
+        Eigen::setNbThreads(threads);
+
+        std::vector<row> rows;
+        for (bench_config c : configs) {
+            if (which != "all" && which != c.name) continue;
+            if (steps != 0) c.steps = steps;
+            weft::nn::gpt_stage<backend> stage(
+                weft::nn::gpt_config{.num_layers = c.layers, .d_model = c.d_model, .num_heads = c.heads,
+                                     .vocab_size = c.vocab, .seq_len = c.seq_len, .seed = 1234},
+                {0, c.layers + 2});
+            row r{c, {}, 0, std::nullopt, 0};
+            r.weft = time_weft(c, stage);
+            r.gemm_s = time_gemms(c, stage);
+            if (torch) r.torch_s = time_torch(c, threads, python, script);
+            r.flops_per_token = weft::train::gpt_flops_per_token(r.weft.parameters, c.layers, c.d_model, c.seq_len);
+            rows.push_back(r);
+        }
+        if (json) print_json(rows, threads);
+        else print_table(rows, threads);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_step: %s\n", e.what());
+        return 2;
+    }
+}
