@@ -22,10 +22,7 @@
 #include "weft/train/mfu.hpp"
 #include "weft/train/token_batches.hpp"
 #include "weft/train/token_file.hpp"
-#if WEFT_HAS_MPI
-#include "weft/comm/mpi.hpp"
-#include "weft/comm/mpi_environment.hpp"
-#endif
+#include "launch.hpp"
 
 namespace {
 
@@ -54,15 +51,6 @@ struct run_options {
     std::vector<int> partition;  // units per stage; empty = even
 };
 
-int natural_chunks(weft::schedule_kind kind) {
-    switch (kind) {
-        case weft::schedule_kind::interleaved:
-        case weft::schedule_kind::looped_bfs:
-        case weft::schedule_kind::zbv:
-        case weft::schedule_kind::dualpipev: return 2;
-        default: return 1;
-    }
-}
 
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
@@ -70,7 +58,7 @@ void train(Comm& world, const run_options& o) {
                                   weft::train::gpt_model>;
     const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : natural_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : weft_examples::natural_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::gpt_config model{.num_layers = o.layers, .d_model = o.d_model, .num_heads = o.heads,
                                      .vocab_size = o.vocab, .seq_len = o.seq_len, .seed = o.seed};
@@ -135,12 +123,6 @@ void train(Comm& world, const run_options& o) {
     }
 }
 
-bool launched_by_mpirun() {
-    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-        if (std::getenv(name) != nullptr) return true;
-    return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,31 +157,7 @@ int main(int argc, char** argv) {
         ->delimiter(',');
     CLI11_PARSE(app, argc, argv);
 
-    try {
-        if (launched_by_mpirun()) {
-#if WEFT_HAS_MPI
-            weft::comm::mpi_environment environment(argc, argv);
-            auto world = weft::comm::mpi::world();
-            try {
-                train(world, o);
-                return 0;
-            } catch (const std::exception& e) {
-                // Another rank may be waiting for this one; aborting is the exit that cannot hang.
-                std::fprintf(stderr, "train_gpt (rank %d): %s\n", world.rank(), e.what());
-                std::fflush(stderr);
-                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-                return 2;
-            }
-#else
-            throw weft::error("this train_gpt was built without MPI; run it without mpirun and use --ranks");
-#endif
-        }
-        const int ranks = o.ranks != 0 ? o.ranks : o.pp;
-        weft::require(ranks >= 1, "--ranks", ranks, "must be >= 1");
-        weft::comm::local::run(ranks, [&](weft::comm::local& world) { train(world, o); });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "train_gpt: %s\n", e.what());
-        return 2;
-    }
+    // Without mpirun the default is one thread per rank of the layout.
+    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp;
+    return weft_examples::run("train_gpt", argc, argv, ranks, [&](auto& world) { train(world, o); });
 }

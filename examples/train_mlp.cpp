@@ -12,10 +12,7 @@
 #include <string>
 
 #include "weft/weft.hpp"
-#if WEFT_HAS_MPI
-#include "weft/comm/mpi.hpp"
-#include "weft/comm/mpi_environment.hpp"
-#endif
+#include "launch.hpp"
 
 namespace {
 
@@ -40,21 +37,12 @@ struct run_options {
 
 using schedules = weft::sched::all_schedules;
 
-int natural_chunks(weft::schedule_kind kind) {
-    switch (kind) {
-        case weft::schedule_kind::interleaved:
-        case weft::schedule_kind::looped_bfs:
-        case weft::schedule_kind::zbv:
-        case weft::schedule_kind::dualpipev: return 2;
-        default: return 1;
-    }
-}
 
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
     const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : natural_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : weft_examples::natural_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::mlp_config model{.input_dim = o.input_dim, .hidden_dim = o.hidden, .num_blocks = o.blocks,
                                      .num_classes = o.classes, .seed = o.seed};
@@ -72,12 +60,6 @@ void train(Comm& world, const run_options& o) {
         const auto stats = engine.step(data.batch(step, o.batch));
         if (world.rank() == 0) std::printf("%s\n", weft::train::format_step(stats).c_str());
     }
-}
-
-bool launched_by_mpirun() {
-    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-        if (std::getenv(name) != nullptr) return true;
-    return false;
 }
 
 }  // namespace
@@ -105,36 +87,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", o.seed, "seed of weights and data")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    try {
-        if (launched_by_mpirun()) {
-#if WEFT_HAS_MPI
-            weft::comm::mpi_environment environment(argc, argv);
-            auto world = weft::comm::mpi::world();
-            try {
-                if (o.ranks != 0 && o.ranks != world.size())
-                    throw weft::invalid_argument("--ranks", o.ranks,
-                                                 "under mpirun the world size is mpirun's -np (" +
-                                                     std::to_string(world.size()) + "); omit --ranks");
-                train(world, o);
-                return 0;
-            } catch (const std::exception& e) {
-                // Another rank may be blocked waiting for this one; MPI_Finalize would then
-                // wait forever. Aborting the job is the only exit that cannot hang.
-                std::fprintf(stderr, "train_mlp (rank %d): %s\n", world.rank(), e.what());
-                std::fflush(stderr);
-                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-                return 2;
-            }
-#else
-            throw weft::error("this train_mlp was built without MPI; run it without mpirun and use --ranks");
-#endif
-        }
-        const int ranks = o.ranks != 0 ? o.ranks : o.pp * o.dp;
-        weft::require(ranks >= 1, "--ranks", ranks, "must be >= 1");
-        weft::comm::local::run(ranks, [&](weft::comm::local& world) { train(world, o); });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "train_mlp: %s\n", e.what());
-        return 2;
-    }
+    // Without mpirun the default is one thread per rank of the layout.
+    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp * o.dp;
+    return weft_examples::run("train_mlp", argc, argv, ranks, [&](auto& world) { train(world, o); });
 }

@@ -7,19 +7,6 @@ using weft::parallel_config;
 using weft::schedule_kind;
 using namespace weft_test;
 
-namespace {
-
-// Runs `world_size` ranks and returns rank r's result in slot r.
-std::vector<run_result> run_local(const parallel_config& config) {
-    std::vector<run_result> results(static_cast<std::size_t>(config.world_size()));
-    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
-        results[static_cast<std::size_t>(world.rank())] = train_steps(world, config);
-    });
-    return results;
-}
-
-}  // namespace
-
 TEST_CASE("the single-process engine equals the plain training loop") {
     require_same_training(single_process_run(4), plain_loop_run(), 1e-5);
 }

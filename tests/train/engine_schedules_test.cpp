@@ -41,13 +41,6 @@ parallel_config config_of(const layout& l) {
                             .world_size = l.pp});
 }
 
-std::vector<run_result> run_local(const parallel_config& config) {
-    std::vector<run_result> results(static_cast<std::size_t>(config.world_size()));
-    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
-        results[static_cast<std::size_t>(world.rank())] = train_steps(world, config);
-    });
-    return results;
-}
 
 }  // namespace
 

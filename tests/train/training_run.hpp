@@ -64,6 +64,15 @@ run_result train_steps(Comm& world, const weft::parallel_config& config,
     return result;
 }
 
+// Runs `config.world_size()` ranks as threads; rank r's result is in slot r.
+inline std::vector<run_result> run_local(const weft::parallel_config& config) {
+    std::vector<run_result> results(static_cast<std::size_t>(config.world_size()));
+    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
+        results[static_cast<std::size_t>(world.rank())] = train_steps(world, config);
+    });
+    return results;
+}
+
 // The engine on one rank: pp = dp = 1 with the same micro-batches.
 inline run_result single_process_run(int microbatches) {
     run_result result;

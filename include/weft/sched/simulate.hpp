@@ -39,39 +39,11 @@ struct simulation {
 namespace detail {
 
 // Per (kind F .. RECV_B, stage, micro-batch): when that action ended, or -1 while not run yet.
-class finish_times {
+class finish_times : public action_table<double> {
 public:
-    constexpr finish_times(int stages, int microbatches)
-        : stages_(stages),
-          microbatches_(microbatches),
-          cells_(static_cast<std::size_t>(tracked_kinds) * static_cast<std::size_t>(stages) *
-                     static_cast<std::size_t>(microbatches),
-                 -1.0) {}
-
-    [[nodiscard]] constexpr double& operator()(action_kind kind, int stage, int microbatch) {
-        return cells_[offset(kind, stage, microbatch)];
-    }
-    [[nodiscard]] constexpr double operator()(action_kind kind, int stage, int microbatch) const {
-        return cells_[offset(kind, stage, microbatch)];
-    }
-
-private:
-    [[nodiscard]] constexpr std::size_t offset(action_kind kind, int stage, int microbatch) const {
-        return (static_cast<std::size_t>(kind) * static_cast<std::size_t>(stages_) +
-                static_cast<std::size_t>(stage)) *
-                   static_cast<std::size_t>(microbatches_) +
-               static_cast<std::size_t>(microbatch);
-    }
-
-    int stages_;
-    int microbatches_;
-    std::vector<double> cells_;
+    constexpr finish_times(int stages, int microbatches) : action_table<double>(stages, microbatches, -1.0) {}
 };
 
-// Runs the ranks round-robin, each as far as its inputs are known. (Results are spelled
-// sched::simulation: validate.hpp's deadlock checker is detail::simulation.) The order in which the
-// ranks are visited does not change any time: an action's start depends only on its rank's
-// previous action and on the actions producing its inputs.
 class timed_simulator {
 public:
     constexpr timed_simulator(const program& p, const cost_model& costs)

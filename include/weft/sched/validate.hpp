@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "weft/sched/action.hpp"
+#include "weft/sched/detail/action_table.hpp"
 #include "weft/sched/program.hpp"
 
 namespace weft::sched {
@@ -20,14 +21,6 @@ struct validation {
 
 namespace detail {
 
-// The kinds F .. RECV_B occur at most once per (stage, micro-batch); they are tracked in
-// tables indexed by kind, so a check is a lookup instead of a search.
-inline constexpr int tracked_kinds = 8;
-
-[[nodiscard]] constexpr bool is_tracked(action_kind kind) {
-    return static_cast<int>(kind) < tracked_kinds;
-}
-
 [[nodiscard]] constexpr std::string where(int rank, std::size_t index, const action& a) {
     return "rank " + int_text(rank) + ", index " + int_text(static_cast<long long>(index)) +
            " (" + to_string(a) + ")";
@@ -35,34 +28,7 @@ inline constexpr int tracked_kinds = 8;
 
 // Per (kind, stage, micro-batch): the index of that action on its rank (its rank is always
 // stage_rank[stage]), or -1 while absent.
-class action_table {
-public:
-    constexpr action_table(int stages, int microbatches, int fill)
-        : stages_(stages),
-          microbatches_(microbatches),
-          cells_(static_cast<std::size_t>(tracked_kinds) * static_cast<std::size_t>(stages) *
-                     static_cast<std::size_t>(microbatches),
-                 fill) {}
-
-    [[nodiscard]] constexpr int& operator()(action_kind kind, int stage, int microbatch) {
-        return cells_[offset(kind, stage, microbatch)];
-    }
-    [[nodiscard]] constexpr int operator()(action_kind kind, int stage, int microbatch) const {
-        return cells_[offset(kind, stage, microbatch)];
-    }
-
-private:
-    [[nodiscard]] constexpr std::size_t offset(action_kind kind, int stage, int microbatch) const {
-        return (static_cast<std::size_t>(kind) * static_cast<std::size_t>(stages_) +
-                static_cast<std::size_t>(stage)) *
-                   static_cast<std::size_t>(microbatches_) +
-               static_cast<std::size_t>(microbatch);
-    }
-
-    int stages_;
-    int microbatches_;
-    std::vector<int> cells_;
-};
+using position_table = action_table<int>;
 
 // Takes a reference and copies: GCC 12 rejects moving a heap-allocated std::string
 // during constant evaluation ("accessing _M_allocated_capacity member instead of ...").
@@ -122,7 +88,7 @@ private:
 // wherever it stands, and records its index in `position`. `whole` is the action as the
 // program holds it (for an overlap's part, the whole overlap), named in messages; they are
 // only built on failure, since check() runs on every generated program.
-[[nodiscard]] constexpr validation check_action(const program& p, action_table& position, int r,
+[[nodiscard]] constexpr validation check_action(const program& p, position_table& position, int r,
                                                 std::size_t i, const action& a,
                                                 const action& whole) {
     const auto at = [&] { return where(r, i, whole); };
@@ -169,7 +135,7 @@ private:
 // Fills `position` and rejects actions that cannot be right wherever they stand. Both
 // parts of an OVERLAP_F_B get the overlap's index: the F counts as just before the
 // backward, and SENDs/RECVs around the overlap serve either part.
-[[nodiscard]] constexpr validation check_actions(const program& p, action_table& position) {
+[[nodiscard]] constexpr validation check_actions(const program& p, position_table& position) {
     for (int r = 0; r < p.num_ranks; ++r) {
         const auto& actions = p.ranks[static_cast<std::size_t>(r)];
         for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -202,7 +168,7 @@ private:
 }
 
 // Completeness and the orders that are fixed within one rank.
-[[nodiscard]] constexpr validation check_stage_work(const program& p, const action_table& position) {
+[[nodiscard]] constexpr validation check_stage_work(const program& p, const position_table& position) {
     using enum action_kind;
     for (int s = 0; s < p.num_stages; ++s) {
         const int r = p.stage_rank[static_cast<std::size_t>(s)];
@@ -270,7 +236,7 @@ private:
 // In a lowered program each cross-rank boundary carries, per micro-batch, one activation
 // forward and one gradient backward, each a SEND on one side and a RECV on the other.
 [[nodiscard]] constexpr validation check_comm_pairs(const program& p,
-                                                    const action_table& position) {
+                                                    const position_table& position) {
     using enum action_kind;
     for (int s = 0; s + 1 < p.num_stages; ++s) {
         const int here = p.stage_rank[static_cast<std::size_t>(s)];
@@ -299,7 +265,7 @@ private:
 // never block, a RECV waits for its SEND, compute waits for its inputs.
 class simulation {
 public:
-    constexpr simulation(const program& p, const action_table& position)
+    constexpr simulation(const program& p, const position_table& position)
         : p_(p),
           position_(position),
           done_(p.num_stages, p.num_microbatches, 0),
@@ -430,8 +396,8 @@ private:
     }
 
     const program& p_;
-    const action_table& position_;
-    action_table done_;
+    const position_table& position_;
+    position_table done_;
     std::vector<int> weight_grads_done_;
     std::vector<std::size_t> next_;
 };
@@ -440,7 +406,7 @@ private:
 
 [[nodiscard]] constexpr validation check(const program& p) {
     if (validation v = detail::check_sizes(p); !v.ok) return v;
-    detail::action_table position(p.num_stages, p.num_microbatches, -1);
+    detail::position_table position(p.num_stages, p.num_microbatches, -1);
     if (validation v = detail::check_actions(p, position); !v.ok) return v;
     if (validation v = detail::check_stage_work(p, position); !v.ok) return v;
     if (p.lowered)

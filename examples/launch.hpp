@@ -1,0 +1,75 @@
+// What weft's example programs share: run a training function on an MPI world when
+// started by mpirun, or on N ranks as threads of this process otherwise, and turn any
+// failure into a message and exit code 2 without ever hanging.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "weft/comm/local.hpp"
+#include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
+#if WEFT_HAS_MPI
+#include "weft/comm/mpi.hpp"
+#include "weft/comm/mpi_environment.hpp"
+#endif
+
+namespace weft_examples {
+
+inline bool launched_by_mpirun() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(name) != nullptr) return true;
+    return false;
+}
+
+// Chunks per rank when --chunks is not given: 2 where the schedule interleaves or
+// folds the model into a V, 1 otherwise.
+inline int natural_chunks(weft::schedule_kind kind) {
+    switch (kind) {
+        case weft::schedule_kind::interleaved:
+        case weft::schedule_kind::looped_bfs:
+        case weft::schedule_kind::zbv:
+        case weft::schedule_kind::dualpipev: return 2;
+        default: return 1;
+    }
+}
+
+// Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns
+// the process exit code. Under MPI a failing rank aborts the job: another rank may be
+// waiting for it, and MPI_Finalize would then wait forever.
+template <class Train>
+int run(const char* program, int& argc, char**& argv, int ranks, Train&& train) {
+    try {
+        if (launched_by_mpirun()) {
+#if WEFT_HAS_MPI
+            weft::comm::mpi_environment environment(argc, argv);
+            auto world = weft::comm::mpi::world();
+            try {
+                weft::require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
+                              "under mpirun the world size is mpirun's -np (" + std::to_string(world.size()) +
+                                  "); omit --ranks");
+                train(world);
+                return 0;
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
+                std::fflush(stderr);
+                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+                return 2;
+            }
+#else
+            throw weft::error(std::string("this ") + program +
+                              " was built without MPI; run it without mpirun and use --ranks");
+#endif
+        }
+        weft::require(ranks >= 1, "--ranks", ranks, "must be >= 1");
+        weft::comm::local::run(ranks, [&](weft::comm::local& world) { train(world); });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        return 2;
+    }
+}
+
+}  // namespace weft_examples
