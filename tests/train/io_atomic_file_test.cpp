@@ -12,23 +12,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "scratch_dir.hpp"
+
 namespace fs = std::filesystem;
 
-namespace {
+using weft_test::scratch_dir;
 
-// A fresh directory per test, removed at the end.
-struct scratch_dir {
-    fs::path path;
-    explicit scratch_dir(const std::string& name)
-        : path(fs::temp_directory_path() / ("weft_io_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~scratch_dir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-};
+namespace {
 
 std::string read_text(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace fs = std::filesystem;
 using weft::nn::parameter_registry;
 using weft::train::load_checkpoint;
@@ -22,20 +24,9 @@ using weft::train::save_optimizer_state;
 using weft::train::stage_optimizer;
 using weft::train::stage_parameters;
 
-namespace {
+using weft_test::scratch_dir;
 
-struct scratch_dir {
-    fs::path path;
-    explicit scratch_dir(const std::string& name)
-        : path(fs::temp_directory_path() / ("weft_io_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~scratch_dir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-};
+namespace {
 
 // A toy GPT split over two stages; the token embedding is on both (tied LM head).
 parameter_registry first_stage() {

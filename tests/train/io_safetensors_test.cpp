@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace fs = std::filesystem;
 using weft::dtype;
 using weft::train::parse_safetensors;
@@ -21,20 +23,9 @@ using weft::train::read_safetensors;
 using weft::train::tensor_record;
 using weft::train::write_safetensors;
 
-namespace {
+using weft_test::scratch_dir;
 
-struct scratch_dir {
-    fs::path path;
-    explicit scratch_dir(const std::string& name)
-        : path(fs::temp_directory_path() / ("weft_io_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~scratch_dir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-};
+namespace {
 
 template <class T>
 std::vector<std::byte> bytes_of(const std::vector<T>& values) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.hpp"
+
 namespace fs = std::filesystem;
 using weft::train::batch_at;
 using weft::train::micro_batch;
@@ -23,20 +25,9 @@ using weft::train::read_token_file;
 using weft::train::token_file;
 using weft::train::write_token_file;
 
-namespace {
+using weft_test::scratch_dir;
 
-struct scratch_dir {
-    fs::path path;
-    explicit scratch_dir(const std::string& name)
-        : path(fs::temp_directory_path() / ("weft_io_" + name + "_" + std::to_string(::getpid()))) {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~scratch_dir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-};
+namespace {
 
 std::vector<char> read_bytes(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
