@@ -77,11 +77,7 @@ void train(Comm& world, const run_options& o) {
                      .partition = o.partition});
     if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
 
-    std::int64_t parameters = 0;  // the whole model's, tied wte once
-    {
-        const weft::nn::gpt_stage<weft::exec::cpu> whole(model, {0, model.num_units()});
-        parameters = static_cast<std::int64_t>(whole.parameters().size());
-    }
+    const std::int64_t parameters = model.parameter_count();  // the whole model, tied wte once
     const double flops_per_token = weft::train::gpt_flops_per_token(parameters, o.layers, o.d_model, o.seq_len);
     // Without a given peak, MFU is against this CPU's measured GEMM rate times the cores
     // the ranks can use (ranks beyond the cores share them).

@@ -71,6 +71,7 @@ TEST_CASE("gpt stages register Hugging Face GPT-2 names and shapes", "[nn][gpt]"
     expected.push_back("ln_f.weight");
     expected.push_back("ln_f.bias");
     CHECK(names == expected);  // wte once: the head is tied to it
+    CHECK(static_cast<std::int64_t>(whole.parameters().size()) == tiny.parameter_count());
     const auto shape = [&](const char* name) { return whole.registry().find(name).shape; };
     CHECK(shape("wte.weight") == std::vector<int>{7, 4});
     CHECK(shape("wpe.weight") == std::vector<int>{3, 4});

@@ -20,6 +20,13 @@ struct gpt_config {
 
     [[nodiscard]] int num_units() const { return num_layers + 2; }
     [[nodiscard]] int head_dim() const { return d_model / num_heads; }
+    // Parameters of the whole model, the tied wte once: embeddings V*C + T*C, per block
+    // 12C^2 + 13C (qkv, attention proj, 4x MLP, two LayerNorms), final LayerNorm 2C.
+    // What MFU counts, without building the model.
+    [[nodiscard]] std::int64_t parameter_count() const {
+        const std::int64_t c = d_model;
+        return (static_cast<std::int64_t>(vocab_size) + seq_len) * c + num_layers * (12 * c * c + 13 * c) + 2 * c;
+    }
 
     void validate() const {
         require(num_layers >= 1, "gpt_config.num_layers", num_layers, "must be at least 1");
