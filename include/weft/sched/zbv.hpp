@@ -10,6 +10,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
+#include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule_params.hpp"
 
@@ -39,17 +40,8 @@ struct zbv {
                                        detail::int_text(detail::max_rank_microbatch_product) +
                                        " (microbatches = " + detail::int_text(m) + ")");
 
-        program out;
-        out.num_ranks = p;
-        out.num_stages = 2 * p;
-        out.num_microbatches = m;
-        out.stage_rank.resize(2 * static_cast<std::size_t>(p));
-        out.ranks.resize(static_cast<std::size_t>(p));
-        for (int r = 0; r < p; ++r) {
-            out.stage_rank[static_cast<std::size_t>(r)] = r;
-            out.stage_rank[static_cast<std::size_t>(2 * p - 1 - r)] = r;
-            out.ranks[static_cast<std::size_t>(r)] = rank_actions(p, m, filled, r);
-        }
+        program out = detail::v_program(p, m);  // stage s on rank s, stage 2p-1-s on rank s
+        for (int r = 0; r < p; ++r) out.ranks[static_cast<std::size_t>(r)] = rank_actions(p, m, filled, r);
         return out;
     }
 
