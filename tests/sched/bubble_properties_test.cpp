@@ -1,5 +1,5 @@
 // The bubbles every schedule reaches in simulation against their closed forms, over
-// p in [1, 16], m in [1, 64] (strided, edges included) and v in {1, 2, 3, 4}, with
+// p in [1, 16], m in [1, 64] (every m) and v in {1, 2, 3, 4}, with
 // T_F = T_B = T_W = 1 and T_comm = 0. bubble = span - busy of the rank with the longest span.
 #include <catch2/catch.hpp>
 
@@ -36,15 +36,11 @@ measured measure(const ws::program& prog) {
             *std::max_element(s.peak_activations.begin(), s.peak_activations.end())};
 }
 
-// Micro-batch counts: everything up to 2p + 2 (where the conditions switch), then a stride,
-// and the top of the range.
-std::vector<int> microbatch_counts(int p) {
-    std::set<int> m;
-    for (int k = 1; k <= std::min(64, 2 * p + 2); ++k) m.insert(k);
-    for (int k = 2 * p + 2; k <= 64; k += 7) m.insert(k);
-    m.insert(63);
-    m.insert(64);
-    return {m.begin(), m.end()};
+// Micro-batch counts: every m in [1, 64].
+std::vector<int> microbatch_counts(int /*p*/) {
+    std::vector<int> m;
+    for (int k = 1; k <= 64; ++k) m.push_back(k);
+    return m;
 }
 
 constexpr double tolerance = 1e-6;
@@ -114,12 +110,8 @@ TEST_CASE("bubble and peak of every schedule match their closed forms", "[sched]
 
 TEST_CASE("zb-auto: bubble 0 under a limit of 2p-1, at most p-1 under a limit of p", "[sched][bubble]") {
     // Conditions: m >= 2p - 1 for the zero bubble, m >= p for the bound p - 1 under p.
-    // zb-auto searches 26 candidates, each checked and
-    // simulated, so only the micro-batch counts around the conditions and the top are run.
     for (int p = 1; p <= 16; ++p) {
-        const std::set<int> counts{1, std::max(1, p - 1), p, p + 1, std::max(1, 2 * p - 2),
-                                   2 * p - 1, 2 * p, 2 * p + 1, 64};
-        for (int m : counts) {
+        for (int m = 1; m <= 64; ++m) {
             for (int limit : {2 * p - 1, p}) {
                 const measured got = measure(ws::generate(
                     schedule_kind::zb_auto,
