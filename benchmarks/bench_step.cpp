@@ -2,7 +2,8 @@
 // on a single stage holding every unit, next to the time of the same step's GEMMs alone and
 // to PyTorch's CPU step for the same config measured in the same run (tests/reference/gpt_step_torch.py).
 // Usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] [--no-torch]
-//                   [--python PATH] [--torch-script PATH]
+//                   [--python PATH] [--torch-script PATH] [--default-heap]
+// --default-heap skips exec::retain_freed_memory(), which train_gpt calls, to show its effect.
 // Goals (step/GEMM <= 1.15, PyTorch/weft >= 1.5) are reported, never asserted.
 #include <Eigen/Core>
 
@@ -20,6 +21,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cpu.hpp"
+#include "weft/exec/cpu_heap.hpp"
 #include "weft/nn/cross_entropy.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_stage.hpp"
@@ -224,6 +226,9 @@ double time_gemms(const bench_config& c, weft::nn::gpt_stage<backend>& stage) {
 
 // ---- PyTorch, in the same run ------------------------------------------------------------
 
+// The PyTorch version that ran, from the script's JSON line ("torch": "2.5.1"), for the table.
+std::string torch_version;
+
 std::optional<double> time_torch(const bench_config& c, int threads, const std::string& python,
                                  const std::string& script) {
     const std::string command = python + " " + script + " --layers " + std::to_string(c.layers) + " --d-model " +
@@ -239,6 +244,11 @@ std::optional<double> time_torch(const bench_config& c, int threads, const std::
     if (pclose(pipe) != 0) return std::nullopt;
     const auto key = out.rfind("\"median_ms\": ");
     if (key == std::string::npos) return std::nullopt;
+    const auto version = out.rfind("\"torch\": \"");
+    if (version != std::string::npos) {
+        const auto first = version + 10;
+        torch_version = out.substr(first, out.find('"', first) - first);
+    }
     return std::stod(out.substr(key + 13)) / 1e3;
 }
 
@@ -250,11 +260,14 @@ struct row {
     double flops_per_token = 0;
 };
 
-void print_table(const std::vector<row>& rows, int threads) {
+void print_table(const std::vector<row>& rows, int threads, bool heap_retained) {
     std::printf("weft bench_step: one GPT-2 training step on the CPU (forward + backward_input + backward_weight + "
                 "AdamW), one stage, one micro-batch\n");
-    std::printf("weft threads: %d (Eigen), PyTorch threads: %d; times are medians of the timed steps\n\n",
+    std::printf("weft threads: %d (Eigen), PyTorch threads: %d; times are medians of the timed steps\n",
                 Eigen::nbThreads(), threads);
+    std::printf("PyTorch: %s\n", torch_version.empty() ? "not run" : torch_version.c_str());
+    std::printf("heap: %s\n\n", heap_retained ? "freed memory retained (exec::retain_freed_memory, as train_gpt runs)"
+                                              : "the C library's default (--default-heap)");
     std::printf("%-6s %6s %5s %4s %4s %4s %9s %9s %9s %9s %9s %8s %9s %9s\n", "config", "params", "L", "C", "T",
                 "B", "step_ms", "tok/s", "GFLOP/s", "gemm_ms", "step/gemm", "torch_ms", "torch/weft", "loss");
     for (const auto& r : rows) {
@@ -282,8 +295,10 @@ void print_table(const std::vector<row>& rows, int threads) {
     std::printf("\ngoals (reported, not asserted): step/gemm <= 1.15, torch/weft >= 1.5\n");
 }
 
-void print_json(const std::vector<row>& rows, int threads) {
-    std::printf("{\"weft_threads\": %d, \"torch_threads\": %d, \"configs\": [", Eigen::nbThreads(), threads);
+void print_json(const std::vector<row>& rows, int threads, bool heap_retained) {
+    std::printf("{\"weft_threads\": %d, \"torch_threads\": %d, \"torch_version\": \"%s\", \"heap_retained\": %s, "
+                "\"configs\": [",
+                Eigen::nbThreads(), threads, torch_version.c_str(), heap_retained ? "true" : "false");
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
         const auto& p = r.weft.median;
@@ -317,7 +332,7 @@ int parse_positive(const char* flag, const char* value) {
 
 int main(int argc, char** argv) {
     try {
-        bool json = false, torch = true;
+        bool json = false, torch = true, default_heap = false;
         int threads = 1, steps = 0;
         std::string which = "all", python = "/usr/bin/python3",
                     script = WEFT_SOURCE_DIR "/tests/reference/gpt_step_torch.py";
@@ -329,6 +344,7 @@ int main(int argc, char** argv) {
             };
             if (a == "--json") json = true;
             else if (a == "--no-torch") torch = false;
+            else if (a == "--default-heap") default_heap = true;
             else if (a == "--threads") threads = parse_positive("--threads", value());
             else if (a == "--steps") steps = parse_positive("--steps", value());
             else if (a == "--config") which = value();
@@ -336,18 +352,19 @@ int main(int argc, char** argv) {
             else if (a == "--torch-script") script = value();
             else if (a == "--help" || a == "-h") {
                 std::printf("usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] "
-                            "[--no-torch] [--python PATH] [--torch-script PATH]\n");
+                            "[--no-torch] [--python PATH] [--torch-script PATH] [--default-heap]\n");
                 return 0;
             } else
                 throw weft::invalid_argument("argument", a,
                                              "one of --json, --threads, --steps, --config, --no-torch, --python, "
-                                             "--torch-script, --help");
+                                             "--torch-script, --default-heap, --help");
         }
         weft::require(which == "all" || which == "small" || which == "big", "--config", which,
                       "must be small, big or all");
         // Eigen parallelises its GEMMs only when built with OpenMP; otherwise this is a no-op
         // and weft runs on one thread whatever --threads says (the table prints what ran).
         Eigen::setNbThreads(threads);
+        const bool heap_retained = !default_heap && weft::exec::retain_freed_memory();
 
         std::vector<row> rows;
         for (bench_config c : configs) {
@@ -364,8 +381,8 @@ int main(int argc, char** argv) {
             r.flops_per_token = weft::train::gpt_flops_per_token(r.weft.parameters, c.layers, c.d_model, c.seq_len);
             rows.push_back(r);
         }
-        if (json) print_json(rows, threads);
-        else print_table(rows, threads);
+        if (json) print_json(rows, threads, heap_retained);
+        else print_table(rows, threads, heap_retained);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_step: %s\n", e.what());

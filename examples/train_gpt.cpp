@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
         ->delimiter(',');
     CLI11_PARSE(app, argc, argv);
 
+    // Reuse freed activation memory from step to step instead of page-faulting it in again
+    // (10-30 % of a CPU step; docs/performance.md).
+    weft::exec::retain_freed_memory();
     // Without mpirun the default is one thread per rank of the layout.
     const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp;
     return weft_examples::run("train_gpt", argc, argv, ranks, [&](auto& world) { train(world, o); });

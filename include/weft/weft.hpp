@@ -40,6 +40,7 @@
 
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/cpu.hpp"
+#include "weft/exec/cpu_heap.hpp"
 
 #include "weft/nn/mlp.hpp"
 #include "weft/optim/adamw.hpp"

@@ -58,9 +58,12 @@ def batch_at(tokens, step, B, T):
 class GPT(torch.nn.Module):
     """GPT-2 with Hugging Face's tensor names and Conv1D layouts (weights stored [in, out])."""
 
-    def __init__(self, weights, layers, heads):
+    def __init__(self, weights, layers, heads, fused_attention=False):
+        """fused_attention: use PyTorch 2's scaled_dot_product_attention (its fastest CPU
+        path, for speed comparisons) instead of the explicit softmax the loss match uses."""
         super().__init__()
         self.layers, self.heads = layers, heads
+        self.fused_attention = fused_attention
         self.params = torch.nn.ParameterDict(
             {name.replace(".", "__"): torch.nn.Parameter(torch.from_numpy(w)) for name, w in weights.items()})
 
@@ -79,9 +82,13 @@ class GPT(torch.nn.Module):
             qkv = a @ self.p(h + "attn.c_attn.weight") + self.p(h + "attn.c_attn.bias")
             q, k, v = qkv.split(C, dim=-1)
             q, k, v = (t.view(B, T, self.heads, hd).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-            att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            if self.fused_attention:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+                att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+                y = att @ v
+            y = y.transpose(1, 2).reshape(B, T, C)
             x = x + y @ self.p(h + "attn.c_proj.weight") + self.p(h + "attn.c_proj.bias")
             m = F.layer_norm(x, (C,), self.p(h + "ln_2.weight"), self.p(h + "ln_2.bias"), 1e-5)
             m = F.gelu(m @ self.p(h + "mlp.c_fc.weight") + self.p(h + "mlp.c_fc.bias"), approximate="tanh")

@@ -4,7 +4,8 @@ layouts and math as weft's): forward, mean cross-entropy, backward, AdamW step. 
 runs it in the same run as weft's step, with the same config and thread count, and reads
 the last line, a JSON object with the median step time in milliseconds.
 
-Runs on Debian's python3-torch (PyTorch 1.13) and python3-numpy; needs nothing else."""
+Runs on Debian's python3-torch (PyTorch 1.13) and python3-numpy, or on PyTorch 2.x from PyPI
+(then with scaled_dot_product_attention); needs nothing else."""
 import argparse
 import json
 import math
@@ -67,7 +68,10 @@ def main():
         sys.exit("gpt_step_torch: sizes must be positive, --warmup >= 0 and --heads must divide --d-model")
 
     torch.set_num_threads(args.threads)
-    model = GPT(gpt2_weights(args.layers, args.d_model, args.vocab, args.seq_len, 1234), args.layers, args.heads)
+    # PyTorch 2 gets its fused attention, as a user of it would write the model.
+    fused = hasattr(F, "scaled_dot_product_attention")
+    model = GPT(gpt2_weights(args.layers, args.d_model, args.vocab, args.seq_len, 1234), args.layers, args.heads,
+                fused_attention=fused)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -89,7 +93,8 @@ def main():
         if step >= args.warmup:
             times.append(elapsed * 1e3)
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "steps": args.steps,
-                      "median_ms": statistics.median(times), "min_ms": min(times), "loss": loss.item()}))
+                      "median_ms": statistics.median(times), "min_ms": min(times), "loss": loss.item(),
+                      "fused_attention": fused}))
     return 0
 
 
