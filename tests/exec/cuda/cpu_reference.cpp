@@ -20,7 +20,9 @@ using matrix = cpu::matrix;
 matrix to_matrix(const vec& v, int rows, int cols) {
     return Eigen::Map<const matrix>(v.data(), rows, cols);
 }
-vec to_vec(const matrix& m) { return vec(m.data(), m.data() + m.size()); }
+vec to_vec(const matrix& m) {
+    return vec(m.data(), m.data() + m.size());
+}
 
 }  // namespace
 
@@ -38,7 +40,9 @@ void linear_backward_weight(const vec& x, const vec& dy, int rows, int in, int o
     cpu::linear_backward_weight(to_matrix(x, rows, in), to_matrix(dy, rows, out), dw, db);
 }
 
-vec gelu_forward(const vec& x) { return to_vec(cpu::gelu_forward(to_matrix(x, 1, int(x.size())))); }
+vec gelu_forward(const vec& x) {
+    return to_vec(cpu::gelu_forward(to_matrix(x, 1, int(x.size()))));
+}
 
 vec gelu_backward(const vec& x, const vec& dy) {
     return to_vec(cpu::gelu_backward(to_matrix(x, 1, int(x.size())), to_matrix(dy, 1, int(dy.size()))));
@@ -52,8 +56,8 @@ vec layer_norm_forward(const vec& x, const vec& gamma, const vec& beta, int rows
     return y;
 }
 
-vec layer_norm_backward_input(const vec& x, const vec& mean, const vec& rstd, const vec& gamma, const vec& dy,
-                              int rows, int cols) {
+vec layer_norm_backward_input(const vec& x, const vec& mean, const vec& rstd, const vec& gamma, const vec& dy, int rows,
+                              int cols) {
     return to_vec(cpu::layer_norm_backward_input(to_matrix(x, rows, cols), to_matrix(mean, rows, 1),
                                                  to_matrix(rstd, rows, 1), gamma, to_matrix(dy, rows, cols)));
 }
@@ -157,6 +161,16 @@ vec attention_backward(const vec& qkv, const vec& dout, int batch, int seq, int 
             }
         }
     return vec(grad.begin(), grad.end());
+}
+
+vec embedding_forward(const std::vector<std::int32_t>& tokens, const vec& wte, const vec& wpe, int vocab, int width,
+                      int seq_len) {
+    return to_vec(cpu::embedding_forward(tokens, wte, wpe, vocab, width, seq_len));
+}
+
+void embedding_backward(const std::vector<std::int32_t>& tokens, const vec& dy, int vocab, int width, int seq_len,
+                        vec& dwte, vec& dwpe) {
+    cpu::embedding_backward_weight(tokens, to_matrix(dy, int(tokens.size()), width), dwte, dwpe, vocab, seq_len);
 }
 
 vec adamw(const vec& params, const std::vector<vec>& grads, int rows, int cols, double lr, double weight_decay) {

@@ -19,14 +19,21 @@ vec gelu_forward(const vec& x);
 vec gelu_backward(const vec& x, const vec& dy);
 
 vec layer_norm_forward(const vec& x, const vec& gamma, const vec& beta, int rows, int cols, vec& mean, vec& rstd);
-vec layer_norm_backward_input(const vec& x, const vec& mean, const vec& rstd, const vec& gamma, const vec& dy,
-                              int rows, int cols);
+vec layer_norm_backward_input(const vec& x, const vec& mean, const vec& rstd, const vec& gamma, const vec& dy, int rows,
+                              int cols);
 void layer_norm_backward_weight(const vec& x, const vec& mean, const vec& rstd, const vec& dy, int rows, int cols,
                                 vec& dgamma, vec& dbeta);
 
 // Mean loss; dlogits = scale * d(mean loss)/d(logits).
 float cross_entropy(const vec& logits, const std::vector<std::int32_t>& labels, int rows, int classes, float scale,
                     vec& dlogits);
+
+// Token + position embedding through weft::exec::cpu (tokens are whole sequences), and its
+// backward accumulated (+=) into dwte and dwpe.
+vec embedding_forward(const std::vector<std::int32_t>& tokens, const vec& wte, const vec& wpe, int vocab, int width,
+                      int seq_len);
+void embedding_backward(const std::vector<std::int32_t>& tokens, const vec& dy, int vocab, int width, int seq_len,
+                        vec& dwte, vec& dwpe);
 
 // Causal attention in double (qkv [batch*seq, 3C], out [batch*seq, C]) and its backward.
 vec attention_forward(const vec& qkv, int batch, int seq, int heads, int head_dim);

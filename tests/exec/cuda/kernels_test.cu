@@ -26,14 +26,16 @@
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
+#include "weft/exec/cuda/kernels/embedding.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
+#include "weft/exec/cuda/kernels/residual_add.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
 namespace cu = weft::exec::cuda;
-using weft_test::vec;
 using cu::bf16;
+using weft_test::vec;
 
 namespace {
 
@@ -97,7 +99,9 @@ vec random_vec(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
     return v;
 }
 
-float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+float round_bf16(float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
 vec round_bf16(vec v) {
     for (float& x : v) x = round_bf16(x);
     return v;
@@ -147,12 +151,10 @@ void test_argument_validation() {
                                              nullptr);
     });
     expect_throws("layer_norm_forward eps = 0", [] {
-        cu::layer_norm_forward<float, float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, 0.0f,
-                                             nullptr);
+        cu::layer_norm_forward<float, float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, 0.0f, nullptr);
     });
-    expect_throws("attention_forward head_dim = 48", [] {
-        cu::attention_forward<float>(nullptr, nullptr, nullptr, 1, 4, 2, 48, nullptr);
-    });
+    expect_throws("attention_forward head_dim = 48",
+                  [] { cu::attention_forward<float>(nullptr, nullptr, nullptr, 1, 4, 2, 48, nullptr); });
     expect_throws("attention_backward seq = 0", [] {
         cu::attention_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0, 2, 32, nullptr);
     });
@@ -161,6 +163,15 @@ void test_argument_validation() {
     });
     expect_throws("bias_grad cols = -1", [] { cu::bias_grad<float>(nullptr, nullptr, 4, -1, nullptr); });
     expect_throws("convert of null pointers", [] { cu::convert<float, bf16>(nullptr, nullptr, 4, nullptr); });
+    expect_throws("cross_entropy stride < classes", [] {
+        cu::cross_entropy_forward_backward<float>(nullptr, nullptr, nullptr, nullptr, 4, 10, 8, 1.0f, nullptr);
+    });
+    expect_throws("embedding_forward seq_len = 0",
+                  [] { cu::embedding_forward<float, float>(nullptr, nullptr, nullptr, nullptr, 1, 0, 8, 4, nullptr); });
+    expect_throws("embedding_backward of null pointers",
+                  [] { cu::embedding_backward<float>(nullptr, nullptr, nullptr, nullptr, 1, 4, 8, 4, nullptr); });
+    expect_throws("residual_add of null pointers",
+                  [] { cu::residual_add<float>(nullptr, nullptr, nullptr, 4, nullptr); });
 }
 
 // ---- device tests -------------------------------------------------------------------
@@ -248,8 +259,8 @@ void test_layer_norm(int rows, int cols) {
     vec x = random_vec(std::size_t(rows) * cols, 30, 2.0f), dy = random_vec(std::size_t(rows) * cols, 31);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += 3.0f;  // a mean far from 0
     vec gamma = random_vec(std::size_t(cols), 32), beta = random_vec(std::size_t(cols), 33);
-    if constexpr (std::is_same_v<T, bf16>) x = round_bf16(x), dy = round_bf16(dy), gamma = round_bf16(gamma),
-                                           beta = round_bf16(beta);
+    if constexpr (std::is_same_v<T, bf16>)
+        x = round_bf16(x), dy = round_bf16(dy), gamma = round_bf16(gamma), beta = round_bf16(beta);
     auto d_x = upload<T>(x), d_dy = upload<T>(dy), d_gamma = upload<T>(gamma), d_beta = upload<T>(beta);
     cu::device_buffer<T> y(x.size()), dx(x.size());
     cu::device_buffer<float> mean{std::size_t(rows)}, rstd{std::size_t(rows)};
@@ -269,8 +280,8 @@ void test_layer_norm(int rows, int cols) {
     vec want_dgamma, want_dbeta;
     weft_test::layer_norm_backward_weight(x, want_mean, want_rstd, dy, rows, cols, want_dgamma, want_dbeta);
     cu::device_buffer<float> dgamma{vec(std::size_t(cols), 0.5f)}, dbeta{vec(std::size_t(cols), 0.5f)};
-    cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(),
-                                   rows, cols, nullptr);
+    cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(), rows,
+                                   cols, nullptr);
     for (float& v : want_dgamma) v += 0.5f;
     for (float& v : want_dbeta) v += 0.5f;
     expect_close("layer_norm_backward_weight dgamma" + tag, download(dgamma), want_dgamma, 1e-4f,
@@ -307,6 +318,92 @@ void test_cross_entropy(int rows, int classes) {
                                           scale, nullptr);
     const vec got = download(losses);
     expect(std::isnan(got[1]) && !std::isnan(got[0]), "cross_entropy: an out-of-range label gives a NaN loss" + tag);
+}
+
+// The vocabulary padded to `stride` columns: the padding (filled with huge values here)
+// must not change the losses or the real columns' gradient, and gets a zero gradient.
+void test_cross_entropy_padded(int rows, int classes, int stride) {
+    const std::string tag = " " + std::to_string(classes) + " classes in rows of " + std::to_string(stride);
+    const vec logits = round_bf16(random_vec(std::size_t(rows) * classes, 41, 3.0f));
+    vec padded(std::size_t(rows) * stride, 1e4f);
+    for (int r = 0; r < rows; ++r)
+        std::copy_n(logits.begin() + std::ptrdiff_t(r) * classes, classes, padded.begin() + std::ptrdiff_t(r) * stride);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
+    cu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
+    auto d_logits = upload<bf16>(logits), d_padded = upload<bf16>(padded);
+    cu::device_buffer<float> losses{std::size_t(rows)}, padded_losses{std::size_t(rows)};
+    cu::device_buffer<bf16> dlogits(logits.size()), padded_dlogits(padded.size());
+    cu::cross_entropy_forward_backward(d_logits.data(), d_labels.data(), losses.data(), dlogits.data(), rows, classes,
+                                       1.0f, nullptr);
+    cu::cross_entropy_forward_backward(d_padded.data(), d_labels.data(), padded_losses.data(), padded_dlogits.data(),
+                                       rows, classes, stride, 1.0f, nullptr);
+    expect(bits_equal(losses.to_host(), padded_losses.to_host()), "cross_entropy losses unchanged by padding" + tag);
+    const vec want = download(dlogits), got = download(padded_dlogits);
+    bool same = true, zero = true;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < stride; ++c) {
+            const float g = got[std::size_t(r) * stride + c];
+            if (c < classes)
+                same = same && std::memcmp(&g, &want[std::size_t(r) * classes + c], sizeof g) == 0;
+            else
+                zero = zero && g == 0.0f;
+        }
+    expect(same, "cross_entropy dlogits of the real columns unchanged by padding" + tag);
+    expect(zero, "cross_entropy dlogits of the padding columns are zero" + tag);
+}
+
+// Enough rows and columns for several token chunks and column chunks of the backward's
+// blocks (256 each, the last ones partial), a small vocabulary so tokens repeat, and
+// ids that never occur. fp32 sums in the CPU's order (ascending rows per token, sequences
+// in order per position), so fp32 storage agrees to rounding.
+template <class T>
+void test_embedding(int sequences, int seq_len, int width, int vocab) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(sequences) + "x" +
+                            std::to_string(seq_len) + "x" + std::to_string(width) + ", vocab " + std::to_string(vocab);
+    const int rows = sequences * seq_len;
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) tokens[std::size_t(r)] = (r * 37 + r / 7) % (vocab - 3);  // ids >= vocab - 3 unused
+    const vec wte = random_vec(std::size_t(vocab) * width, 60), wpe = random_vec(std::size_t(seq_len) * width, 61);
+    vec dy = random_vec(std::size_t(rows) * width, 62);
+    if constexpr (std::is_same_v<T, bf16>) dy = round_bf16(dy);
+    cu::device_buffer<std::int32_t> d_tokens{std::span<const std::int32_t>(tokens)};
+    cu::device_buffer<float> d_wte(wte), d_wpe(wpe);
+    cu::device_buffer<T> out(std::size_t(rows) * width);
+    cu::embedding_forward(d_tokens.data(), d_wte.data(), d_wpe.data(), out.data(), sequences, seq_len, width, vocab,
+                          nullptr);
+    const vec want_out = weft_test::embedding_forward(tokens, wte, wpe, vocab, width, seq_len);
+    expect_close("embedding_forward" + tag, download(out), want_out, std::is_same_v<T, float> ? 0.0f : 4e-3f, 0.0f);
+
+    // Accumulates: both start from 0.5.
+    vec want_dwte(wte.size(), 0.5f), want_dwpe(wpe.size(), 0.5f);
+    weft_test::embedding_backward(tokens, dy, vocab, width, seq_len, want_dwte, want_dwpe);
+    auto d_dy = upload<T>(dy);
+    cu::device_buffer<float> dwte{vec(wte.size(), 0.5f)}, dwpe{vec(wpe.size(), 0.5f)};
+    cu::embedding_backward(d_tokens.data(), d_dy.data(), dwte.data(), dwpe.data(), sequences, seq_len, width, vocab,
+                           nullptr);
+    expect_close("embedding_backward dwte" + tag, download(dwte), want_dwte, 1e-6f, 1e-6f);
+    expect_close("embedding_backward dwpe" + tag, download(dwpe), want_dwpe, 1e-6f, 1e-6f);
+
+    // A token outside the vocabulary cannot throw from the device: its row is NaN.
+    tokens[1] = vocab;
+    d_tokens.copy_from_host(tokens);
+    cu::embedding_forward(d_tokens.data(), d_wte.data(), d_wpe.data(), out.data(), sequences, seq_len, width, vocab,
+                          nullptr);
+    const vec got = download(out);
+    expect(std::isnan(got[std::size_t(width)]) && !std::isnan(got[0]),
+           "embedding_forward: an out-of-range token gives a NaN row" + tag);
+}
+
+void test_residual_add() {
+    const vec a = random_vec(5000, 63), b = random_vec(5000, 64);
+    cu::device_buffer<float> d_a(a), d_b(b), out(a.size());
+    cu::residual_add(d_a.data(), d_b.data(), out.data(), a.size(), nullptr);
+    vec want(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];
+    expect(bits_equal(out.to_host(), want), "residual_add fp32 equals the host sum");
+    cu::residual_add(d_a.data(), d_b.data(), d_a.data(), a.size(), nullptr);  // in place
+    expect(bits_equal(d_a.to_host(), want), "residual_add in place");
 }
 
 template <class T>
@@ -366,9 +463,9 @@ struct tiny_model {
     static constexpr int batch = 4, seq = 16, heads = 2, head_dim = 32, C = heads * head_dim, F = 4 * C, V = 96;
     static constexpr int N = batch * seq;
     // Flat layout of parameters (and their gradients, moments, bf16 copy).
-    static constexpr std::size_t w1 = 0, b1 = w1 + std::size_t(C) * 3 * C, w2 = b1 + 3 * C, b2 = w2 + std::size_t(C) * F,
-                                 w3 = b2 + F, b3 = w3 + std::size_t(F) * V, gamma = b3 + V, beta = gamma + C,
-                                 total = beta + C;
+    static constexpr std::size_t w1 = 0, b1 = w1 + std::size_t(C) * 3 * C, w2 = b1 + 3 * C,
+                                 b2 = w2 + std::size_t(C) * F, w3 = b2 + F, b3 = w3 + std::size_t(F) * V,
+                                 gamma = b3 + V, beta = gamma + C, total = beta + C;
 
     cu::gemm gemm;
     cu::device_buffer<float> master{total}, grads{total}, m{total}, v{total};
@@ -384,8 +481,12 @@ struct tiny_model {
     std::vector<cu::adamw_range> ranges;
 
     tiny_model() {
-        for (auto [offset, size, decays] : {std::tuple{w1, b1 - w1, true}, {b1, w2 - b1, false}, {w2, b2 - w2, true},
-                                            {b2, w3 - b2, false}, {w3, b3 - w3, true}, {b3, gamma - b3, false},
+        for (auto [offset, size, decays] : {std::tuple{w1, b1 - w1, true},
+                                            {b1, w2 - b1, false},
+                                            {w2, b2 - w2, true},
+                                            {b2, w3 - b2, false},
+                                            {w3, b3 - w3, true},
+                                            {b3, gamma - b3, false},
                                             {gamma, total - gamma, false}})
             ranges.push_back({offset, size, decays});
         std::vector<std::int32_t> host_labels(static_cast<std::size_t>(N));
@@ -468,8 +569,8 @@ void test_graph_replay() {
 
     model.reset();
     const cu::graph step = cu::graph::capture(stream, [&](cudaStream_t s) { model.enqueue_step(s); });
-    expect(step.node_count() >= 25, "the captured step holds every kernel and GEMM (" +
-                                        std::to_string(step.node_count()) + " nodes)");
+    expect(step.node_count() >= 25,
+           "the captured step holds every kernel and GEMM (" + std::to_string(step.node_count()) + " nodes)");
     std::vector<float> replay_losses;
     for (int i = 0; i < steps; ++i) {
         step.launch(stream);
@@ -523,6 +624,10 @@ int main(int argc, char** argv) {
             test_attention<float>(2, 33, 3, 64);
             test_attention<bf16>(1, 70, 2, 128);
             test_attention<float>(1, 5, 1, 32);
+            test_cross_entropy_padded(24, 1000, 1024);
+            test_embedding<float>(3, 200, 300, 50);
+            test_embedding<bf16>(2, 129, 64, 20);
+            test_residual_add();
             test_adamw();
         }
         if (part != "kernels") test_graph_replay();

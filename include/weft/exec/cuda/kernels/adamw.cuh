@@ -28,6 +28,16 @@ struct adamw_state {
     int lerp_from_start;
 };
 
+// The hyperparameters, with optim::adamw_options' defaults (torch.optim.AdamW's). A
+// separate struct because optim/adamw.hpp includes Eigen, which nvcc does not compile.
+struct adamw_hyperparameters {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 1e-2;
+};
+
 // Which part of the flat buffers decays (weft decays 2-D+ tensors only): a range
 // [offset, offset + size) and its flag. The optimizer layer builds these from the registry.
 struct adamw_range {
@@ -52,6 +62,17 @@ __global__ inline void adamw_begin_step_kernel(adamw_state* s) {
     s->lerp_from_start = s->beta1 > 0.5;  // torch.lerp's two forms
 }
 
+// Hyperparameters arrive as kernel arguments, so a captured graph replays the values
+// it was captured with (no host memory is read at replay time).
+__global__ inline void adamw_set_hyperparameters_kernel(adamw_state* s, double lr, double beta1, double beta2,
+                                                        double eps, double weight_decay) {
+    s->lr = lr;
+    s->beta1 = beta1;
+    s->beta2 = beta2;
+    s->eps = eps;
+    s->weight_decay = weight_decay;
+}
+
 __global__ inline void adamw_update_kernel(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
                                            std::size_t n, bool decays, const adamw_state* state) {
     const adamw_state s = *state;
@@ -73,14 +94,22 @@ __global__ inline void adamw_update_kernel(float* params, const float* grads, fl
 
 }  // namespace detail
 
-// Synchronous: writes a fresh state (step 0) with these hyperparameters to `state`.
-inline void adamw_state_init(adamw_state* state, double lr, double beta1, double beta2, double eps,
-                             double weight_decay) {
+namespace detail {
+
+inline void require_adamw_hyperparameters(double lr, double beta1, double beta2, double eps, double weight_decay) {
     require(lr > 0, "adamw lr", lr, "must be positive");
     require(beta1 >= 0 && beta1 < 1, "adamw beta1", beta1, "must be in [0, 1)");
     require(beta2 >= 0 && beta2 < 1, "adamw beta2", beta2, "must be in [0, 1)");
     require(eps > 0, "adamw eps", eps, "must be positive");
     require(weight_decay >= 0, "adamw weight_decay", weight_decay, "must be non-negative");
+}
+
+}  // namespace detail
+
+// Synchronous: writes a fresh state (step 0) with these hyperparameters to `state`.
+inline void adamw_state_init(adamw_state* state, double lr, double beta1, double beta2, double eps,
+                             double weight_decay) {
+    detail::require_adamw_hyperparameters(lr, beta1, beta2, eps, weight_decay);
     adamw_state host{};
     host.lr = lr;
     host.beta1 = beta1;
@@ -88,6 +117,20 @@ inline void adamw_state_init(adamw_state* state, double lr, double beta1, double
     host.eps = eps;
     host.weight_decay = weight_decay;
     check(cudaMemcpy(state, &host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy adamw_state");
+}
+
+// Stream-ordered (capturable): replaces the hyperparameters, keeping the step counter, for
+// the next adamw_begin_step. A captured graph replays the values passed at capture.
+inline void adamw_set_hyperparameters(adamw_state* state, double lr, double beta1, double beta2, double eps,
+                                      double weight_decay, cudaStream_t stream) {
+    detail::require_adamw_hyperparameters(lr, beta1, beta2, eps, weight_decay);
+    require(state != nullptr, "adamw_set_hyperparameters: state", "a null pointer", "must be a device pointer");
+    detail::adamw_set_hyperparameters_kernel<<<1, 1, 0, stream>>>(state, lr, beta1, beta2, eps, weight_decay);
+    check(cudaGetLastError(), "adamw_set_hyperparameters kernel launch");
+}
+
+inline void adamw_set_hyperparameters(adamw_state* state, const adamw_hyperparameters& h, cudaStream_t stream) {
+    adamw_set_hyperparameters(state, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, stream);
 }
 
 // Advances the step counter and the derived scalars (one thread; capturable).

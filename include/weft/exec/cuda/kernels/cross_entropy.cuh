@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
@@ -20,12 +21,13 @@ namespace detail {
 
 constexpr unsigned int cross_entropy_threads = 256;
 
+// Rows lie `stride` elements apart (stride >= classes); columns [classes, stride) are padding.
 template <class T>
 __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels, float* losses, T* dlogits,
-                                     int classes, float row_scale) {
+                                     int classes, int stride, float row_scale) {
     __shared__ float scratch[32];
     const int row = blockIdx.x;
-    const T* x = logits + std::size_t(row) * classes;
+    const T* x = logits + std::size_t(row) * std::size_t(stride);
     float m = -CUDART_INF_F;
     for (int c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, to_float(x[c]));
     m = block_max(m, scratch);
@@ -38,12 +40,14 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels
     const bool valid = label >= 0 && label < classes;
     if (threadIdx.x == 0) losses[row] = valid ? logf(s) - (to_float(x[label]) - m) : CUDART_NAN_F;
     if (dlogits == nullptr) return;
-    T* d = dlogits + std::size_t(row) * classes;
+    T* d = dlogits + std::size_t(row) * std::size_t(stride);
     const float inv = 1.0f / s;
     for (int c = threadIdx.x; c < classes; c += blockDim.x) {
         const float p = expf(to_float(x[c]) - m) * inv;
         d[c] = from_float<T>(valid ? (p - (c == label ? 1.0f : 0.0f)) * row_scale : CUDART_NAN_F);
     }
+    // Padding gets an exact zero gradient, so GEMMs over the padded width add nothing.
+    for (int c = classes + int(threadIdx.x); c < stride; c += blockDim.x) d[c] = from_float<T>(0.0f);
 }
 
 constexpr unsigned int mean_threads = 1024;
@@ -61,14 +65,26 @@ __global__ inline void mean_kernel(const float* values, int n, float* out) {
 
 // losses[r] = -log softmax(logits[r])[labels[r]]; when dlogits is not null it is
 // written with scale * d(mean loss)/d(logits). A label outside [0, classes) yields NaN.
+// Rows of logits and dlogits lie `stride` >= classes elements apart: a vocabulary padded
+// to an aligned width for the GEMMs, whose padding columns are ignored here and get a
+// zero gradient.
+template <class T>
+void cross_entropy_forward_backward(const T* logits, const std::int32_t* labels, float* losses, T* dlogits, int rows,
+                                    int classes, int stride, float scale, cudaStream_t stream) {
+    require(rows > 0, "cross_entropy: rows", rows, "must be positive");
+    require(classes > 0, "cross_entropy: classes", classes, "must be positive");
+    require(stride >= classes, "cross_entropy: stride", stride,
+            "must be at least classes = " + std::to_string(classes));
+    detail::cross_entropy_kernel<<<rows, detail::cross_entropy_threads, 0, stream>>>(
+        logits, labels, losses, dlogits, classes, stride, scale / float(rows));
+    check(cudaGetLastError(), "cross_entropy kernel launch");
+}
+
+// Unpadded rows (stride = classes).
 template <class T>
 void cross_entropy_forward_backward(const T* logits, const std::int32_t* labels, float* losses, T* dlogits, int rows,
                                     int classes, float scale, cudaStream_t stream) {
-    require(rows > 0, "cross_entropy: rows", rows, "must be positive");
-    require(classes > 0, "cross_entropy: classes", classes, "must be positive");
-    detail::cross_entropy_kernel<<<rows, detail::cross_entropy_threads, 0, stream>>>(logits, labels, losses, dlogits,
-                                                                                     classes, scale / float(rows));
-    check(cudaGetLastError(), "cross_entropy kernel launch");
+    cross_entropy_forward_backward(logits, labels, losses, dlogits, rows, classes, classes, scale, stream);
 }
 
 // *out = mean of values[0, n), summed in a fixed order (bit-reproducible).

@@ -1,0 +1,53 @@
+# The CUDA language for weft's .cu tests and benchmarks, shared by every directory
+# that builds them (enable_language has to run in each such directory's scope).
+#
+#   weft_enable_cuda_language(<result-var>)   sets <result-var> to TRUE when nvcc was
+#                                             found and CUDA enabled here, FALSE otherwise
+#   weft_cuda_executable(<target> <sources>...)  a .cu executable with weft's settings
+#
+# .cu targets do not link weft_project_options' compile flags: nvcc rejects -Wpedantic
+# and compiles its own generated host stubs with whatever it is given. Host warnings reach
+# the host compiler through -Xcompiler instead, and nvcc's own warnings are errors.
+
+include(CheckLanguage)
+
+# A macro, not a function: enable_language must run in the calling directory's scope.
+macro(weft_enable_cuda_language result)
+    set(${result} FALSE)
+    # CMake finds nvcc on PATH, or where FindCUDAToolkit saw it.
+    if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND CUDAToolkit_NVCC_EXECUTABLE)
+        set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+    endif()
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+        # Hopper (H100/H200) machine code plus compute_90 PTX for newer GPUs; override with
+        # -DCMAKE_CUDA_ARCHITECTURES=... (the bf16 kernels need 80 or newer).
+        if(NOT CMAKE_CUDA_ARCHITECTURES)
+            set(CMAKE_CUDA_ARCHITECTURES 90)
+        endif()
+        enable_language(CUDA)
+        set(${result} TRUE)
+    endif()
+endmacro()
+
+function(weft_cuda_executable target)
+    add_executable(${target} ${ARGN})
+    # Shared cudart: weft::cuda links CUDA::cudart, and one process should hold one runtime.
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                               CUDA_RUNTIME_LIBRARY Shared)
+    weft_cuda_target_options(${target})
+    target_link_libraries(${target} PRIVATE weft::cuda $<LINK_ONLY:weft_project_options>)
+endfunction()
+
+# C++20 and the warning flags for a target with .cu sources.
+function(weft_cuda_target_options target)
+    # CMake before 3.26 has no CUDA20 dialect for nvcc, so the flag is given by hand there.
+    if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+        set_target_properties(${target} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
+    else()
+        target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+    endif()
+    target_compile_options(${target} PRIVATE
+        $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra>
+        $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${WEFT_WARNINGS_AS_ERRORS}>>:-Xcompiler=-Werror>)
+endfunction()
