@@ -50,6 +50,9 @@ void fill(T* out, std::size_t n, std::uint32_t seed, float scale = 1.0f) {
 // Median-free simple timing: `warmup` untimed runs, then the mean over `iterations`.
 template <class Fn>
 double time_ms(cudaStream_t stream, int warmup, int iterations, Fn&& fn) {
+    // The benchmarks' set-up (fill, fill_zero) runs on the legacy default stream, which a
+    // non-blocking weft::exec::cuda::stream does not wait for: finish it before timing.
+    weft::exec::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     for (int i = 0; i < warmup; ++i) fn();
     weft::exec::cuda::event start, stop;
     start.record(stream);

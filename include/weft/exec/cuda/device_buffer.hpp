@@ -58,8 +58,13 @@ public:
     // that a short host vector never leaves stale device data behind.
     void copy_from_host(std::span<const T> host) {
         require_same_size(host.size(), "device_buffer::copy_from_host: host.size()");
-        if (size_ > 0)
+        if (size_ > 0) {
             check(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+            // From pageable memory cudaMemcpy returns once the data is staged, possibly before
+            // the DMA into data_ is done; that DMA is ordered only on the default stream, so a
+            // kernel on a non-blocking weft::exec::cuda::stream could read stale bytes. Wait.
+            check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy to device");
+        }
     }
     void copy_to_host(std::span<T> host) const {
         require_same_size(host.size(), "device_buffer::copy_to_host: host.size()");

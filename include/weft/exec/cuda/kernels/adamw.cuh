@@ -117,6 +117,9 @@ inline void adamw_state_init(adamw_state* state, double lr, double beta1, double
     host.eps = eps;
     host.weight_decay = weight_decay;
     check(cudaMemcpy(state, &host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy adamw_state");
+    // A pageable-source cudaMemcpy may return before its DMA lands (it is ordered only on
+    // the default stream); a step enqueued next on a non-blocking stream must see the state.
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy adamw_state");
 }
 
 // Stream-ordered (capturable): replaces the hyperparameters, keeping the step counter, for
