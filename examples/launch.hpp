@@ -38,9 +38,10 @@ inline int natural_chunks(weft::schedule_kind kind) {
 
 // Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns
 // the process exit code. Under MPI a failing rank aborts the job: another rank may be
-// waiting for it, and MPI_Finalize would then wait forever.
+// waiting for it, and MPI_Finalize would then wait forever. argc and argv go to MPI_Init
+// only, so a build without MPI leaves them unused.
 template <class Train>
-int run(const char* program, int& argc, char**& argv, int ranks, Train&& train) {
+int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**& argv, int ranks, Train&& train) {
     try {
         if (launched_by_mpirun()) {
 #if WEFT_HAS_MPI

@@ -1,7 +1,8 @@
 // The whole GPT-2 on CUDA (train::cuda::gpt_model) against weft's CPU model
 // (nn::gpt_stage<exec::cpu> and optim::adamw, see gpt_reference.cpp) within bf16
-// tolerance: the loss and every parameter's gradient, five AdamW steps, and a whole step
-// captured into a CUDA graph whose replays equal eager steps bit for bit.
+// tolerance: the loss and every parameter's gradient, five AdamW steps, a run resumed from
+// saved weights and optimizer state, and a whole step captured into a CUDA graph whose
+// replays equal eager steps bit for bit.
 // `test_cuda_gpt_model gradients|adamw|graph` runs one part; exit 77 (skipped) without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -259,6 +260,49 @@ void test_adamw_steps() {
                 relative_difference(gpu.parameters(), cpu.parameters()));
 }
 
+// Stopping after 2 steps, moving weights and optimizer state into a fresh model (as a
+// checkpoint and its optimizer companion do) and going on gives the uninterrupted run's
+// losses and weights bit for bit.
+void test_resume() {
+    constexpr int before = 2, after = 2;
+    const weft::nn::gpt_config config = tiny_config();
+    const weft_test::gpt_reference cpu(config);
+    const device_batch d(make_batch(config, 14));
+    const cu::adamw_hyperparameters h = test_hyperparameters();
+    cu::stream stream;
+
+    gpt_model straight(config, cpu.registry(), cpu.parameters(), batch);
+    std::vector<float> straight_losses;
+    for (int step = 0; step < before + after; ++step) {
+        straight.enqueue_step(d.inputs.data(), d.targets.data(), h, stream);
+        straight_losses.push_back(straight.loss());
+    }
+
+    gpt_model first(config, cpu.registry(), cpu.parameters(), batch);
+    for (int step = 0; step < before; ++step) first.enqueue_step(d.inputs.data(), d.targets.data(), h, stream);
+    const gpt_model::optimizer_state saved = first.optimizer();
+    expect(saved.step == before, "optimizer() reports the steps taken");
+    gpt_model resumed(config, cpu.registry(), first.parameters(), batch);
+    resumed.restore_optimizer(saved.step, saved.exp_avg, saved.exp_avg_sq);
+    expect(resumed.step_count() == before, "restore_optimizer sets the step count");
+    std::vector<float> resumed_losses;
+    for (int step = 0; step < after; ++step) {
+        resumed.enqueue_step(d.inputs.data(), d.targets.data(), h, stream);
+        resumed_losses.push_back(resumed.loss());
+    }
+    const std::vector<float> tail(straight_losses.begin() + before, straight_losses.end());
+    expect(bits_equal(resumed_losses, tail), "resumed losses == uninterrupted losses, bit for bit");
+    expect(bits_equal(resumed.parameters(), straight.parameters()), "resumed weights == uninterrupted, bit for bit");
+
+    bool threw = false;
+    try {
+        resumed.restore_optimizer(1, std::vector<float>(3), saved.exp_avg_sq);
+    } catch (const weft::error&) {
+        threw = true;
+    }
+    expect(threw, "restore_optimizer with moments of the wrong size throws weft::error");
+}
+
 void test_graph_replay() {
     constexpr int steps = 3;
     const weft::nn::gpt_config config = tiny_config();
@@ -314,7 +358,10 @@ int main(int argc, char** argv) {
         }
         std::printf("device 0: %s\n", cu::device_name(0).c_str());
         if (part == "all" || part == "gradients") test_gradients();
-        if (part == "all" || part == "adamw") test_adamw_steps();
+        if (part == "all" || part == "adamw") {
+            test_adamw_steps();
+            test_resume();
+        }
         if (part == "all" || part == "graph") test_graph_replay();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());

@@ -140,6 +140,35 @@ public:
     [[nodiscard]] std::vector<float> parameters() const { return download(master_); }
     [[nodiscard]] std::vector<float> gradients() const { return download(grads_); }
     [[nodiscard]] float loss() const { return download(loss_)[0]; }
+    // AdamW's state in the CPU flat layout: what a checkpoint's optimizer companion holds
+    // (train::save_optimizer_state), and what optim::adamw::restore takes.
+    struct optimizer_state {
+        std::uint64_t step = 0;
+        std::vector<float> exp_avg, exp_avg_sq;
+    };
+    // Synchronous.
+    [[nodiscard]] optimizer_state optimizer() const {
+        optimizer_state state;
+        state.step = step_count();
+        state.exp_avg = download(m_);
+        state.exp_avg_sq = download(v_);
+        return state;
+    }
+    // Synchronous: puts back a saved AdamW state (moments and steps taken), so training
+    // resumes with the same bias correction and moments as if it had not stopped.
+    void restore_optimizer(std::uint64_t step, std::span<const float> exp_avg, std::span<const float> exp_avg_sq) {
+        require(exp_avg.size() == size_, "gpt_model::restore_optimizer: exp_avg.size()", exp_avg.size(),
+                "must equal the registry's total size " + std::to_string(size_));
+        require(exp_avg_sq.size() == size_, "gpt_model::restore_optimizer: exp_avg_sq.size()", exp_avg_sq.size(),
+                "must equal the registry's total size " + std::to_string(size_));
+        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // nothing may still use the old moments
+        m_.copy_from_host(exp_avg);
+        v_.copy_from_host(exp_avg_sq);
+        const adamw_hyperparameters defaults;  // enqueue_step sets the run's own before each update
+        adamw_state_init(state_.data(), defaults.lr, defaults.beta1, defaults.beta2, defaults.eps,
+                         defaults.weight_decay, step);
+    }
+
     // AdamW steps taken since construction or reset().
     [[nodiscard]] std::uint64_t step_count() const {
         check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -106,11 +106,13 @@ inline void require_adamw_hyperparameters(double lr, double beta1, double beta2,
 
 }  // namespace detail
 
-// Synchronous: writes a fresh state (step 0) with these hyperparameters to `state`.
+// Synchronous: writes a state with these hyperparameters to `state`, at `step` steps
+// taken (0: fresh; a checkpoint's count to resume, which drives bias correction).
 inline void adamw_state_init(adamw_state* state, double lr, double beta1, double beta2, double eps,
-                             double weight_decay) {
+                             double weight_decay, std::uint64_t step = 0) {
     detail::require_adamw_hyperparameters(lr, beta1, beta2, eps, weight_decay);
     adamw_state host{};
+    host.step = step;
     host.lr = lr;
     host.beta1 = beta1;
     host.beta2 = beta2;
