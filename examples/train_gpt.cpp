@@ -22,31 +22,18 @@
 #include "weft/train/mfu.hpp"
 #include "weft/train/token_batches.hpp"
 #include "weft/train/token_file.hpp"
+#include "gpt_run_cli.hpp"
 #include "launch.hpp"
 
 namespace {
 
-struct run_options {
+struct run_options : weft_examples::gpt_run_options {
     std::string schedule = "1f1b";
     int pp = 1;
     int chunks = 0;
     int ranks = 0;
-    int layers = 4;
-    int d_model = 128;
-    int heads = 4;
-    int vocab = 256;
-    int seq_len = 64;
-    int batch = 8;
     int microbatches = 4;
-    int steps = 20;
-    double lr = 3e-4;
     std::string optimizer = "adamw";
-    double weight_decay = 0.0;
-    unsigned long long seed = 1234;
-    std::string data;
-    std::string init_from;
-    std::string save;
-    std::string log_json;
     double peak_tflops = 0;  // 0: measure this machine's GEMM rate and report MFU against it
     std::vector<int> partition;  // units per stage; empty = even
 };
@@ -60,8 +47,7 @@ void train(Comm& world, const run_options& o) {
     const weft::parallel_config config({.pp = o.pp, .microbatches = o.microbatches,
                                         .chunks = o.chunks != 0 ? o.chunks : weft_examples::natural_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
-    const weft::nn::gpt_config model{.num_layers = o.layers, .d_model = o.d_model, .num_heads = o.heads,
-                                     .vocab_size = o.vocab, .seq_len = o.seq_len, .seed = o.seed};
+    const weft::nn::gpt_config model = o.model();
     weft::require(!o.data.empty(), "--data", o.data,
                   "name an llm.c token file (make one with make_dataset --out-dir DIR)");
     const auto tokens = weft::train::read_token_file(o.data);
@@ -94,7 +80,6 @@ void train(Comm& world, const run_options& o) {
     if (world.rank() == 0 && !o.log_json.empty()) {
         log.open(o.log_json);
         weft::require(log.good(), "--log-json", o.log_json, "must be a writable file path");
-        log.precision(9);
     }
     if (world.rank() == 0)
         std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
@@ -109,9 +94,7 @@ void train(Comm& world, const run_options& o) {
         stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, peak_tflops);
         if (world.rank() != 0) continue;
         std::printf("%s\n", weft::train::format_step(stats).c_str());
-        if (log.is_open())
-            log << "{\"step\": " << stats.step << ", \"loss\": " << stats.loss << ", \"ms\": " << stats.milliseconds
-                << ", \"tokens_per_s\": " << stats.tokens_per_second << ", \"bubble\": " << stats.bubble << "}\n";
+        if (log.is_open()) log << weft::train::format_step_json(stats) << '\n';
     }
     if (!o.save.empty()) {
         weft::train::save(engine, o.save);
@@ -128,22 +111,9 @@ int main(int argc, char** argv) {
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
     app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
     app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp)");
-    app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
-    app.add_option("--d-model", o.d_model, "model width")->capture_default_str();
-    app.add_option("--heads", o.heads, "attention heads (must divide --d-model)")->capture_default_str();
-    app.add_option("--vocab", o.vocab, "vocabulary size (256 for make_dataset's byte tokens)")->capture_default_str();
-    app.add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();
-    app.add_option("--batch", o.batch, "sequences per step (a multiple of --microbatches)")->capture_default_str();
+    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "", .batch = "a multiple of --microbatches"});
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
-    app.add_option("--steps", o.steps, "training steps")->capture_default_str();
-    app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
-    app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")->capture_default_str();
-    app.add_option("--seed", o.seed, "seed of the initial weights")->capture_default_str();
-    app.add_option("--data", o.data, "llm.c token file (.bin)");
-    app.add_option("--init-from", o.init_from, "safetensors checkpoint to start from (and its .optimizer companion)");
-    app.add_option("--save", o.save, "write a safetensors checkpoint (and the optimizer companion) at the end");
-    app.add_option("--log-json", o.log_json, "write one JSON object per step: step, loss, ms, tokens_per_s, bubble");
     app.add_option("--peak-tflops", o.peak_tflops,
                    "peak TFLOP/s for MFU (0: measure this CPU's single-thread GEMM rate and use it)")
         ->capture_default_str();

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include "gpt_run_cli.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/embedding.hpp"
@@ -60,26 +61,10 @@ int parse_gpt_cuda_options(int argc, char** argv, gpt_cuda_options& o) {
     CLI::App app{
         "Train GPT-2 on one GPU (train::cuda::gpt_model) on an llm.c token file; "
         "the single-GPU counterpart of train_gpt."};
-    app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
-    app.add_option("--d-model", o.d_model, "model width")->capture_default_str();
-    app.add_option("--heads", o.heads, "attention heads (d-model / heads: a multiple of 32 up to 128)")
-        ->capture_default_str();
-    app.add_option("--vocab", o.vocab, "vocabulary size (256 for make_dataset's byte tokens)")->capture_default_str();
-    app.add_option("--seq-len", o.seq_len, "tokens per sequence (at most 8192)")->capture_default_str();
-    app.add_option("--batch", o.batch, "sequences per step")->capture_default_str();
-    app.add_option("--steps", o.steps, "training steps")->capture_default_str();
-    app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
-    app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")
-        ->capture_default_str();
+    add_gpt_run_options(app, o,
+                        {.heads = "--d-model / --heads: a multiple of 32 up to 128", .seq_len = "at most 8192", .batch = ""});
     app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
     app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-    app.add_option("--seed", o.seed, "seed of the initial weights (the same draw as train_gpt's)")
-        ->capture_default_str();
-    app.add_option("--data", o.data, "llm.c token file (.bin)");
-    app.add_option("--init-from", o.init_from,
-                   "safetensors checkpoint to start from (weights only: AdamW starts fresh)");
-    app.add_option("--save", o.save, "write the weights as a safetensors checkpoint at the end");
-    app.add_option("--log-json", o.log_json, "write one JSON object per step: step, loss, ms, tokens_per_s, bubble");
     app.add_flag("--no-graph", o.no_graph, "run every step eagerly instead of replaying a captured CUDA graph");
     try {
         app.parse(argc, argv);
@@ -136,12 +121,7 @@ gpt_cuda_host::gpt_cuda_host(const gpt_cuda_options& o) : impl_(std::make_unique
     validate(o);
     impl& m = *impl_;
     m.options = o;
-    m.config = {.num_layers = o.layers,
-                .d_model = o.d_model,
-                .num_heads = o.heads,
-                .vocab_size = o.vocab,
-                .seq_len = o.seq_len,
-                .seed = o.seed};
+    m.config = o.model();
     m.config.validate();
 
     m.tokens = weft::train::read_token_file(o.data);
@@ -175,7 +155,6 @@ gpt_cuda_host::gpt_cuda_host(const gpt_cuda_options& o) : impl_(std::make_unique
     if (!o.log_json.empty()) {
         m.log.open(o.log_json);
         weft::require(m.log.good(), "--log-json", o.log_json, "must be a writable file path");
-        m.log.precision(9);
     }
 }
 
@@ -239,10 +218,7 @@ void gpt_cuda_host::log_step(long long step, double loss, double milliseconds, d
     stats.mfu = weft::train::mfu(flops_per_token, tokens, milliseconds / 1e3, peak_tflops);
     std::printf("%s\n", weft::train::format_step(stats).c_str());
     std::fflush(stdout);
-    if (impl_->log.is_open())
-        impl_->log << "{\"step\": " << stats.step << ", \"loss\": " << stats.loss << ", \"ms\": " << stats.milliseconds
-                   << ", \"tokens_per_s\": " << stats.tokens_per_second << ", \"bubble\": " << stats.bubble << "}\n"
-                   << std::flush;
+    if (impl_->log.is_open()) impl_->log << weft::train::format_step_json(stats) << '\n' << std::flush;
 }
 
 void gpt_cuda_host::save(std::span<const float> parameters, const optimizer_state& optimizer) const {

@@ -11,30 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "gpt_run_options.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/parameter_registry.hpp"
 
 namespace weft_examples {
 
-// Defaults are train_gpt's where the options overlap; beta1/beta2 are torch.optim.AdamW's
-// (and optim::adamw's), which train_gpt uses without offering them as options.
-struct gpt_cuda_options {
-    int layers = 4;
-    int d_model = 128;
-    int heads = 4;
-    int vocab = 256;
-    int seq_len = 64;
-    int batch = 8;
-    int steps = 20;
-    double lr = 3e-4;
-    double weight_decay = 0.0;
+// train_gpt's options and defaults where they overlap (gpt_run_options), plus AdamW's
+// betas (torch.optim.AdamW's defaults, which train_gpt uses without offering them).
+struct gpt_cuda_options : gpt_run_options {
     double beta1 = 0.9;
     double beta2 = 0.999;
-    unsigned long long seed = 1234;
-    std::string data;
-    std::string init_from;
-    std::string save;
-    std::string log_json;
     bool no_graph = false;
 };
 

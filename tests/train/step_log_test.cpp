@@ -12,6 +12,13 @@ TEST_CASE("the step log line has the fields users grep for") {
     CHECK(weft::train::group_thousands(0) == "0");
 }
 
+TEST_CASE("the step's JSON line keeps nine significant digits") {
+    weft::train::step_stats stats{7, 2.718281828459, 12.5, 0, 0.25};
+    stats.tokens_per_second = 1024;
+    CHECK(weft::train::format_step_json(stats) ==
+          "{\"step\": 7, \"loss\": 2.71828183, \"ms\": 12.5, \"tokens_per_s\": 1024, \"bubble\": 0.25}");
+}
+
 TEST_CASE("the synthetic data set depends on the sample index only") {
     const weft::train::synthetic_dataset data(5, 3, 11);
     const auto whole = data.batch(1, 8);      // samples 8..15

@@ -59,4 +59,13 @@ struct step_stats {
     return line;
 }
 
+// The same step as one JSON object (train_gpt's --log-json, one per line): step, loss,
+// ms, tokens_per_s, bubble, with 9 significant digits so that losses compare exactly.
+[[nodiscard]] inline std::string format_step_json(const step_stats& s) {
+    char line[256];
+    std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"ms\": %.9g, \"tokens_per_s\": %.9g, \"bubble\": %.9g}",
+                  s.step, s.loss, s.milliseconds, s.tokens_per_second, s.bubble);
+    return line;
+}
+
 }  // namespace weft::train
