@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu_reference.hpp"
+#include "device_check.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/graph.hpp"
@@ -39,20 +40,13 @@ using weft_test::vec;
 
 namespace {
 
-int failures = 0;
-int checks = 0;
-
-void expect(bool condition, const std::string& what) {
-    ++checks;
-    if (!condition) {
-        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-        ++failures;
-    }
-}
+using weft_test::bits_equal;
+using weft_test::expect;
+using weft_test::failures;
 
 // |got - want| <= atol + rtol |want| everywhere; reports the worst element.
 void expect_close(const std::string& what, const vec& got, const vec& want, float rtol, float atol) {
-    ++checks;
+    ++weft_test::checks;
     if (got.size() != want.size()) {
         std::fprintf(stderr, "FAILED: %s: size %zu, want %zu\n", what.c_str(), got.size(), want.size());
         ++failures;
@@ -73,11 +67,6 @@ void expect_close(const std::string& what, const vec& got, const vec& want, floa
                      double(got[worst]), double(want[worst]), double(rtol), double(atol));
         ++failures;
     }
-}
-
-template <class T>
-bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 template <class Fn>
@@ -596,45 +585,30 @@ void test_graph_replay() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::string part = argc > 1 ? argv[1] : "all";
-    if (part != "all" && part != "kernels" && part != "graph") {
-        std::fprintf(stderr, "usage: %s [kernels|graph|all]\n", argv[0]);
-        return 2;
-    }
-    try {
-        test_argument_validation();
-        if (failures > 0) return 1;
-        if (cu::device_count() == 0) {
-            std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
-            return 77;
-        }
-        std::printf("device 0: %s\n", cu::device_name(0).c_str());
-        if (part != "graph") {
-            test_device_buffer();
-            test_convert();
-            test_linear<float>(37, 64, 80);
-            test_linear<bf16>(37, 64, 80);
-            test_linear<float>(256, 768, 2304);
-            test_gelu<float>();
-            test_gelu<bf16>();
-            test_layer_norm<float>(50, 96);
-            test_layer_norm<bf16>(50, 768);
-            test_cross_entropy<float>(24, 1000);
-            test_cross_entropy<bf16>(24, 50257);
-            test_attention<float>(2, 33, 3, 64);
-            test_attention<bf16>(1, 70, 2, 128);
-            test_attention<float>(1, 5, 1, 32);
-            test_cross_entropy_padded(24, 1000, 1024);
-            test_embedding<float>(3, 200, 300, 50);
-            test_embedding<bf16>(2, 129, 64, 20);
-            test_residual_add();
-            test_adamw();
-        }
-        if (part != "kernels") test_graph_replay();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
-        return 1;
-    }
-    std::printf("%d check(s), %d failure(s)\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return weft_test::run_device_test(argc, argv, {"kernels", "graph"}, test_argument_validation,
+                                      [](std::string_view part) {
+                                          if (part == "kernels") {
+                                              test_device_buffer();
+                                              test_convert();
+                                              test_linear<float>(37, 64, 80);
+                                              test_linear<bf16>(37, 64, 80);
+                                              test_linear<float>(256, 768, 2304);
+                                              test_gelu<float>();
+                                              test_gelu<bf16>();
+                                              test_layer_norm<float>(50, 96);
+                                              test_layer_norm<bf16>(50, 768);
+                                              test_cross_entropy<float>(24, 1000);
+                                              test_cross_entropy<bf16>(24, 50257);
+                                              test_attention<float>(2, 33, 3, 64);
+                                              test_attention<bf16>(1, 70, 2, 128);
+                                              test_attention<float>(1, 5, 1, 32);
+                                              test_cross_entropy_padded(24, 1000, 1024);
+                                              test_embedding<float>(3, 200, 300, 50);
+                                              test_embedding<bf16>(2, 129, 64, 20);
+                                              test_residual_add();
+                                              test_adamw();
+                                          } else {
+                                              test_graph_replay();
+                                          }
+                                      });
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "device_check.hpp"
 #include "gpt_reference.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/train/cuda/gpt_model.cuh"
@@ -28,16 +29,8 @@ using weft::train::cuda::gpt_model;
 
 namespace {
 
-int failures = 0;
-int checks = 0;
-
-void expect(bool condition, const std::string& what) {
-    ++checks;
-    if (!condition) {
-        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-        ++failures;
-    }
-}
+using weft_test::bits_equal;
+using weft_test::expect;
 
 // The constructor checks its arguments before any CUDA call, so these hold without a
 // GPU; the message is checked so that a CUDA failure cannot pass for the validation.
@@ -51,11 +44,6 @@ void expect_invalid_argument(const std::string& what, Fn&& fn) {
     }
     expect(message.find("is invalid") != std::string::npos,
            what + " throws weft::invalid_argument (got: \"" + message + "\")");
-}
-
-template <class T>
-bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // ||got - want|| / ||want||, the measure tests/train uses for whole tensors.
@@ -344,29 +332,15 @@ void test_graph_replay() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::string part = argc > 1 ? argv[1] : "all";
-    if (part != "all" && part != "gradients" && part != "adamw" && part != "graph") {
-        std::fprintf(stderr, "usage: %s [gradients|adamw|graph|all]\n", argv[0]);
-        return 2;
-    }
-    try {
-        test_argument_validation();
-        if (failures > 0) return 1;
-        if (cu::device_count() == 0) {
-            std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
-            return 77;
-        }
-        std::printf("device 0: %s\n", cu::device_name(0).c_str());
-        if (part == "all" || part == "gradients") test_gradients();
-        if (part == "all" || part == "adamw") {
-            test_adamw_steps();
-            test_resume();
-        }
-        if (part == "all" || part == "graph") test_graph_replay();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
-        return 1;
-    }
-    std::printf("%d check(s), %d failure(s)\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return weft_test::run_device_test(argc, argv, {"gradients", "adamw", "graph"}, test_argument_validation,
+                                      [](std::string_view part) {
+                                          if (part == "gradients") {
+                                              test_gradients();
+                                          } else if (part == "adamw") {
+                                              test_adamw_steps();
+                                              test_resume();
+                                          } else {
+                                              test_graph_replay();
+                                          }
+                                      });
 }

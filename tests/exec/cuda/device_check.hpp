@@ -1,0 +1,68 @@
+// What weft's CUDA test programs share: checks that count, report and go on (so one run
+// shows every failure), and a main that runs the host-side checks first, skips with
+// exit code 77 where there is no GPU (ctest's SKIP_RETURN_CODE), then the chosen parts.
+#pragma once
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft_test {
+
+inline int failures = 0;
+inline int checks = 0;
+
+inline void expect(bool condition, const std::string& what) {
+    ++checks;
+    if (!condition) {
+        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+        ++failures;
+    }
+}
+
+template <class T>
+bool bits_equal(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// `program [part]`: part is one of `parts` or "all" (the default). host_checks() needs no
+// GPU and runs first; device_part(part) then runs each chosen part. Returns the exit code.
+template <class HostChecks, class DevicePart>
+int run_device_test(int argc, char** argv, std::initializer_list<std::string_view> parts, HostChecks&& host_checks,
+                    DevicePart&& device_part) {
+    const std::string_view chosen = argc > 1 ? argv[1] : "all";
+    bool known = chosen == "all";
+    std::string usage;
+    for (const std::string_view part : parts) {
+        known = known || chosen == part;
+        usage += std::string(part) + "|";
+    }
+    if (!known) {
+        std::fprintf(stderr, "usage: %s [%sall]\n", argv[0], usage.c_str());
+        return 2;
+    }
+    try {
+        host_checks();
+        if (failures > 0) return 1;
+        if (weft::exec::cuda::device_count() == 0) {
+            std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
+            return 77;
+        }
+        std::printf("device 0: %s\n", weft::exec::cuda::device_name(0).c_str());
+        for (const std::string_view part : parts)
+            if (chosen == "all" || chosen == part) device_part(part);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
+        return 1;
+    }
+    std::printf("%d check(s), %d failure(s)\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
+
+}  // namespace weft_test
