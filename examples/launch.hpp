@@ -24,18 +24,6 @@ inline bool launched_by_mpirun() {
     return false;
 }
 
-// Chunks per rank when --chunks is not given: 2 where the schedule interleaves or
-// folds the model into a V, 1 otherwise.
-inline int natural_chunks(weft::schedule_kind kind) {
-    switch (kind) {
-        case weft::schedule_kind::interleaved:
-        case weft::schedule_kind::looped_bfs:
-        case weft::schedule_kind::zbv:
-        case weft::schedule_kind::dualpipev: return 2;
-        default: return 1;
-    }
-}
-
 // Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns
 // the process exit code. Under MPI a failing rank aborts the job: another rank may be
 // waiting for it, and MPI_Finalize would then wait forever. argc and argv go to MPI_Init

@@ -45,7 +45,7 @@ void train(Comm& world, const run_options& o) {
                                   weft::train::gpt_model>;
     const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : weft_examples::natural_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : weft::default_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::gpt_config model = o.model();
     weft::require(!o.data.empty(), "--data", o.data,

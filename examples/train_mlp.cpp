@@ -42,7 +42,7 @@ template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
     const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : weft_examples::natural_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : weft::default_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::mlp_config model{.input_dim = o.input_dim, .hidden_dim = o.hidden, .num_blocks = o.blocks,
                                      .num_classes = o.classes, .seed = o.seed};

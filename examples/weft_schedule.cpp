@@ -38,7 +38,7 @@ struct cli_options {
     std::string schedule;
     int stages = 4;
     int microbatches = 8;
-    int chunks = 0;  // 0: the schedule's own (2 for zbv and dualpipev, else 1)
+    int chunks = 0;  // 0: the schedule's own (weft::default_chunks)
     double tf = 1;
     double tb = 1;
     double tw = 1;
@@ -48,10 +48,6 @@ struct cli_options {
     bool simulate = false;
     std::string input;
 };
-
-[[nodiscard]] int default_chunks(weft::schedule_kind kind) {
-    return kind == weft::schedule_kind::zbv || kind == weft::schedule_kind::dualpipev ? 2 : 1;
-}
 
 [[nodiscard]] std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -87,7 +83,7 @@ struct chosen_program {
     }
     const ws::schedule_params params{.ranks = o.stages,
                                      .microbatches = o.microbatches,
-                                     .chunks = o.chunks == 0 ? default_chunks(kind) : o.chunks,
+                                     .chunks = o.chunks == 0 ? weft::default_chunks(kind) : o.chunks,
                                      .costs = costs,
                                      .memory_limit = o.mem_limit};
     return {o.schedule, ws::generate(kind, params)};
@@ -161,7 +157,7 @@ int main(int argc, char** argv) {
                              ->check(CLI::Range(1, 1 << 20))
                              ->capture_default_str();
     auto* chunks =
-        app.add_option("--chunks", o.chunks, "model chunks per rank v (default: 2 for zbv and dualpipev, else 1)")
+        app.add_option("--chunks", o.chunks, "model chunks per rank v (default: 2 for interleaved, looped-bfs, zbv and dualpipev, else 1)")
             ->check(CLI::Range(1, 64));
     app.add_option("--tf", o.tf, "forward cost T_F")->check(at_least(0, false))->capture_default_str();
     app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")->check(at_least(0, false))->capture_default_str();

@@ -63,3 +63,16 @@ TEST_CASE("chunks per rank follow the schedule's stage placement") {
     CHECK_NOTHROW(with(schedule_kind::zb_h2, 1, 3));
     CHECK_THROWS_WITH(with(static_cast<schedule_kind>(42), 1), Catch::Contains("schedule = 42"));
 }
+
+TEST_CASE("every schedule's default chunk count is one its layout accepts") {
+    for (const auto& [kind, name] : weft::schedule_names) {
+        INFO("schedule " << name);
+        const int chunks = weft::default_chunks(kind);
+        CHECK(chunks == (kind == schedule_kind::interleaved || kind == schedule_kind::looped_bfs ||
+                                 kind == schedule_kind::zbv || kind == schedule_kind::dualpipev
+                             ? 2
+                             : 1));
+        CHECK_NOTHROW(parallel_config({.pp = 4, .microbatches = 8, .chunks = chunks, .schedule = kind,
+                                       .world_size = 4}));
+    }
+}

@@ -26,9 +26,7 @@ struct generated {
 std::vector<generated> every_schedule() {
     std::vector<generated> out;
     for (const auto& [kind, name] : weft::schedule_names) {
-        const bool two_chunks = kind == weft::schedule_kind::interleaved || kind == weft::schedule_kind::looped_bfs ||
-                                kind == weft::schedule_kind::zbv || kind == weft::schedule_kind::dualpipev;
-        const ws::schedule_params params{.ranks = 4, .microbatches = 8, .chunks = two_chunks ? 2 : 1};
+        const ws::schedule_params params{.ranks = 4, .microbatches = 8, .chunks = weft::default_chunks(kind)};
         out.push_back({std::string(name), ws::generate(kind, params)});
     }
     return out;

@@ -32,6 +32,19 @@ inline constexpr std::array<std::pair<schedule_kind, std::string_view>, 9> sched
     return "unknown";
 }
 
+// Model chunks per rank a schedule runs with when none is asked for: 2 where it
+// interleaves chunks or folds the model into a V, 1 where it runs one stage per rank.
+// The one place the examples, the CLI and the tests take this default from.
+[[nodiscard]] constexpr int default_chunks(schedule_kind kind) {
+    switch (kind) {
+        case schedule_kind::interleaved:
+        case schedule_kind::looped_bfs:
+        case schedule_kind::zbv:
+        case schedule_kind::dualpipev: return 2;
+        default: return 1;
+    }
+}
+
 // Comma-separated list of valid names, for error messages and --help.
 [[nodiscard]] inline std::string schedule_name_list() {
     std::string list;
