@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "test_programs.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/csv.hpp"
 #include "weft/sched/lower.hpp"
@@ -17,20 +18,7 @@ using ws::action_kind;
 
 namespace {
 
-// Every schedule at a size it accepts: p = 4, m = 8, two chunks where chunks apply.
-struct generated {
-    std::string name;
-    ws::program program;
-};
-
-std::vector<generated> every_schedule() {
-    std::vector<generated> out;
-    for (const auto& [kind, name] : weft::schedule_names) {
-        const ws::schedule_params params{.ranks = 4, .microbatches = 8, .chunks = weft::default_chunks(kind)};
-        out.push_back({std::string(name), ws::generate(kind, params)});
-    }
-    return out;
-}
+using weft_test::every_schedule;
 
 std::string error_of(const std::string& text) {
     try {
@@ -51,7 +39,7 @@ TEST_CASE("to_csv writes one row per rank in PyTorch's text form") {
 }
 
 TEST_CASE("every schedule round-trips through CSV") {
-    for (const generated& g : every_schedule()) {
+    for (const auto& g : every_schedule()) {
         INFO(g.name);
         const std::string csv = ws::to_csv(g.program);
         const ws::program back = ws::from_csv(csv);

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "test_programs.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/validate.hpp"
@@ -17,19 +18,9 @@ namespace {
 // Ranks separated by '|', actions by spaces; stage s on rank stage_rank[s] (default: s).
 constexpr ws::program make(int microbatches, std::string_view text, int stages = 0,
                            std::string_view placement = "") {
-    ws::program p;
-    p.num_microbatches = microbatches;
-    p.ranks.emplace_back();
-    std::size_t begin = 0;
-    for (std::size_t at = 0; at <= text.size(); ++at) {
-        const bool end = at == text.size() || text[at] == ' ' || text[at] == '|';
-        if (!end) continue;
-        if (at > begin) p.ranks.back().push_back(ws::parse_action(text.substr(begin, at - begin)));
-        if (at < text.size() && text[at] == '|') p.ranks.emplace_back();
-        begin = at + 1;
-    }
-    p.num_ranks = static_cast<int>(p.ranks.size());
+    ws::program p = weft_test::program_from_text(microbatches, text);
     p.num_stages = stages == 0 ? p.num_ranks : stages;
+    p.stage_rank.clear();
     for (int s = 0; s < p.num_stages; ++s)
         p.stage_rank.push_back(placement.empty() ? s : placement[static_cast<std::size_t>(s)] - '0');
     return p;

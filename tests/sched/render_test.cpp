@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "test_programs.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/csv.hpp"
 #include "weft/sched/gpipe.hpp"
@@ -168,19 +169,7 @@ std::vector<std::string> lines_of(const std::string& text) {
     return out;
 }
 
-struct generated {
-    std::string name;
-    ws::program program;
-};
-
-std::vector<generated> every_schedule() {
-    std::vector<generated> out;
-    for (const auto& [kind, name] : weft::schedule_names) {
-        const ws::schedule_params params{.ranks = 4, .microbatches = 8, .chunks = weft::default_chunks(kind)};
-        out.push_back({std::string(name), ws::generate(kind, params)});
-    }
-    return out;
-}
+using weft_test::every_schedule;
 
 // Two ranks, one DualPipe-style overlapped pair, split backward elsewhere.
 const ws::program overlapped = ws::from_csv(
@@ -228,7 +217,7 @@ TEST_CASE("ASCII draws an overlapped pair with both parts") {
 }
 
 TEST_CASE("SVG: a standalone picture with one box per compute action") {
-    for (const generated& g : every_schedule()) {
+    for (const auto& g : every_schedule()) {
         INFO(g.name);
         const ws::simulation sim = ws::simulate(g.program);
         const std::string svg = ws::render_svg(g.program, sim, {.title = g.name + " <p=4>"});
@@ -255,7 +244,7 @@ TEST_CASE("SVG boxes sit at their simulated times") {
 }
 
 TEST_CASE("trace: valid JSON with one X event per compute action and a name per rank") {
-    for (const generated& g : every_schedule()) {
+    for (const auto& g : every_schedule()) {
         INFO(g.name);
         const std::string trace = ws::render_trace(g.program);
         CHECK(is_json(trace));
@@ -282,7 +271,7 @@ TEST_CASE("program JSON lists sizes, placement and actions") {
           "{\"num_ranks\":2,\"num_stages\":2,\"num_microbatches\":2,\"lowered\":false,\"stage_rank\":[0,1],"
           "\"ranks\":[\n[\"0F0\",\"0F1\",\"0B0\",\"0B1\"],\n[\"1F0\",\"1B0\",\"1F1\",\"1B1\"]\n]}\n");
     CHECK(is_json(ws::render_json(overlapped)));
-    for (const generated& g : every_schedule()) {
+    for (const auto& g : every_schedule()) {
         INFO(g.name);
         const std::string all = ws::render_json(g.program);
         CHECK(is_json(all));

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "test_programs.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/one_f_one_b.hpp"
@@ -19,19 +20,9 @@ namespace {
 
 // A program from text: ranks separated by '|', actions by spaces; stage s on rank s % ranks.
 ws::program make(int stages, int microbatches, std::string_view text) {
-    ws::program p;
-    p.num_microbatches = microbatches;
-    p.ranks.emplace_back();
-    std::size_t begin = 0;
-    for (std::size_t at = 0; at <= text.size(); ++at) {
-        const bool end = at == text.size() || text[at] == ' ' || text[at] == '|';
-        if (!end) continue;
-        if (at > begin) p.ranks.back().push_back(ws::parse_action(text.substr(begin, at - begin)));
-        if (at < text.size() && text[at] == '|') p.ranks.emplace_back();
-        begin = at + 1;
-    }
-    p.num_ranks = static_cast<int>(p.ranks.size());
+    ws::program p = weft_test::program_from_text(microbatches, text);
     p.num_stages = stages;
+    p.stage_rank.clear();
     for (int s = 0; s < stages; ++s) p.stage_rank.push_back(s % p.num_ranks);
     return p;
 }

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "test_programs.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/one_f_one_b.hpp"
@@ -19,21 +20,8 @@ namespace {
 // A one-stage-per-rank program from text: ranks separated by '|', actions by spaces.
 // (Nested initializer lists of vectors are not usable in GCC 12 constant evaluation.)
 constexpr ws::program make(int microbatches, std::string_view text, bool lowered = false) {
-    ws::program p;
-    p.num_microbatches = microbatches;
+    ws::program p = weft_test::program_from_text(microbatches, text);
     p.lowered = lowered;
-    p.ranks.emplace_back();
-    std::size_t begin = 0;
-    for (std::size_t at = 0; at <= text.size(); ++at) {
-        const bool end = at == text.size() || text[at] == ' ' || text[at] == '|';
-        if (!end) continue;
-        if (at > begin) p.ranks.back().push_back(ws::parse_action(text.substr(begin, at - begin)));
-        if (at < text.size() && text[at] == '|') p.ranks.emplace_back();
-        begin = at + 1;
-    }
-    p.num_ranks = static_cast<int>(p.ranks.size());
-    p.num_stages = p.num_ranks;
-    for (int r = 0; r < p.num_ranks; ++r) p.stage_rank.push_back(r);
     return p;
 }
 
