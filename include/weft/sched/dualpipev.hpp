@@ -27,11 +27,7 @@ struct dualpipev {
         const int p = params.ranks;
         const int m = params.microbatches;
         detail::require_generator_arguments(p, m);
-        if (params.chunks != 2)
-            throw invalid_argument("chunks", params.chunks,
-                                   "dualpipev needs exactly 2 chunks per rank (V placement: "
-                                   "stage s on rank s for s < ranks, else on rank "
-                                   "2 * ranks - 1 - s)");
+        detail::require_v_chunks(params.chunks, name);
         // The steady phase of rank 0 runs m - 2p + 1 times; it must run at least once.
         if (m < 2 * p)
             throw invalid_argument(

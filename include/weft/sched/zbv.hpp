@@ -27,10 +27,7 @@ struct zbv {
         const int p = params.ranks;
         const int m = params.microbatches;
         detail::require_generator_arguments(p, m);
-        if (params.chunks != 2)
-            throw invalid_argument("chunks", params.chunks,
-                                   "zbv needs exactly 2 chunks per rank (V placement: stage s "
-                                   "on rank s for s < ranks, else on rank 2 * ranks - 1 - s)");
+        detail::require_v_chunks(params.chunks, name);
         // The order is built for at least 2p-1 micro-batches (what fills the V) and the
         // ones beyond m are dropped, so the loops run p * max(m, 2p-1) times in all.
         const int filled = std::max(m, 2 * p - 1);

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
 
+#include "weft/core/error.hpp"
 #include "weft/sched/program.hpp"
 
 namespace weft::sched::detail {
@@ -27,6 +30,15 @@ namespace weft::sched::detail {
     for (int s = ranks; s < 2 * ranks; ++s)
         p.stage_rank[static_cast<std::size_t>(s)] = 2 * ranks - 1 - s;
     return p;
+}
+
+// The V placement holds exactly two chunks per rank; `schedule` names the generator asking.
+constexpr void require_v_chunks(int chunks, std::string_view schedule) {
+    if (chunks != 2)
+        throw invalid_argument("chunks", chunks,
+                               std::string(schedule) +
+                                   " needs exactly 2 chunks per rank (V placement: stage s on rank s for s < ranks, "
+                                   "else on rank 2 * ranks - 1 - s)");
 }
 
 }  // namespace weft::sched::detail
