@@ -24,6 +24,7 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/embedding.hpp"
+#include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_init.hpp"
 #include "weft/nn/lm_head.hpp"
@@ -35,7 +36,7 @@
 namespace weft::nn {
 
 template <compute_backend Backend>
-class gpt_stage {
+class gpt_stage : public flat_parameters<typename Backend::scalar> {
 public:
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
@@ -69,13 +70,12 @@ public:
                 "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
                 "must be a non-empty range within [0, num_units = " + std::to_string(config.num_units()) + ")");
         const int c = config.d_model;
-        if (is_first()) embed_ = embedding<Backend>(registry_, config.vocab_size, c, config.seq_len);
+        if (is_first()) embed_ = embedding<Backend>(this->layer_registry(), config.vocab_size, c, config.seq_len);
         for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
-            blocks_.emplace_back(registry_, u - 1, c, config.num_heads, config.seq_len);
-        if (is_last()) head_ = lm_head<Backend>(registry_, config.vocab_size, c);
-        params_.assign(registry_.total_size(), scalar(0));
-        grads_.assign(registry_.total_size(), scalar(0));
-        gpt_initialize(registry_, std::span<scalar>(params_), config.seed, config.num_layers);
+            blocks_.emplace_back(this->layer_registry(), u - 1, c, config.num_heads, config.seq_len);
+        if (is_last()) head_ = lm_head<Backend>(this->layer_registry(), config.vocab_size, c);
+        this->allocate();
+        gpt_initialize(registry(), parameters(), config.seed, config.num_layers);
     }
 
     [[nodiscard]] const gpt_config& config() const { return config_; }
@@ -167,12 +167,11 @@ public:
         return dx;
     }
 
-    [[nodiscard]] std::span<scalar> parameters() { return params_; }
-    [[nodiscard]] std::span<const scalar> parameters() const { return params_; }
-    [[nodiscard]] std::span<scalar> gradients() { return grads_; }
-    [[nodiscard]] std::span<const scalar> gradients() const { return grads_; }
-    void zero_gradients() { std::fill(grads_.begin(), grads_.end(), scalar(0)); }
-    [[nodiscard]] const parameter_registry& registry() const { return registry_; }
+    // parameters(), gradients(), zero_gradients() and registry() come from flat_parameters;
+    // named here so member functions can call them unqualified (the base is dependent).
+    using flat_parameters<scalar>::parameters;
+    using flat_parameters<scalar>::gradients;
+    using flat_parameters<scalar>::registry;
 
 private:
     static void check_empty(const stash& s) {
@@ -192,12 +191,9 @@ private:
 
     gpt_config config_;
     unit_range units_;
-    parameter_registry registry_;
     embedding<Backend> embed_;
     std::vector<transformer_block<Backend>> blocks_;
     lm_head<Backend> head_;
-    std::vector<scalar> params_;
-    std::vector<scalar> grads_;
 };
 
 }  // namespace weft::nn

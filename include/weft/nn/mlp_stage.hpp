@@ -13,6 +13,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gelu.hpp"
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/linear.hpp"
@@ -23,7 +24,7 @@
 namespace weft::nn {
 
 template <compute_backend Backend>
-class mlp_stage {
+class mlp_stage : public flat_parameters<typename Backend::scalar> {
 public:
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
@@ -69,22 +70,21 @@ public:
             unit layer;
             if (u == 0) {
                 layer.kind = unit_kind::input;
-                layer.fc1 = linear<Backend>(registry_, "input", config.input_dim, hidden);
+                layer.fc1 = linear<Backend>(this->layer_registry(), "input", config.input_dim, hidden);
             } else if (u == config.num_blocks + 1) {
                 layer.kind = unit_kind::head;
-                layer.ln = layer_norm<Backend>(registry_, "head.ln", hidden);
-                layer.fc1 = linear<Backend>(registry_, "head.fc", hidden, config.num_classes);
+                layer.ln = layer_norm<Backend>(this->layer_registry(), "head.ln", hidden);
+                layer.fc1 = linear<Backend>(this->layer_registry(), "head.fc", hidden, config.num_classes);
             } else {
                 const std::string prefix = "blocks." + std::to_string(u - 1);
                 layer.kind = unit_kind::block;
-                layer.ln = layer_norm<Backend>(registry_, prefix + ".ln", hidden);
-                layer.fc1 = linear<Backend>(registry_, prefix + ".fc1", hidden, wide);
-                layer.fc2 = linear<Backend>(registry_, prefix + ".fc2", wide, hidden);
+                layer.ln = layer_norm<Backend>(this->layer_registry(), prefix + ".ln", hidden);
+                layer.fc1 = linear<Backend>(this->layer_registry(), prefix + ".fc1", hidden, wide);
+                layer.fc2 = linear<Backend>(this->layer_registry(), prefix + ".fc2", wide, hidden);
             }
             units_list_.push_back(std::move(layer));
         }
-        params_.assign(registry_.total_size(), scalar(0));
-        grads_.assign(registry_.total_size(), scalar(0));
+        this->allocate();
         for (const unit& layer : units_list_) {
             if (layer.kind != unit_kind::input) layer.ln.initialize(parameters());
             layer.fc1.initialize(parameters(), config.seed);
@@ -208,12 +208,11 @@ public:
         return dx;
     }
 
-    [[nodiscard]] std::span<scalar> parameters() { return params_; }
-    [[nodiscard]] std::span<const scalar> parameters() const { return params_; }
-    [[nodiscard]] std::span<scalar> gradients() { return grads_; }
-    [[nodiscard]] std::span<const scalar> gradients() const { return grads_; }
-    void zero_gradients() { std::fill(grads_.begin(), grads_.end(), scalar(0)); }
-    [[nodiscard]] const parameter_registry& registry() const { return registry_; }
+    // parameters(), gradients(), zero_gradients() and registry() come from flat_parameters;
+    // named here so member functions can call them unqualified (the base is dependent).
+    using flat_parameters<scalar>::parameters;
+    using flat_parameters<scalar>::gradients;
+    using flat_parameters<scalar>::registry;
 
 private:
     enum class unit_kind { input, block, head };
@@ -226,10 +225,7 @@ private:
 
     mlp_config config_;
     unit_range units_;
-    parameter_registry registry_;
     std::vector<unit> units_list_;
-    std::vector<scalar> params_;
-    std::vector<scalar> grads_;
 };
 
 }  // namespace weft::nn
