@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -101,7 +102,7 @@ weft_result time_weft(const bench_config& c, weft::nn::gpt_stage<backend>& stage
         lap(p.forward);
         auto ce = weft::nn::cross_entropy<backend>(logits, targets, scalar(1));
         lap(p.loss);
-        const matrix dx = stage.backward_input(ce.dlogits, stash);
+        const matrix dx = stage.backward_input(std::move(ce.dlogits), stash);
         lap(p.backward_input);
         stage.backward_weight(stash);
         lap(p.backward_weight);

@@ -125,10 +125,11 @@ public:
         return run_forward(x, s);
     }
 
-    // dy is the gradient of the stage output (last stage: dlogits from cross_entropy).
+    // dy is the gradient of the stage output (last stage: dlogits from cross_entropy), taken
+    // by value: it becomes the first layer's saved gradient, so pass an rvalue to avoid a copy.
     // Returns the gradient of the stage input; the first stage returns an empty (0 x 0)
     // matrix, since token ids have no gradient.
-    [[nodiscard]] matrix backward_input(const matrix& dy, stash& s) const {
+    [[nodiscard]] matrix backward_input(matrix dy, stash& s) const {
         require(s.state == stash::phase::forwarded, "backward_input: stash",
                 s.empty() ? "empty" : "already past backward_input",
                 "must hold this micro-batch's forward (call forward first)");
@@ -136,7 +137,7 @@ public:
                 std::to_string(Backend::rows(dy)) + "x" + std::to_string(Backend::cols(dy)),
                 "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
         const auto p = parameters();
-        matrix d = dy;
+        matrix d = std::move(dy);
         if (is_last()) d = head_.backward_input(p, std::move(d), s.head);
         for (std::size_t i = blocks_.size(); i-- > 0;) d = blocks_[i].backward_input(p, std::move(d), s.blocks[i]);
         if (is_first()) {
@@ -161,8 +162,8 @@ public:
     }
 
     // The full backward (B): both halves back to back.
-    [[nodiscard]] matrix backward(const matrix& dy, stash& s) {
-        matrix dx = backward_input(dy, s);
+    [[nodiscard]] matrix backward(matrix dy, stash& s) {
+        matrix dx = backward_input(std::move(dy), s);
         backward_weight(s);
         return dx;
     }

@@ -361,7 +361,7 @@ private:
         matrix grad_output = stage.is_last()
                                  ? take(state.loss_grads, stage_index, mb, "B needs the loss gradient")
                                  : take(state.input_grads, stage_index + 1, mb, "B needs the next stage's input gradient");
-        matrix grad_input = stage.backward_input(grad_output, state.stash.at(stage_index, mb));
+        matrix grad_input = stage.backward_input(std::move(grad_output), state.stash.at(stage_index, mb));
         if (!stage.is_first()) state.input_grads.emplace(std::pair{stage_index, mb}, std::move(grad_input));
     }
 
