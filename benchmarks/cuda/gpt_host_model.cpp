@@ -5,10 +5,8 @@
 #include <cstdint>
 
 #include "weft/exec/cpu.hpp"
-#include "weft/nn/embedding.hpp"
 #include "weft/nn/gpt_init.hpp"
-#include "weft/nn/lm_head.hpp"
-#include "weft/nn/transformer_block.hpp"
+#include "weft/nn/gpt_stage.hpp"
 
 namespace weft_bench {
 
@@ -16,12 +14,7 @@ gpt_host_model make_gpt_host_model(const weft::nn::gpt_config& config) {
     using backend = weft::exec::cpu;
     config.validate();
     gpt_host_model model;
-    // Registration only, in gpt_stage's order: embedding, blocks, head (which finds wte).
-    static_cast<void>(weft::nn::embedding<backend>(model.registry, config.vocab_size, config.d_model, config.seq_len));
-    for (int l = 0; l < config.num_layers; ++l)
-        static_cast<void>(
-            weft::nn::transformer_block<backend>(model.registry, l, config.d_model, config.num_heads, config.seq_len));
-    static_cast<void>(weft::nn::lm_head<backend>(model.registry, config.vocab_size, config.d_model));
+    model.registry = weft::nn::gpt_stage<backend>::layout(config, {0, config.num_units()});
 
     model.parameters.assign(model.registry.total_size(), 0.0f);
     std::uint64_t state = (config.seed * 0x9E3779B97F4A7C15ull) | 1;  // xorshift needs a non-zero state

@@ -14,10 +14,8 @@
 #include "gpt_run_cli.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/cpu.hpp"
-#include "weft/nn/embedding.hpp"
 #include "weft/nn/gpt_init.hpp"
-#include "weft/nn/lm_head.hpp"
-#include "weft/nn/transformer_block.hpp"
+#include "weft/nn/gpt_stage.hpp"
 #include "weft/optim/adamw.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/train/engine_checkpoint.hpp"
@@ -39,21 +37,6 @@ constexpr int max_head_dim = 128;
 constexpr int max_seq_len = 8192;
 constexpr int max_batch = 65535;
 
-// nn::gpt_stage's registry over every unit, without its parameters: registering the
-// layers is cheap, while gpt_stage would also draw the initial weights, which
-// --init-from does not need. The order (embedding, blocks, head) is gpt_stage's; the
-// flat layout does not matter to correctness anyway, since gpt_model and the checkpoint
-// code find every tensor by name.
-weft::nn::parameter_registry gpt_registry(const weft::nn::gpt_config& config) {
-    using backend = weft::exec::cpu;
-    weft::nn::parameter_registry registry;
-    static_cast<void>(weft::nn::embedding<backend>(registry, config.vocab_size, config.d_model, config.seq_len));
-    for (int l = 0; l < config.num_layers; ++l)
-        static_cast<void>(
-            weft::nn::transformer_block<backend>(registry, l, config.d_model, config.num_heads, config.seq_len));
-    static_cast<void>(weft::nn::lm_head<backend>(registry, config.vocab_size, config.d_model));  // finds wte
-    return registry;
-}
 
 }  // namespace
 
@@ -131,7 +114,7 @@ gpt_cuda_host::gpt_cuda_host(const gpt_cuda_options& o) : impl_(std::make_unique
                                          "the data holds token " + std::to_string(token) + "; use a larger --vocab");
     static_cast<void>(weft::train::batches_per_epoch(m.tokens, o.batch, o.seq_len));  // enough tokens for a batch
 
-    m.registry = gpt_registry(m.config);
+    m.registry = weft::nn::gpt_stage<weft::exec::cpu>::layout(m.config, {0, m.config.num_units()});
     if (!o.init_from.empty()) {
         m.loaded.assign(m.registry.total_size(), 0.0f);
         weft::train::load_checkpoint(o.init_from, m.registry, m.loaded);  // names and shapes checked

@@ -58,6 +58,24 @@ void perturb(gpt_stage<Backend>& stage) {
 
 }  // namespace
 
+TEST_CASE("gpt_stage::layout is the registry the stage builds, without its weights", "[nn][gpt]") {
+    for (const unit_range units : {unit_range{0, 4}, unit_range{0, 1}, unit_range{1, 3}, unit_range{2, 4},
+                                   unit_range{3, 4}}) {
+        INFO("units [" << units.first << ", " << units.last << ")");
+        const auto layout = gpt_stage<weft::exec::cpu>::layout(tiny, units);
+        const gpt_stage<weft::exec::cpu> stage(tiny, units);
+        const auto& built = stage.registry().entries();
+        REQUIRE(layout.entries().size() == built.size());
+        for (std::size_t i = 0; i < built.size(); ++i) {
+            CHECK(layout.entries()[i].name == built[i].name);
+            CHECK(layout.entries()[i].shape == built[i].shape);
+            CHECK(layout.entries()[i].offset == built[i].offset);
+        }
+        CHECK(layout.total_size() == stage.parameters().size());
+    }
+    CHECK_THROWS_WITH(gpt_stage<weft::exec::cpu>::layout(tiny, {2, 2}), Catch::Contains("unit_range"));
+}
+
 TEST_CASE("gpt stages register Hugging Face GPT-2 names and shapes", "[nn][gpt]") {
     const gpt_stage<weft::exec::cpu> whole(tiny, {0, 4});
     std::vector<std::string> names;

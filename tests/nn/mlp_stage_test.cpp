@@ -40,6 +40,22 @@ std::span<const typename Backend::scalar> tensor_grad(const mlp_stage<Backend>& 
 
 }  // namespace
 
+TEST_CASE("mlp_stage::layout is the registry the stage builds, without its weights", "[nn][stage]") {
+    for (const unit_range units : {unit_range{0, 4}, unit_range{0, 1}, unit_range{1, 3}, unit_range{3, 4}}) {
+        INFO("units [" << units.first << ", " << units.last << ")");
+        const auto layout = mlp_stage<weft::exec::cpu>::layout(small, units);
+        const mlp_stage<weft::exec::cpu> stage(small, units);
+        const auto& built = stage.registry().entries();
+        REQUIRE(layout.entries().size() == built.size());
+        for (std::size_t i = 0; i < built.size(); ++i) {
+            CHECK(layout.entries()[i].name == built[i].name);
+            CHECK(layout.entries()[i].shape == built[i].shape);
+            CHECK(layout.entries()[i].offset == built[i].offset);
+        }
+        CHECK(layout.total_size() == stage.parameters().size());
+    }
+}
+
 TEST_CASE("stages register global tensor names and shapes", "[nn][stage]") {
     const mlp_stage<weft::exec::cpu> whole(small, {0, 4});
     std::vector<std::string> names;

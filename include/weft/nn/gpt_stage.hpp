@@ -64,18 +64,19 @@ public:
         }
     };
 
-    gpt_stage(const gpt_config& config, unit_range units) : config_(config), units_(units) {
-        config.validate();
-        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
-                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
-                "must be a non-empty range within [0, num_units = " + std::to_string(config.num_units()) + ")");
-        const int c = config.d_model;
-        if (is_first()) embed_ = embedding<Backend>(this->layer_registry(), config.vocab_size, c, config.seq_len);
-        for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
-            blocks_.emplace_back(this->layer_registry(), u - 1, c, config.num_heads, config.seq_len);
-        if (is_last()) head_ = lm_head<Backend>(this->layer_registry(), config.vocab_size, c);
+    gpt_stage(const gpt_config& config, unit_range units)
+        : config_(config), units_(units), layers_(build_layers(this->layer_registry(), config, units)) {
         this->allocate();
         gpt_initialize(registry(), parameters(), config.seed, config.num_layers);
+    }
+
+    // The registry (names, shapes, flat offsets) a stage over `units` has, without its
+    // weights: what the CUDA model and checkpoint tools take when drawing the initial
+    // weights (seconds for GPT-2 124M) is not needed. Built by the constructor's own code.
+    [[nodiscard]] static parameter_registry layout(const gpt_config& config, unit_range units) {
+        parameter_registry registry;
+        static_cast<void>(build_layers(registry, config, units));
+        return registry;
     }
 
     [[nodiscard]] const gpt_config& config() const { return config_; }
@@ -106,7 +107,7 @@ public:
                                        "must be a token id in [0, vocab_size = " +
                                            std::to_string(config_.vocab_size) + ")");
         begin(s, tokens.rows * tokens.seq_len);
-        return run_forward(embed_.forward(parameters(), tokens.tokens, s.embed), s);
+        return run_forward(layers_.embed.forward(parameters(), tokens.tokens, s.embed), s);
     }
 
     // Non-first stages. x is [rows * seq_len, d_model].
@@ -138,10 +139,11 @@ public:
                 "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
         const auto p = parameters();
         matrix d = std::move(dy);
-        if (is_last()) d = head_.backward_input(p, std::move(d), s.head);
-        for (std::size_t i = blocks_.size(); i-- > 0;) d = blocks_[i].backward_input(p, std::move(d), s.blocks[i]);
+        if (is_last()) d = layers_.head.backward_input(p, std::move(d), s.head);
+        for (std::size_t i = layers_.blocks.size(); i-- > 0;)
+            d = layers_.blocks[i].backward_input(p, std::move(d), s.blocks[i]);
         if (is_first()) {
-            embed_.backward_input(std::move(d), s.embed);
+            layers_.embed.backward_input(std::move(d), s.embed);
             d = matrix();
         }
         s.state = stash::phase::input_done;
@@ -155,9 +157,10 @@ public:
                 s.empty() ? "empty" : "not past backward_input",
                 "must have run backward_input for this micro-batch first");
         const auto g = gradients();
-        if (is_first()) embed_.backward_weight(g, s.embed);
-        for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i].backward_weight(g, s.blocks[i]);
-        if (is_last()) head_.backward_weight(g, s.head);
+        if (is_first()) layers_.embed.backward_weight(g, s.embed);
+        for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
+            layers_.blocks[i].backward_weight(g, s.blocks[i]);
+        if (is_last()) layers_.head.backward_weight(g, s.head);
         s = stash{};
     }
 
@@ -180,21 +183,42 @@ private:
     }
     void begin(stash& s, int rows) const {
         s.rows = rows;
-        s.blocks.assign(blocks_.size(), {});
+        s.blocks.assign(layers_.blocks.size(), {});
     }
     matrix run_forward(matrix y, stash& s) const {
         const auto p = parameters();
-        for (std::size_t i = 0; i < blocks_.size(); ++i) y = blocks_[i].forward(p, std::move(y), s.blocks[i]);
-        if (is_last()) y = head_.forward(p, std::move(y), s.head);
+        for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
+            y = layers_.blocks[i].forward(p, std::move(y), s.blocks[i]);
+        if (is_last()) y = layers_.head.forward(p, std::move(y), s.head);
         s.state = stash::phase::forwarded;
         return y;
     }
 
+    struct layers {
+        embedding<Backend> embed;  // first stage only
+        std::vector<transformer_block<Backend>> blocks;
+        lm_head<Backend> head;  // last stage only
+    };
+
+    // Registers the layers of `units` in order: embedding, blocks, head (which finds a
+    // wte the embedding registered, or registers its own).
+    static layers build_layers(parameter_registry& registry, const gpt_config& config, unit_range units) {
+        config.validate();
+        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
+                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
+                "must be a non-empty range within [0, num_units = " + std::to_string(config.num_units()) + ")");
+        const int c = config.d_model;
+        layers out;
+        if (units.first == 0) out.embed = embedding<Backend>(registry, config.vocab_size, c, config.seq_len);
+        for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
+            out.blocks.emplace_back(registry, u - 1, c, config.num_heads, config.seq_len);
+        if (units.last == config.num_units()) out.head = lm_head<Backend>(registry, config.vocab_size, c);
+        return out;
+    }
+
     gpt_config config_;
     unit_range units_;
-    embedding<Backend> embed_;
-    std::vector<transformer_block<Backend>> blocks_;
-    lm_head<Backend> head_;
+    layers layers_;
 };
 
 }  // namespace weft::nn

@@ -58,38 +58,22 @@ public:
         }
     };
 
-    mlp_stage(const mlp_config& config, unit_range units) : config_(config), units_(units) {
-        config.validate();
-        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
-                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
-                "must be a non-empty range within [0, num_units = " +
-                    std::to_string(config.num_units()) + ")");
-        const int hidden = config.hidden_dim;
-        const int wide = config.expansion * hidden;
-        for (int u = units.first; u < units.last; ++u) {
-            unit layer;
-            if (u == 0) {
-                layer.kind = unit_kind::input;
-                layer.fc1 = linear<Backend>(this->layer_registry(), "input", config.input_dim, hidden);
-            } else if (u == config.num_blocks + 1) {
-                layer.kind = unit_kind::head;
-                layer.ln = layer_norm<Backend>(this->layer_registry(), "head.ln", hidden);
-                layer.fc1 = linear<Backend>(this->layer_registry(), "head.fc", hidden, config.num_classes);
-            } else {
-                const std::string prefix = "blocks." + std::to_string(u - 1);
-                layer.kind = unit_kind::block;
-                layer.ln = layer_norm<Backend>(this->layer_registry(), prefix + ".ln", hidden);
-                layer.fc1 = linear<Backend>(this->layer_registry(), prefix + ".fc1", hidden, wide);
-                layer.fc2 = linear<Backend>(this->layer_registry(), prefix + ".fc2", wide, hidden);
-            }
-            units_list_.push_back(std::move(layer));
-        }
+    mlp_stage(const mlp_config& config, unit_range units)
+        : config_(config), units_(units), units_list_(build_units(this->layer_registry(), config, units)) {
         this->allocate();
         for (const unit& layer : units_list_) {
             if (layer.kind != unit_kind::input) layer.ln.initialize(parameters());
             layer.fc1.initialize(parameters(), config.seed);
             if (layer.kind == unit_kind::block) layer.fc2.initialize(parameters(), config.seed);
         }
+    }
+
+    // The registry (names, shapes, flat offsets) a stage over `units` has, without drawing
+    // its weights; built by the constructor's own code.
+    [[nodiscard]] static parameter_registry layout(const mlp_config& config, unit_range units) {
+        parameter_registry registry;
+        static_cast<void>(build_units(registry, config, units));
+        return registry;
     }
 
     [[nodiscard]] const mlp_config& config() const { return config_; }
@@ -223,6 +207,37 @@ private:
         linear<Backend> fc1;      // input: input; blocks: fc1; head: head.fc
         linear<Backend> fc2;      // blocks
     };
+
+    // Registers the layers of `units` in order and returns them.
+    static std::vector<unit> build_units(parameter_registry& registry, const mlp_config& config, unit_range units) {
+        config.validate();
+        require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
+                "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
+                "must be a non-empty range within [0, num_units = " +
+                    std::to_string(config.num_units()) + ")");
+        const int hidden = config.hidden_dim;
+        const int wide = config.expansion * hidden;
+        std::vector<unit> out;
+        for (int u = units.first; u < units.last; ++u) {
+            unit layer;
+            if (u == 0) {
+                layer.kind = unit_kind::input;
+                layer.fc1 = linear<Backend>(registry, "input", config.input_dim, hidden);
+            } else if (u == config.num_blocks + 1) {
+                layer.kind = unit_kind::head;
+                layer.ln = layer_norm<Backend>(registry, "head.ln", hidden);
+                layer.fc1 = linear<Backend>(registry, "head.fc", hidden, config.num_classes);
+            } else {
+                const std::string prefix = "blocks." + std::to_string(u - 1);
+                layer.kind = unit_kind::block;
+                layer.ln = layer_norm<Backend>(registry, prefix + ".ln", hidden);
+                layer.fc1 = linear<Backend>(registry, prefix + ".fc1", hidden, wide);
+                layer.fc2 = linear<Backend>(registry, prefix + ".fc2", wide, hidden);
+            }
+            out.push_back(std::move(layer));
+        }
+        return out;
+    }
 
     mlp_config config_;
     unit_range units_;
