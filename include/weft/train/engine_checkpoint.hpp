@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/nn/parameter_registry.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/train/safetensors.hpp"
 
@@ -51,10 +52,9 @@ void save(Engine& engine, const std::filesystem::path& path) {
     auto& pipeline = engine.pipeline_group();
     const auto& program = engine.program();
     const bool writer = pipeline.rank() == 0;
-    // Stages of other ranks, rebuilt on the writer only to receive their values.
-    std::vector<typename Engine::stage_type> remote;
-    std::vector<std::vector<float>> remote_m, remote_v;
-    std::vector<int> remote_index;
+    // Stages of other ranks, received on the writer only: their layout and values.
+    std::vector<nn::parameter_registry> remote;
+    std::vector<std::vector<float>> remote_params, remote_m, remote_v;
     remote.reserve(static_cast<std::size_t>(program.num_stages));
     bool adamw = engine.stage_optimizer(engine.local_stages().front()).adamw() != nullptr;
     std::vector<std::uint64_t> steps;
@@ -76,12 +76,14 @@ void save(Engine& engine, const std::filesystem::path& path) {
                 detail::send_floats(pipeline, std::span<const float>(step), 0);
             }
         } else if (writer) {
-            remote.emplace_back(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]);
-            remote_index.push_back(s);
-            detail::receive_floats(pipeline, remote.back().parameters(), owner);
+            remote.push_back(
+                Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]));
+            const std::size_t size = remote.back().total_size();
+            remote_params.emplace_back(size);
+            detail::receive_floats(pipeline, std::span<float>(remote_params.back()), owner);
             if (adamw) {
-                remote_m.emplace_back(remote.back().parameters().size());
-                remote_v.emplace_back(remote.back().parameters().size());
+                remote_m.emplace_back(size);
+                remote_v.emplace_back(size);
                 float step[1] = {0};
                 detail::receive_floats(pipeline, std::span<float>(remote_m.back()), owner);
                 detail::receive_floats(pipeline, std::span<float>(remote_v.back()), owner);
@@ -94,7 +96,8 @@ void save(Engine& engine, const std::filesystem::path& path) {
     std::vector<stage_parameters> stages;
     for (const int s : engine.local_stages())
         stages.push_back({engine.stage(s).registry(), std::span<const float>(engine.stage(s).parameters())});
-    for (const auto& stage : remote) stages.push_back({stage.registry(), std::span<const float>(stage.parameters())});
+    for (std::size_t i = 0; i < remote.size(); ++i)
+        stages.push_back({remote[i], std::span<const float>(remote_params[i])});
     save_checkpoint(path, stages);
     if (!adamw) return;
     // Remote moments go into optimizers restored from what the owners sent.
@@ -107,7 +110,7 @@ void save(Engine& engine, const std::filesystem::path& path) {
     std::vector<stage_optimizer> optimizers;
     for (const int s : engine.local_stages())
         optimizers.push_back({engine.stage(s).registry(), *engine.stage_optimizer(s).adamw()});
-    for (std::size_t i = 0; i < remote.size(); ++i) optimizers.push_back({remote[i].registry(), restored[i]});
+    for (std::size_t i = 0; i < remote.size(); ++i) optimizers.push_back({remote[i], restored[i]});
     save_optimizer_state(optimizer_companion(path), optimizers);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weft/exec/compute_backend.hpp"
+#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 
 namespace weft::train {
@@ -28,6 +29,9 @@ concept pipeline_model =
     requires(const typename M::config& config, const typename M::batch& batch, nn::unit_range units,
              const typename Backend::matrix& logits, typename Backend::scalar scale, int row) {
         typename M::template stage<Backend>;
+        // The parameter layout a stage over `units` has, without building its weights
+        // (checkpoints use it to receive other ranks' stages).
+        { M::template stage<Backend>::layout(config, units) } -> std::same_as<nn::parameter_registry>;
         { M::num_units(config) } -> std::convertible_to<int>;
         { M::validate(config) };
         { M::batch_rows(batch) } -> std::convertible_to<int>;
@@ -45,7 +49,7 @@ template <class M, class Backend>
 struct require_pipeline_model {
     static_assert(pipeline_model<M, Backend>,
                   "weft: this type does not model weft::train::pipeline_model (it needs config, batch, "
-                  "stage<Backend>, num_units, validate, batch_rows, activation_rows, tied_parameters, "
+                  "stage<Backend> with a static layout(config, units), num_units, validate, batch_rows, activation_rows, tied_parameters, "
                   "first_input and loss); see weft/train/pipeline_model.hpp");
 };
 
