@@ -141,6 +141,87 @@ void check_allreduce(C& c, expectations& e) {
     check_allreduce_of<C, double>(c, e);
 }
 
+// Same dyadic values as above: exact in any summation order.
+template <weft::communicator C, class T>
+void check_allgather_and_reduce_scatter_of(C& c, expectations& e) {
+    const int n = c.size();
+    const std::size_t block = 5;
+    auto value = [](int rank, std::size_t i) { return static_cast<T>(rank + 1) * T(0.5) + static_cast<T>(i) * T(0.25); };
+    std::vector<T> mine(block);
+    for (std::size_t i = 0; i < block; ++i) mine[i] = value(c.rank(), i);
+    std::vector<T> all(block * static_cast<std::size_t>(n), T(-1));
+    c.allgather(std::span<const T>(mine), std::span<T>(all));
+    bool gathered = true;
+    for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < block; ++i) gathered = gathered && all[std::size_t(r) * block + i] == value(r, i);
+    e.expect(gathered, "allgather puts rank r's block at r");
+
+    // Every rank contributes value(rank, i) at every full-buffer index i.
+    std::vector<T> full(block * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < full.size(); ++i) full[i] = value(c.rank(), i);
+    std::vector<T> sum(block, T(-1));
+    c.reduce_scatter_sum(std::span<const T>(full), std::span<T>(sum));
+    bool scattered = true;
+    for (std::size_t i = 0; i < block; ++i) {
+        const std::size_t global = std::size_t(c.rank()) * block + i;
+        T expected = value(0, global);
+        for (int r = 1; r < n; ++r) expected += value(r, global);
+        scattered = scattered && sum[i] == expected;
+    }
+    e.expect(scattered, "reduce_scatter_sum gives rank r the sum of block r");
+
+    std::vector<T> wrong(block * static_cast<std::size_t>(n) + 1);
+    e.expect_weft_error([&] { c.allgather(std::span<const T>(mine), std::span<T>(wrong)); },
+                        "allgather with a full buffer of the wrong size", {"all.size()"});
+    e.expect_weft_error([&] { c.reduce_scatter_sum(std::span<const T>(wrong), std::span<T>(sum)); },
+                        "reduce_scatter_sum with a full buffer of the wrong size", {"all.size()"});
+}
+
+// Non-blocking collectives complete in wait(), may be outstanding while later collectives
+// run, and may be waited for in any order.
+template <weft::communicator C, class T>
+void check_nonblocking_collectives_of(C& c, expectations& e) {
+    const int n = c.size();
+    const std::size_t block = 3;
+    std::vector<T> reduced(7, static_cast<T>(c.rank() + 1));
+    std::vector<T> mine(block, static_cast<T>(c.rank()));
+    std::vector<T> all(block * static_cast<std::size_t>(n), T(-1));
+    std::vector<T> full(block * static_cast<std::size_t>(n), T(1));
+    std::vector<T> part(block, T(-1));
+    auto first = c.iallreduce_sum(std::span<T>(reduced));
+    auto second = c.iallgather(std::span<const T>(mine), std::span<T>(all));
+    auto third = c.ireduce_scatter_sum(std::span<const T>(full), std::span<T>(part));
+    std::vector<T> blocking(2, T(1));
+    c.allreduce_sum(std::span<T>(blocking));  // a blocking collective while three are in flight
+    third.wait();
+    first.wait();
+    second.wait();
+    first.wait();  // twice is harmless
+    const T rank_sum = static_cast<T>(n * (n + 1) / 2);
+    e.expect(std::all_of(reduced.begin(), reduced.end(), [&](T v) { return v == rank_sum; }),
+             "iallreduce_sum equals the sum over ranks");
+    bool gathered = true;
+    for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < block; ++i) gathered = gathered && all[std::size_t(r) * block + i] == T(r);
+    e.expect(gathered, "iallgather puts rank r's block at r");
+    e.expect(std::all_of(part.begin(), part.end(), [&](T v) { return v == static_cast<T>(n); }),
+             "ireduce_scatter_sum gives the sum of block r");
+    e.expect(std::all_of(blocking.begin(), blocking.end(), [&](T v) { return v == static_cast<T>(n); }),
+             "a blocking allreduce between non-blocking ones");
+}
+
+template <weft::communicator C>
+void check_allgather_and_reduce_scatter(C& c, expectations& e) {
+    check_allgather_and_reduce_scatter_of<C, float>(c, e);
+    check_allgather_and_reduce_scatter_of<C, double>(c, e);
+}
+
+template <weft::communicator C>
+void check_nonblocking_collectives(C& c, expectations& e) {
+    check_nonblocking_collectives_of<C, float>(c, e);
+    check_nonblocking_collectives_of<C, double>(c, e);
+}
+
 template <weft::communicator C>
 void check_broadcast(C& c, expectations& e) {
     for (int root = 0; root < c.size(); ++root) {
@@ -254,6 +335,11 @@ void check_collective_length_mismatch(C& c, expectations& e) {
     e.expect_weft_error([&] { c.allreduce_sum(std::span<float>(data)); }, "allreduce with mismatched lengths", {"mismatch"});
     std::vector<std::byte> bytes(c.rank() == 0 ? 5 : 6);
     e.expect_weft_error([&] { c.broadcast(std::span<std::byte>(bytes), 0); }, "broadcast with mismatched lengths", {"mismatch"});
+    std::vector<float> all(data.size() * static_cast<std::size_t>(c.size()));
+    e.expect_weft_error([&] { c.allgather(std::span<const float>(data), std::span<float>(all)); },
+                        "allgather with mismatched lengths", {"mismatch"});
+    e.expect_weft_error([&] { c.iallreduce_sum(std::span<float>(data)).wait(); },
+                        "iallreduce_sum with mismatched lengths", {"mismatch"});
 }
 
 template <weft::communicator C>
@@ -262,6 +348,8 @@ void check_all(C& c, expectations& e) {
     check_fifo_per_tag(c, e);
     check_out_of_order_tags(c, e);
     check_allreduce(c, e);
+    check_allgather_and_reduce_scatter(c, e);
+    check_nonblocking_collectives(c, e);
     check_broadcast(c, e);
     check_barrier(c, e);
     check_split(c, e);

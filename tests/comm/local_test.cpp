@@ -44,6 +44,12 @@ TEST_CASE("local passes the shared communicator checks", "[comm][local]") {
     SECTION("fifo per tag") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_fifo_per_tag(c, e); }); }
     SECTION("out of order tags") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_out_of_order_tags(c, e); }); }
     SECTION("allreduce") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_allreduce(c, e); }); }
+    SECTION("allgather and reduce_scatter") {
+        run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_allgather_and_reduce_scatter(c, e); });
+    }
+    SECTION("non-blocking collectives") {
+        run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_nonblocking_collectives(c, e); });
+    }
     SECTION("broadcast") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_broadcast(c, e); }); }
     SECTION("barrier") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_barrier(c, e); }); }
     SECTION("split") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_split(c, e); }); }

@@ -25,12 +25,19 @@ inline constexpr int max_tag = 32767;
 //   size differs from the message size is a weft::error naming both sizes.
 // * collectives are called by every rank of the group in the same order with the
 //   same length; allreduce_sum works in place and leaves the same values on all ranks.
+// * allgather(mine, all): all[r*n, (r+1)*n) is rank r's `mine`; reduce_scatter_sum(all,
+//   mine): mine is the sum over ranks of their block rank() of `all`. Both need
+//   all.size() == size() * mine.size().
+// * the i-forms (iallreduce_sum, iallgather, ireduce_scatter_sum) start the collective
+//   and return a request; the buffers belong to it until wait(). Every rank starts its
+//   collectives, blocking or not, in the same order.
 // * split(color, key) works like MPI_Comm_split with color >= 0.
 template <class C>
 concept communicator =
     std::movable<C> && requires(C& c, const C& cc, std::span<const std::byte> out,
                                 std::span<std::byte> in, std::span<float> f,
-                                std::span<double> d, int i) {
+                                std::span<double> d, std::span<const float> cf,
+                                std::span<const double> cd, int i) {
         { cc.rank() } -> std::same_as<int>;
         { cc.size() } -> std::same_as<int>;
         typename C::request;
@@ -39,6 +46,16 @@ concept communicator =
         requires requires(typename C::request& r) { r.wait(); };
         c.allreduce_sum(f);
         c.allreduce_sum(d);
+        c.allgather(cf, f);
+        c.allgather(cd, d);
+        c.reduce_scatter_sum(cf, f);
+        c.reduce_scatter_sum(cd, d);
+        { c.iallreduce_sum(f) } -> std::same_as<typename C::request>;
+        { c.iallreduce_sum(d) } -> std::same_as<typename C::request>;
+        { c.iallgather(cf, f) } -> std::same_as<typename C::request>;
+        { c.iallgather(cd, d) } -> std::same_as<typename C::request>;
+        { c.ireduce_scatter_sum(cf, f) } -> std::same_as<typename C::request>;
+        { c.ireduce_scatter_sum(cd, d) } -> std::same_as<typename C::request>;
         c.broadcast(in, i);
         c.barrier();
         { c.split(i, i) } -> std::same_as<C>;
@@ -51,7 +68,8 @@ template <class C>
 struct require_communicator {
     static_assert(communicator<C>,
                   "weft: this type does not model weft::communicator (it needs rank(), size(), "
-                  "a request type with wait(), isend, irecv, allreduce_sum, broadcast, barrier "
+                  "a request type with wait(), isend, irecv, allreduce_sum, allgather, "
+                  "reduce_scatter_sum and their non-blocking i-forms, broadcast, barrier "
                   "and split); see weft/comm/communicator.hpp");
 };
 

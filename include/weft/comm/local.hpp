@@ -56,12 +56,26 @@ struct local_channel {
 
 using local_channel_key = std::tuple<int, int, int>;  // (destination, source, tag)
 
-enum class local_op { allreduce_float, allreduce_double, broadcast, barrier, split };
+enum class local_op {
+    allreduce_float,
+    allreduce_double,
+    allgather_float,
+    allgather_double,
+    reduce_scatter_float,
+    reduce_scatter_double,
+    broadcast,
+    barrier,
+    split
+};
 
 inline std::string local_op_name(local_op op) {
     switch (op) {
         case local_op::allreduce_float: return "allreduce_sum(float)";
         case local_op::allreduce_double: return "allreduce_sum(double)";
+        case local_op::allgather_float: return "allgather(float)";
+        case local_op::allgather_double: return "allgather(double)";
+        case local_op::reduce_scatter_float: return "reduce_scatter_sum(float)";
+        case local_op::reduce_scatter_double: return "reduce_scatter_sum(double)";
         case local_op::broadcast: return "broadcast";
         case local_op::barrier: return "barrier";
         case local_op::split: return "split";
@@ -73,7 +87,7 @@ inline std::string local_op_name(local_op op) {
 // ranks' buffers while they wait for it, so contributions are not copied first.
 struct local_part {
     local_op op = local_op::barrier;
-    std::size_t count = 0;  // elements; bytes for broadcast
+    std::size_t count = 0;  // elements (per rank's block for allgather/reduce_scatter); bytes for broadcast
     int root = 0;
     int color = 0;
     int key = 0;
@@ -96,7 +110,9 @@ struct local_round {
 struct local_group {
     std::vector<int> world_ranks;  // group rank -> rank in local::run
     std::map<local_channel_key, local_channel> channels;
-    std::shared_ptr<local_round> round;  // the collective in progress, if any
+    // Collectives in progress by sequence number: every rank's k-th collective on the group
+    // joins round k, so a rank may start a non-blocking one and go on to the next.
+    std::map<std::uint64_t, std::shared_ptr<local_round>> rounds;
 };
 
 // State shared by all ranks of one local::run. One mutex guards all of it: the backend
@@ -226,9 +242,21 @@ void local_sum_in_rank_order(local_round& round, std::size_t count) {
     if (count != 0) std::memcpy(round.result.data(), sum.data(), round.result.size());
 }
 
+// allgather: rank r's block lands at block r, in rank order.
+template <class T>
+void local_gather_in_rank_order(local_round& round, std::size_t count) {
+    round.result.resize(round.parts.size() * count * sizeof(T));
+    for (std::size_t r = 0; r < round.parts.size(); ++r)
+        if (count != 0) std::memcpy(round.result.data() + r * count * sizeof(T), round.parts[r].data, count * sizeof(T));
+}
+
+inline bool local_is_elementwise(local_op op) {
+    return op != local_op::broadcast && op != local_op::barrier && op != local_op::split;
+}
+
 inline std::string local_part_text(const local_part& p, std::size_t rank) {
     std::string text = "rank " + std::to_string(rank) + " called " + local_op_name(p.op);
-    if (p.op == local_op::allreduce_float || p.op == local_op::allreduce_double) {
+    if (local_is_elementwise(p.op)) {
         text += " with " + std::to_string(p.count) + " elements";
     } else if (p.op == local_op::broadcast) {
         text += " with " + std::to_string(p.count) + " bytes from root " + std::to_string(p.root);
@@ -253,6 +281,15 @@ inline void local_complete(local_round& round, const local_group& group) {
     switch (first.op) {
         case local_op::allreduce_float: local_sum_in_rank_order<float>(round, first.count); break;
         case local_op::allreduce_double: local_sum_in_rank_order<double>(round, first.count); break;
+        case local_op::allgather_float: local_gather_in_rank_order<float>(round, first.count); break;
+        case local_op::allgather_double: local_gather_in_rank_order<double>(round, first.count); break;
+        // Each rank reads its block of the full sum; summing every block keeps the code one path.
+        case local_op::reduce_scatter_float:
+            local_sum_in_rank_order<float>(round, first.count * round.parts.size());
+            break;
+        case local_op::reduce_scatter_double:
+            local_sum_in_rank_order<double>(round, first.count * round.parts.size());
+            break;
         case local_op::broadcast: {
             const auto* in = static_cast<const std::byte*>(round.parts[static_cast<std::size_t>(first.root)].data);
             round.result.assign(in, in + first.count);
@@ -284,8 +321,9 @@ inline void local_complete(local_round& round, const local_group& group) {
 class local {
 public:
     // The handle of a non-blocking operation. Sends are buffered and complete at once;
-    // a receive completes in wait(). Destroying a request that was not waited for
-    // cancels its receive (the buffer is never written afterwards).
+    // a receive or a non-blocking collective completes in wait(). Destroying a request
+    // that was not waited for cancels its receive (the buffer is never written
+    // afterwards), or waits for its collective, whose buffers other ranks may still read.
     class request {
     public:
         request() = default;
@@ -296,6 +334,10 @@ public:
                 world_ = std::move(other.world_);
                 group_ = std::move(other.group_);
                 recv_ = std::move(other.recv_);
+                round_ = std::move(other.round_);
+                result_ = other.result_;
+                result_from_ = other.result_from_;
+                doing_ = std::move(other.doing_);
                 key_ = other.key_;
                 world_rank_ = other.world_rank_;
             }
@@ -307,6 +349,10 @@ public:
 
         // Waiting again, or on a moved-from request, does nothing.
         void wait() {
+            if (round_) {
+                finish_collective();
+                return;
+            }
             if (!recv_) return;
             std::unique_lock lock(world_->mutex);
             try {
@@ -326,7 +372,27 @@ public:
     private:
         friend class local;
 
+        // Blocks until every rank joined the round, then copies this rank's share of the
+        // result. The result is read after the lock is released: nothing writes a
+        // completed round again.
+        void finish_collective() {
+            auto round = std::move(round_);
+            {
+                std::unique_lock lock(world_->mutex);
+                world_->block_until(lock, world_rank_, [&] { return round->done; }, doing_);
+            }
+            if (!round->error.empty()) throw error(round->error);
+            if (!result_.empty()) std::memcpy(result_.data(), round->result.data() + result_from_, result_.size());
+        }
+
         void cancel() noexcept {
+            if (round_) {
+                try {
+                    finish_collective();
+                } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the run reports the failure
+                }
+                return;
+            }
             if (!recv_) return;
             std::lock_guard lock(world_->mutex);
             cancel_locked();
@@ -348,6 +414,12 @@ public:
         std::shared_ptr<detail::local_world> world_;
         std::shared_ptr<detail::local_group> group_;
         std::shared_ptr<detail::local_posted_recv> recv_;
+        // A non-blocking collective: its round, where this rank's share of the result goes
+        // and where in the round's result that share starts.
+        std::shared_ptr<detail::local_round> round_;
+        std::span<std::byte> result_;
+        std::size_t result_from_ = 0;
+        std::string doing_;
         detail::local_channel_key key_{};
         int world_rank_ = 0;
     };
@@ -408,23 +480,55 @@ public:
     }
 
     // Every rank gets the sum taken in rank order 0..n-1, bit for bit the same.
-    void allreduce_sum(std::span<float> values) { allreduce(values, detail::local_op::allreduce_float); }
-    void allreduce_sum(std::span<double> values) { allreduce(values, detail::local_op::allreduce_double); }
+    void allreduce_sum(std::span<float> values) { iallreduce_sum(values).wait(); }
+    void allreduce_sum(std::span<double> values) { iallreduce_sum(values).wait(); }
+    // all[r*n, (r+1)*n) = rank r's `mine` (n = mine.size()).
+    void allgather(std::span<const float> mine, std::span<float> all) { iallgather(mine, all).wait(); }
+    void allgather(std::span<const double> mine, std::span<double> all) { iallgather(mine, all).wait(); }
+    // mine = the rank-order sum of every rank's block rank() of `all`.
+    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) { ireduce_scatter_sum(all, mine).wait(); }
+    void reduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
+        ireduce_scatter_sum(all, mine).wait();
+    }
+
+    // Non-blocking forms: the buffers belong to the operation until wait(). Every rank
+    // starts its collectives, blocking or not, in the same order.
+    [[nodiscard]] request iallreduce_sum(std::span<float> values) {
+        return start_allreduce(values, detail::local_op::allreduce_float);
+    }
+    [[nodiscard]] request iallreduce_sum(std::span<double> values) {
+        return start_allreduce(values, detail::local_op::allreduce_double);
+    }
+    [[nodiscard]] request iallgather(std::span<const float> mine, std::span<float> all) {
+        return start_allgather(mine, all, detail::local_op::allgather_float);
+    }
+    [[nodiscard]] request iallgather(std::span<const double> mine, std::span<double> all) {
+        return start_allgather(mine, all, detail::local_op::allgather_double);
+    }
+    [[nodiscard]] request ireduce_scatter_sum(std::span<const float> all, std::span<float> mine) {
+        return start_reduce_scatter(all, mine, detail::local_op::reduce_scatter_float);
+    }
+    [[nodiscard]] request ireduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
+        return start_reduce_scatter(all, mine, detail::local_op::reduce_scatter_double);
+    }
 
     void broadcast(std::span<std::byte> data, int root) {
         detail::check_peer("root", root, size());
-        auto round = collective({detail::local_op::broadcast, data.size(), root, 0, 0, data.data()},
-                                "broadcast(root=" + std::to_string(root) + ")");
-        if (rank_ != root && !data.empty()) std::memcpy(data.data(), round->result.data(), data.size());
+        request r = start({detail::local_op::broadcast, data.size(), root, 0, 0, data.data()},
+                          "broadcast(root=" + std::to_string(root) + ")",
+                          rank_ == root ? std::span<std::byte>() : data, 0);
+        r.wait();
     }
 
-    void barrier() { collective({detail::local_op::barrier, 0, 0, 0, 0, nullptr}, "barrier()"); }
+    void barrier() { start({detail::local_op::barrier, 0, 0, 0, 0, nullptr}, "barrier()", {}, 0).wait(); }
 
     // Like MPI_Comm_split: ranks with the same color form a group, ordered by (key, rank).
     [[nodiscard]] local split(int color, int key) {
         require(color >= 0, "color", color, "must be >= 0 (every rank joins one group)");
-        auto round = collective({detail::local_op::split, 0, 0, color, key, nullptr},
-                                "split(color=" + std::to_string(color) + ")");
+        request r = start({detail::local_op::split, 0, 0, color, key, nullptr},
+                          "split(color=" + std::to_string(color) + ")", {}, 0);
+        const auto round = r.round_;
+        r.wait();
         auto me = static_cast<std::size_t>(rank_);
         return local(world_, round->groups[me], world_rank_, round->ranks[me]);
     }
@@ -474,39 +578,67 @@ private:
     }
 
     template <class T>
-    void allreduce(std::span<T> values, detail::local_op op) {
-        auto round = collective({op, values.size(), 0, 0, 0, values.data()},
-                                detail::local_op_name(op) + " of " + std::to_string(values.size()) +
-                                    " elements");
-        if (!values.empty()) std::memcpy(values.data(), round->result.data(), values.size_bytes());
+    request start_allreduce(std::span<T> values, detail::local_op op) {
+        return start({op, values.size(), 0, 0, 0, values.data()},
+                     detail::local_op_name(op) + " of " + std::to_string(values.size()) + " elements",
+                     std::as_writable_bytes(values), 0);
     }
 
-    // Joins the group's current round and returns it once complete. The result is read
-    // after the lock is released: nothing writes a completed round again.
-    std::shared_ptr<detail::local_round> collective(detail::local_part part, const std::string& doing) {
+    template <class T>
+    request start_allgather(std::span<const T> mine, std::span<T> all, detail::local_op op) {
+        require(all.size() == mine.size() * static_cast<std::size_t>(size()), "allgather: all.size()", all.size(),
+                "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size()) * mine.size()));
+        return start({op, mine.size(), 0, 0, 0, mine.data()},
+                     detail::local_op_name(op) + " of " + std::to_string(mine.size()) + " elements",
+                     std::as_writable_bytes(all), 0);
+    }
+
+    template <class T>
+    request start_reduce_scatter(std::span<const T> all, std::span<T> mine, detail::local_op op) {
+        require(all.size() == mine.size() * static_cast<std::size_t>(size()), "reduce_scatter_sum: all.size()",
+                all.size(),
+                "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size()) * mine.size()));
+        return start({op, mine.size(), 0, 0, 0, all.data()},
+                     detail::local_op_name(op) + " of " + std::to_string(mine.size()) + " elements",
+                     std::as_writable_bytes(mine), static_cast<std::size_t>(rank_) * mine.size_bytes());
+    }
+
+    // Joins this rank's next round of the group (every rank's k-th collective meets in
+    // round k), completing it when this rank is the last to arrive, and returns a request
+    // that copies result[result_from, result_from + result.size()) into `result` on wait().
+    request start(detail::local_part part, std::string doing, std::span<std::byte> result, std::size_t result_from) {
         const auto n = static_cast<std::size_t>(size());
-        std::unique_lock lock(world_->mutex);
-        // After a failure no round may complete: waiting ranks have left, their buffers with them.
-        world_->check_alive();
-        if (!group_->round) group_->round = std::make_shared<detail::local_round>(n);
-        auto round = group_->round;
-        round->parts[static_cast<std::size_t>(rank_)] = part;
-        if (++round->arrived == n) {
-            detail::local_complete(*round, *group_);
-            round->done = true;
-            group_->round.reset();
-            world_->changed();
-        } else {
-            world_->block_until(lock, world_rank_, [&] { return round->done; }, doing);
+        request r;
+        {
+            std::lock_guard lock(world_->mutex);
+            // After a failure no round may complete: waiting ranks have left, their buffers with them.
+            world_->check_alive();
+            auto& slot = group_->rounds[next_round_];
+            if (!slot) slot = std::make_shared<detail::local_round>(n);
+            r.round_ = slot;
+            r.round_->parts[static_cast<std::size_t>(rank_)] = part;
+            if (++r.round_->arrived == n) {
+                detail::local_complete(*r.round_, *group_);
+                r.round_->done = true;
+                group_->rounds.erase(next_round_);
+                world_->changed();
+            }
+            ++next_round_;
         }
-        if (!round->error.empty()) throw error(round->error);
-        return round;
+        r.world_ = world_;
+        r.group_ = group_;
+        r.result_ = result;
+        r.result_from_ = result_from;
+        r.doing_ = std::move(doing);
+        r.world_rank_ = world_rank_;
+        return r;
     }
 
     std::shared_ptr<detail::local_world> world_;
     std::shared_ptr<detail::local_group> group_;
     int world_rank_ = 0;
     int rank_ = 0;
+    std::uint64_t next_round_ = 0;  // sequence number of this rank's next collective on the group
 };
 
 static_assert(communicator<local>);

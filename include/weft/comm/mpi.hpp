@@ -51,16 +51,17 @@ class mpi {
 public:
     // A non-blocking MPI operation. Destroying a request that was not waited for:
     // a receive is cancelled (MPI_Cancel, then MPI_Wait), so its buffer is never written
-    // afterwards; a send is waited for, because MPI has no safe way to abandon a send
-    // whose buffer is about to go away (MPI_Request_free would leave it reading freed
-    // memory). Errors in the destructor are swallowed, and nothing is done once MPI is
-    // finalised.
+    // afterwards; a send or a collective is waited for, because MPI has no safe way to
+    // abandon one whose buffer is about to go away (MPI_Request_free would leave it
+    // reading freed memory). Errors in the destructor are swallowed, and nothing is done
+    // once MPI is finalised.
     class request {
     public:
         request() = default;
         request(request&& other) noexcept
             : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)),
               is_recv_(other.is_recv_),
+              call_(other.call_),
               bytes_(other.bytes_),
               peer_(other.peer_),
               tag_(other.tag_) {}
@@ -69,6 +70,7 @@ public:
                 abandon();
                 handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
                 is_recv_ = other.is_recv_;
+                call_ = other.call_;
                 bytes_ = other.bytes_;
                 peer_ = other.peer_;
                 tag_ = other.tag_;
@@ -86,7 +88,7 @@ public:
             int code = MPI_Wait(&handle_, &status);
             handle_ = MPI_REQUEST_NULL;
             if (!is_recv_) {
-                detail::mpi_check(code, "MPI_Wait (isend)");
+                detail::mpi_check(code, call_);
                 return;
             }
             int error_class = MPI_SUCCESS;
@@ -129,6 +131,7 @@ public:
 
         MPI_Request handle_ = MPI_REQUEST_NULL;
         bool is_recv_ = false;
+        const char* call_ = "MPI_Wait (isend)";  // what a failed wait names, for sends and collectives
         std::size_t bytes_ = 0;
         int peer_ = 0;
         int tag_ = 0;
@@ -209,6 +212,36 @@ public:
     // (it may differ from rank order 0..n-1, unlike comm::local).
     void allreduce_sum(std::span<float> values) { allreduce(values, MPI_FLOAT, "allreduce_sum(float)"); }
     void allreduce_sum(std::span<double> values) { allreduce(values, MPI_DOUBLE, "allreduce_sum(double)"); }
+    // MPI_Allgather: all[r*n, (r+1)*n) = rank r's `mine` (n = mine.size()).
+    void allgather(std::span<const float> mine, std::span<float> all) { iallgather(mine, all).wait(); }
+    void allgather(std::span<const double> mine, std::span<double> all) { iallgather(mine, all).wait(); }
+    // MPI_Reduce_scatter_block: mine = the sum over ranks of their block rank() of `all`.
+    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) { ireduce_scatter_sum(all, mine).wait(); }
+    void reduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
+        ireduce_scatter_sum(all, mine).wait();
+    }
+
+    // Non-blocking forms (MPI_Iallreduce, MPI_Iallgather, MPI_Ireduce_scatter_block): the
+    // buffers belong to the operation until wait(). The lengths are agreed on first, with
+    // a small blocking reduction, so a mismatch is an error on every rank instead of a hang.
+    [[nodiscard]] request iallreduce_sum(std::span<float> values) {
+        return start_allreduce(values, MPI_FLOAT, "iallreduce_sum(float)");
+    }
+    [[nodiscard]] request iallreduce_sum(std::span<double> values) {
+        return start_allreduce(values, MPI_DOUBLE, "iallreduce_sum(double)");
+    }
+    [[nodiscard]] request iallgather(std::span<const float> mine, std::span<float> all) {
+        return start_allgather(mine, all, MPI_FLOAT, "allgather(float)");
+    }
+    [[nodiscard]] request iallgather(std::span<const double> mine, std::span<double> all) {
+        return start_allgather(mine, all, MPI_DOUBLE, "allgather(double)");
+    }
+    [[nodiscard]] request ireduce_scatter_sum(std::span<const float> all, std::span<float> mine) {
+        return start_reduce_scatter(all, mine, MPI_FLOAT, "reduce_scatter_sum(float)");
+    }
+    [[nodiscard]] request ireduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
+        return start_reduce_scatter(all, mine, MPI_DOUBLE, "reduce_scatter_sum(double)");
+    }
 
     void broadcast(std::span<std::byte> data, int root) {
         check_usable();
@@ -274,6 +307,53 @@ private:
                                         detail::mpi_count(values.size(), "values.size()"), type,
                                         MPI_SUM, comm_),
                           "MPI_Allreduce");
+    }
+
+    template <class T>
+    request start_allreduce(std::span<T> values, MPI_Datatype type, std::string_view what) {
+        check_usable();
+        agree(what, values.size(), 0);
+        request r;
+        r.call_ = "MPI_Wait (MPI_Iallreduce)";
+        detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, values.data(),
+                                         detail::mpi_count(values.size(), "values.size()"), type, MPI_SUM,
+                                         comm_, &r.handle_),
+                          "MPI_Iallreduce");
+        return r;
+    }
+
+    template <class T>
+    request start_allgather(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
+        check_usable();
+        check_blocks(what, "all.size()", all.size(), mine.size());
+        agree(what, mine.size(), 0);
+        request r;
+        r.call_ = "MPI_Wait (MPI_Iallgather)";
+        const int count = detail::mpi_count(mine.size(), "mine.size()");
+        detail::mpi_check(MPI_Iallgather(mine.data(), count, type, all.data(), count, type, comm_, &r.handle_),
+                          "MPI_Iallgather");
+        return r;
+    }
+
+    template <class T>
+    request start_reduce_scatter(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
+                                 std::string_view what) {
+        check_usable();
+        check_blocks(what, "all.size()", all.size(), mine.size());
+        agree(what, mine.size(), 0);
+        request r;
+        r.call_ = "MPI_Wait (MPI_Ireduce_scatter_block)";
+        detail::mpi_check(MPI_Ireduce_scatter_block(all.data(), mine.data(),
+                                                    detail::mpi_count(mine.size(), "mine.size()"), type, MPI_SUM,
+                                                    comm_, &r.handle_),
+                          "MPI_Ireduce_scatter_block");
+        return r;
+    }
+
+    // The full buffer of an allgather or reduce-scatter holds one block per rank.
+    void check_blocks(std::string_view what, std::string_view parameter, std::size_t full, std::size_t block) const {
+        require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": " + std::string(parameter),
+                full, "must be size() * block = " + std::to_string(static_cast<std::size_t>(size_) * block));
     }
 
     MPI_Comm comm_ = MPI_COMM_NULL;

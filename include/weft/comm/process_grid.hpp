@@ -1,5 +1,5 @@
-// Splits a world communicator into the pipeline and data-parallel groups of a
-// parallel_config. Placement: rank = (pp_index * dp + dp_index) * tp + tp_index, so
+// Splits a world communicator into the pipeline, data-parallel and tensor-parallel
+// groups of a parallel_config. Placement: rank = (pp_index * dp + dp_index) * tp + tp_index, so
 // tensor-parallel ranks are adjacent (they talk most), then data-parallel replicas,
 // and pipeline stages are farthest apart (they exchange only activations).
 #pragma once
@@ -38,13 +38,16 @@ public:
           pipeline_(world.split(coordinates_.dp_index * cfg.tp() + coordinates_.tp_index,
                                 coordinates_.pp_index)),
           data_(world.split(coordinates_.pp_index * cfg.tp() + coordinates_.tp_index,
-                            coordinates_.dp_index)) {}
+                            coordinates_.dp_index)),
+          tensor_(world.split(coordinates_.pp_index * cfg.dp() + coordinates_.dp_index, coordinates_.tp_index)) {}
 
     [[nodiscard]] const grid_coordinates& coordinates() const { return coordinates_; }
     // Ranks holding the successive stages of one model replica; rank i here is pp_index i.
     [[nodiscard]] Comm& pipeline() { return pipeline_; }
     // Ranks holding the same stage in different replicas; rank i here is dp_index i.
     [[nodiscard]] Comm& data() { return data_; }
+    // Ranks holding slices of the same stage of the same replica; rank i here is tp_index i.
+    [[nodiscard]] Comm& tensor() { return tensor_; }
 
 private:
     static grid_coordinates checked_coordinates(const Comm& world, const parallel_config& cfg) {
@@ -57,6 +60,7 @@ private:
     grid_coordinates coordinates_;
     Comm pipeline_;
     Comm data_;
+    Comm tensor_;
 };
 
 }  // namespace weft::comm
