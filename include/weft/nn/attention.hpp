@@ -2,15 +2,19 @@
 // [q | k | v], softmax(q k^T / sqrt(d)) v per (sequence, head) under a causal mask,
 // and the c_proj output projection. Backward is split: the core has no weights, so
 // backward_input does all of it and keeps only what the two projections' W need.
+// Tensor parallelism splits it by heads: c_attn column-parallel (this rank's heads of q, k
+// and v), the core on those heads alone, c_proj row-parallel (Megatron's attention).
 #pragma once
 
 #include <span>
 #include <string>
 #include <utility>
 
+#include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/linear.hpp"
 #include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {
 
@@ -31,10 +35,16 @@ public:
     attention() = default;
     // Registers `<prefix>.c_attn.{weight [width, 3 width], bias}` and
     // `<prefix>.c_proj.{weight [width, width], bias}` (Hugging Face's Conv1D layout).
-    attention(parameter_registry& registry, const std::string& prefix, int width, int heads, int seq_len)
-        : c_attn_(registry, prefix + ".c_attn", width, 3 * width),
-          c_proj_(registry, prefix + ".c_proj", width, width),
-          heads_(heads),
+    // With a tp group of size n (heads % n == 0) this rank holds the heads
+    // [rank * heads / n, (rank + 1) * heads / n): those columns of each of q, k, v in c_attn
+    // and those rows of c_proj.
+    // c_proj's output is all-reduced in forward and its bias added once after; c_attn's
+    // input gradient (d of ln_1's output) is all-reduced in backward_input.
+    attention(parameter_registry& registry, const std::string& prefix, int width, int heads, int seq_len,
+              const tp_group<scalar>& tp = {})
+        : c_attn_(registry, prefix + ".c_attn", width, 3 * width, linear_parallel::column, checked(tp, heads), 3),
+          c_proj_(registry, prefix + ".c_proj", width, width, linear_parallel::row, tp),
+          heads_(heads / tp.size),
           seq_len_(seq_len) {}
 
     // x: [sequences * seq_len, width], token-major.
@@ -61,9 +71,16 @@ public:
     }
 
 private:
+    static const tp_group<scalar>& checked(const tp_group<scalar>& tp, int heads) {
+        require(tp.size >= 1 && heads % tp.size == 0, "attention: num_heads", heads,
+                "must be divisible by the tensor-parallel size tp = " + std::to_string(tp.size) +
+                    " (each tp rank holds whole heads)");
+        return tp;
+    }
+
     linear<Backend> c_attn_;
     linear<Backend> c_proj_;
-    int heads_ = 0;
+    int heads_ = 0;  // this rank's
     int seq_len_ = 0;
 };
 

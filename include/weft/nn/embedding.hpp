@@ -1,16 +1,22 @@
 // GPT's input layer: token embedding wte [vocab, width] plus learned position
 // embedding wpe [seq_len, width]. Its input is token ids, so it has no input gradient;
 // its whole backward is the weight half (a scatter-add into wte and wpe).
+// Tensor parallelism splits wte by vocabulary rows (Megatron's VocabParallelEmbedding).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/token_view.hpp"
 
 namespace weft::nn {
@@ -27,41 +33,122 @@ public:
     };
 
     embedding() = default;
-    // Registers "wte.weight" [vocab, width] and "wpe.weight" [seq_len, width].
-    embedding(parameter_registry& registry, int vocab, int width, int seq_len)
+    // Registers "wte.weight" [vocab, width] and "wpe.weight" [seq_len, width]. Under a tp
+    // group of size n this rank holds the wte rows split_range(vocab, rank, n) (vocab need
+    // not divide by n); wpe stays whole on every rank.
+    embedding(parameter_registry& registry, int vocab, int width, int seq_len, const tp_group<scalar>& tp = {})
         : vocab_(vocab), width_(width), seq_len_(seq_len) {
-        wte_offset_ = registry.add("wte.weight", {vocab, width});
+        wte_offset_ = registry.add("wte.weight", {vocab, width}, {0, 1, tp.rank, tp.size});
         wpe_offset_ = registry.add("wpe.weight", {seq_len, width});
+        rows_ = split_range(vocab, tp.rank, tp.size);
+        if (tp.size > 1) tp_ = tp;
     }
 
     [[nodiscard]] std::size_t wte_offset() const { return wte_offset_; }
+    // The vocabulary rows of wte this rank holds ([0, vocab) without tensor parallelism).
+    [[nodiscard]] index_range vocab_rows() const { return rows_; }
 
     [[nodiscard]] matrix forward(std::span<const scalar> params, std::span<const std::int32_t> tokens,
                                  saved& s) const {
         s.tokens.assign(tokens.begin(), tokens.end());
-        return Backend::embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
+        if (tp_.size == 1)
+            return Backend::embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
+        return parallel_forward(params, tokens);
     }
     // Nothing upstream of token ids: only keeps dy for backward_weight.
     void backward_input(matrix dy, saved& s) const { s.d_out = std::move(dy); }
     void backward_weight(std::span<scalar> grads, const saved& s) const {
-        Backend::embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
+        if (tp_.size == 1) {
+            Backend::embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
+            return;
+        }
+        parallel_backward_weight(grads, s);
     }
 
 private:
     template <class T>
     std::span<T> wte(std::span<T> buffer) const {
-        return buffer.subspan(wte_offset_, std::size_t(vocab_) * std::size_t(width_));
+        return buffer.subspan(wte_offset_, std::size_t(rows_.size()) * std::size_t(width_));
     }
     template <class T>
     std::span<T> wpe(std::span<T> buffer) const {
         return buffer.subspan(wpe_offset_, std::size_t(seq_len_) * std::size_t(width_));
     }
 
-    int vocab_ = 0;
+    void check_tokens(std::span<const std::int32_t> tokens, const char* kernel) const {
+        require(tokens.size() % std::size_t(seq_len_) == 0, std::string(kernel) + ": tokens.size()", tokens.size(),
+                "must be a positive multiple of seq_len = " + std::to_string(seq_len_));
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (tokens[n] < 0 || tokens[n] >= vocab_)
+                throw invalid_argument(std::string(kernel) + ": tokens[" + std::to_string(n) + "]", tokens[n],
+                                       "must be a token id in [0, vocab_size = " + std::to_string(vocab_) + ")");
+    }
+
+    // Each rank writes the rows of the tokens in its vocabulary range and zeros elsewhere;
+    // the sum over the group is then exactly wte[token] (x + 0 == x), to which wpe is added
+    // once: the same values, bit for bit, as without tensor parallelism.
+    matrix parallel_forward(std::span<const scalar> params, std::span<const std::int32_t> tokens) const {
+        check_tokens(tokens, "embedding forward");
+        const auto w = std::size_t(width_);
+        matrix y(static_cast<int>(tokens.size()), width_);
+        const auto out = detail::elements(y);
+        std::fill(out.begin(), out.end(), scalar(0));
+        const auto table = wte(params);
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (tokens[n] >= rows_.first && tokens[n] < rows_.last)
+                std::copy_n(table.begin() + std::ptrdiff_t(std::size_t(tokens[n] - rows_.first) * w), w,
+                            out.begin() + std::ptrdiff_t(n * w));
+        tp_.allreduce_sum(out);
+        const auto pos = wpe(params);
+        for (std::size_t n = 0; n < tokens.size(); ++n) {
+            const std::size_t p = (n % std::size_t(seq_len_)) * w;
+            for (std::size_t c = 0; c < w; ++c) out[n * w + c] += pos[p + c];
+        }
+        return y;
+    }
+
+    // dy is replicated, so every rank takes its own wte rows from it with no communication,
+    // and wpe's gradient (computed alike on every rank) is the same on all of them. Summed
+    // in the order the CPU kernel uses: per token, its rows in position order, added once.
+    void parallel_backward_weight(std::span<scalar> grads, const saved& s) const {
+        const auto& tokens = s.tokens;
+        const auto w = std::size_t(width_);
+        check_tokens(tokens, "embedding backward_weight");
+        require(std::size_t(Backend::rows(s.d_out)) == tokens.size() && Backend::cols(s.d_out) == width_,
+                "embedding backward_weight: dy", std::to_string(Backend::rows(s.d_out)) + "x" +
+                std::to_string(Backend::cols(s.d_out)),
+                "shape must be " + std::to_string(tokens.size()) + "x" + std::to_string(width_));
+        const auto dy = detail::elements(s.d_out);
+        std::vector<std::size_t> order;
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (tokens[n] >= rows_.first && tokens[n] < rows_.last) order.push_back(n);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t b) { return tokens[a] < tokens[b]; });
+        const auto dwte = wte(grads);
+        std::vector<scalar> sum(w);
+        for (std::size_t i = 0; i < order.size();) {
+            const std::int32_t token = tokens[order[i]];
+            std::copy_n(dy.begin() + std::ptrdiff_t(order[i] * w), w, sum.begin());
+            for (++i; i < order.size() && tokens[order[i]] == token; ++i)
+                for (std::size_t c = 0; c < w; ++c) sum[c] += dy[order[i] * w + c];
+            scalar* row = dwte.data() + std::size_t(token - rows_.first) * w;
+            for (std::size_t c = 0; c < w; ++c) row[c] += sum[c];
+        }
+        const std::size_t block = std::size_t(seq_len_) * w;
+        std::vector<scalar> dpos(dy.begin(), dy.begin() + std::ptrdiff_t(block));
+        for (std::size_t first = block; first < dy.size(); first += block)
+            for (std::size_t i = 0; i < block; ++i) dpos[i] += dy[first + i];
+        const auto dwpe = wpe(grads);
+        for (std::size_t i = 0; i < block; ++i) dwpe[i] += dpos[i];
+    }
+
+    int vocab_ = 0;  // global
     int width_ = 0;
     int seq_len_ = 0;
+    index_range rows_;  // this rank's wte rows
     std::size_t wte_offset_ = 0;
     std::size_t wpe_offset_ = 0;
+    tp_group<scalar> tp_;  // only set when split
 };
 
 }  // namespace weft::nn

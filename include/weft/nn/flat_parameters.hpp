@@ -5,9 +5,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "weft/core/error.hpp"
 #include "weft/nn/parameter_registry.hpp"
 
 namespace weft::nn {
@@ -15,26 +18,59 @@ namespace weft::nn {
 template <class Scalar>
 class flat_parameters {
 public:
-    [[nodiscard]] std::span<Scalar> parameters() { return params_; }
-    [[nodiscard]] std::span<const Scalar> parameters() const { return params_; }
-    [[nodiscard]] std::span<Scalar> gradients() { return grads_; }
-    [[nodiscard]] std::span<const Scalar> gradients() const { return grads_; }
+    // The registry's elements; empty while released (see below).
+    [[nodiscard]] std::span<Scalar> parameters() { return std::span<Scalar>(params_).first(held(params_)); }
+    [[nodiscard]] std::span<const Scalar> parameters() const {
+        return std::span<const Scalar>(params_).first(held(params_));
+    }
+    [[nodiscard]] std::span<Scalar> gradients() { return std::span<Scalar>(grads_).first(held(grads_)); }
+    [[nodiscard]] std::span<const Scalar> gradients() const {
+        return std::span<const Scalar>(grads_).first(held(grads_));
+    }
     void zero_gradients() { std::fill(grads_.begin(), grads_.end(), Scalar(0)); }
     [[nodiscard]] const parameter_registry& registry() const { return registry_; }
+
+    // For sharding (shard/): the buffers padded with zeros to a multiple of the number of
+    // shards, so that every shard has the same length, and released between uses (ZeRO-2
+    // frees the full gradients between steps, ZeRO-3 the full parameters outside the
+    // schedule's use of the stage). A released buffer's span is empty.
+    void pad_to_multiple_of(std::size_t shards) {
+        require(shards >= 1, "pad_to_multiple_of: shards", shards, "must be >= 1");
+        const std::size_t total = registry_.total_size();
+        padded_size_ = (total + shards - 1) / shards * shards;
+        if (!params_.empty()) params_.resize(padded_size_, Scalar(0));
+        if (!grads_.empty()) grads_.resize(padded_size_, Scalar(0));
+    }
+    [[nodiscard]] std::size_t padded_size() const { return padded_size_; }
+    [[nodiscard]] std::span<Scalar> padded_parameters() { return params_; }
+    [[nodiscard]] std::span<Scalar> padded_gradients() { return grads_; }
+    [[nodiscard]] bool holds_parameters() const { return !params_.empty(); }
+    [[nodiscard]] bool holds_gradients() const { return !grads_.empty(); }
+    void release_parameters() { std::vector<Scalar>().swap(params_); }
+    void release_gradients() { std::vector<Scalar>().swap(grads_); }
+    // Zero-filled, padded; the caller fills the parameters (e.g. by an all-gather).
+    void allocate_parameters() { params_.assign(padded_size_, Scalar(0)); }
+    void allocate_gradients() { grads_.assign(padded_size_, Scalar(0)); }
 
 protected:
     // Layers register their tensors here while the stage is built...
     [[nodiscard]] parameter_registry& layer_registry() { return registry_; }
     // ...and then the buffers are sized to the registry, zero-filled.
     void allocate() {
-        params_.assign(registry_.total_size(), Scalar(0));
-        grads_.assign(registry_.total_size(), Scalar(0));
+        padded_size_ = registry_.total_size();
+        allocate_parameters();
+        allocate_gradients();
     }
 
 private:
+    [[nodiscard]] std::size_t held(const std::vector<Scalar>& buffer) const {
+        return std::min(buffer.size(), registry_.total_size());
+    }
+
     parameter_registry registry_;
     std::vector<Scalar> params_;
     std::vector<Scalar> grads_;
+    std::size_t padded_size_ = 0;
 };
 
 }  // namespace weft::nn

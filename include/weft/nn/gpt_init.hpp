@@ -31,7 +31,9 @@ namespace weft::nn {
     return is_layer_norm && name.ends_with(".weight") ? 1.0 : 0.0;
 }
 
-// Fills every tensor of `registry` in `params`.
+// Fills every tensor of `registry` in `params`. A tensor-parallel slice draws each element
+// by its index in the global tensor, so the slices of all tp ranks together are exactly
+// the tensor an unsplit model draws.
 template <class Scalar>
 void gpt_initialize(const parameter_registry& registry, std::span<Scalar> params, std::uint64_t seed,
                     int num_layers) {
@@ -42,8 +44,10 @@ void gpt_initialize(const parameter_registry& registry, std::span<Scalar> params
             const Scalar constant = Scalar(gpt_initial_constant(info.name));
             for (auto& v : values) v = constant;
         } else {
-            for (std::size_t i = 0; i < values.size(); ++i)
-                values[i] = Scalar(double(rng::normal(seed, info.name, i)) * std_dev);
+            info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
+                for (std::size_t j = 0; j < length; ++j)
+                    values[local + j] = Scalar(double(rng::normal(seed, info.name, global + j)) * std_dev);
+            });
         }
     }
 }

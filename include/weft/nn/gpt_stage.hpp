@@ -11,6 +11,14 @@
 // Activations between stages are [rows * seq_len, d_model] row-major (token-major).
 // Every micro-batch has exactly config.seq_len tokens per sequence, which is how a
 // non-first stage splits its input rows into sequences for attention.
+//
+// Tensor parallelism (Megatron, without sequence parallelism): with a tp group of size n,
+// each of n ranks builds the same stage over the same units holding its slice of every
+// split tensor (attention by heads, the MLP by hidden columns, wte by vocabulary rows; see
+// the layers), and activations between blocks and stages are replicated on all n ranks.
+// The last stage's output is this rank's vocabulary columns of the logits, which
+// vocab_parallel_cross_entropy takes. The registry keeps global shapes and the split of
+// each tensor, so checkpoints and layout switches see the unsplit model.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +38,7 @@
 #include "weft/nn/lm_head.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/token_view.hpp"
 #include "weft/nn/transformer_block.hpp"
 
@@ -64,18 +73,28 @@ public:
         }
     };
 
-    gpt_stage(const gpt_config& config, unit_range units)
-        : config_(config), units_(units), layers_(build_layers(this->layer_registry(), config, units)) {
+    // `tp`: this rank's tensor-parallel group (default: none). Every element is drawn by its
+    // global index, so the tp ranks' slices together equal the unsplit stage's tensors. The
+    // communicator behind `tp` must outlive the stage.
+    gpt_stage(const gpt_config& config, unit_range units, tp_group<scalar> tp = {})
+        : config_(config),
+          units_(units),
+          tp_(std::move(tp)),
+          layers_(build_layers(this->layer_registry(), config, units, tp_)) {
         this->allocate();
         gpt_initialize(registry(), parameters(), config.seed, config.num_layers);
     }
 
-    // The registry (names, shapes, flat offsets) a stage over `units` has, without its
-    // weights: what the CUDA model and checkpoint tools take when drawing the initial
-    // weights (seconds for GPT-2 124M) is not needed. Built by the constructor's own code.
-    [[nodiscard]] static parameter_registry layout(const gpt_config& config, unit_range units) {
+    // The registry (names, global shapes, splits, flat offsets) a stage over `units` has on
+    // tp rank `tp_rank` of `tp_size`, without its weights: what the CUDA model and
+    // checkpoint tools take when drawing the initial weights (seconds for GPT-2 124M) is not
+    // needed. Built by the constructor's own code.
+    [[nodiscard]] static parameter_registry layout(const gpt_config& config, unit_range units, int tp_rank = 0,
+                                                   int tp_size = 1) {
         parameter_registry registry;
-        static_cast<void>(build_layers(registry, config, units));
+        // Building the layers does not communicate: rank and size are all it needs.
+        const auto tp = tp_group<scalar>::without_communication(tp_rank, tp_size);
+        static_cast<void>(build_layers(registry, config, units, tp));
         return registry;
     }
 
@@ -85,7 +104,14 @@ public:
     [[nodiscard]] bool is_last() const { return units_.last == config_.num_units(); }
     // Width of the activation rows a non-first stage takes (the first takes tokens).
     [[nodiscard]] int input_width() const { return config_.d_model; }
-    [[nodiscard]] int output_width() const { return is_last() ? config_.vocab_size : config_.d_model; }
+    // The last stage gives this tp rank's vocabulary columns of the logits (all of them
+    // without tensor parallelism); the others give d_model-wide activations.
+    [[nodiscard]] int output_width() const { return is_last() ? vocab_rows().size() : config_.d_model; }
+    // The tensor-parallel group this stage computes with (size 1: none).
+    [[nodiscard]] const tp_group<scalar>& tp() const { return tp_; }
+    // The vocabulary rows of wte (columns of the logits) this tp rank holds:
+    // split_range(vocab_size, tp rank, tp size).
+    [[nodiscard]] index_range vocab_rows() const { return split_range(config_.vocab_size, tp_.rank, tp_.size); }
 
     // First stage only. Returns the stage output ([rows * seq_len, output_width()],
     // the logits for a stage that is also last) and fills `s`, which must be empty.
@@ -202,22 +228,33 @@ private:
 
     // Registers the layers of `units` in order: embedding, blocks, head (which finds a
     // wte the embedding registered, or registers its own).
-    static layers build_layers(parameter_registry& registry, const gpt_config& config, unit_range units) {
+    static layers build_layers(parameter_registry& registry, const gpt_config& config, unit_range units,
+                               const tp_group<scalar>& tp) {
         config.validate();
         require(units.first >= 0 && units.first < units.last && units.last <= config.num_units(),
                 "unit_range", "[" + std::to_string(units.first) + ", " + std::to_string(units.last) + ")",
                 "must be a non-empty range within [0, num_units = " + std::to_string(config.num_units()) + ")");
+        require(tp.size >= 1, "tensor-parallel size tp", tp.size, "must be at least 1");
+        require(tp.rank >= 0 && tp.rank < tp.size, "tensor-parallel rank", tp.rank,
+                "must be in [0, tp = " + std::to_string(tp.size) + ")");
+        require(config.num_heads % tp.size == 0, "gpt_config.num_heads", config.num_heads,
+                "must be divisible by the tensor-parallel size tp = " + std::to_string(tp.size) +
+                    " (each tp rank holds whole attention heads)");
+        require(config.vocab_size >= tp.size, "gpt_config.vocab_size", config.vocab_size,
+                "must be at least the tensor-parallel size tp = " + std::to_string(tp.size) +
+                    " (each tp rank holds some vocabulary rows)");
         const int c = config.d_model;
         layers out;
-        if (units.first == 0) out.embed = embedding<Backend>(registry, config.vocab_size, c, config.seq_len);
+        if (units.first == 0) out.embed = embedding<Backend>(registry, config.vocab_size, c, config.seq_len, tp);
         for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
-            out.blocks.emplace_back(registry, u - 1, c, config.num_heads, config.seq_len);
-        if (units.last == config.num_units()) out.head = lm_head<Backend>(registry, config.vocab_size, c);
+            out.blocks.emplace_back(registry, u - 1, c, config.num_heads, config.seq_len, tp);
+        if (units.last == config.num_units()) out.head = lm_head<Backend>(registry, config.vocab_size, c, tp);
         return out;
     }
 
     gpt_config config_;
     unit_range units_;
+    tp_group<scalar> tp_;
     layers layers_;
 };
 

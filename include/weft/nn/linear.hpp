@@ -1,6 +1,8 @@
 // A fully connected layer y = x W + b with split backward: backward_input (dX) and
 // backward_weight (dW, db) run separately, as zero-bubble schedules need.
 // The layer owns no storage: it knows where its tensors sit in a stage's flat buffers.
+// Under tensor parallelism it is column-parallel (W split by output columns) or
+// row-parallel (W split by input rows), Megatron's pair, and does the reductions they need.
 #pragma once
 
 #include <cmath>
@@ -8,12 +10,24 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "weft/core/rng.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {
+
+// How a linear layer is split over a tp group.
+enum class linear_parallel {
+    none,    // W and b whole on every rank
+    column,  // W [in, out] split along out (in `parts` blocks, e.g. q|k|v), b split alike; the
+             // input is replicated, the output is this rank's columns; backward_input all-reduces dX
+    row,     // W split along in, b whole; the input is this rank's columns, forward all-reduces
+             // the partial products and then adds b once
+};
 
 template <compute_backend Backend>
 class linear {
@@ -22,32 +36,70 @@ public:
     using matrix = typename Backend::matrix;
 
     linear() = default;
-    // Registers `<prefix>.weight` [in, out] and `<prefix>.bias` [out].
+    // Registers `<prefix>.weight` [in, out] and `<prefix>.bias` [out] (global shapes).
     linear(parameter_registry& registry, const std::string& prefix, int in, int out)
+        : linear(registry, prefix, in, out, linear_parallel::none, {}) {}
+
+    // The same tensors, this rank's part of them as `mode` says; `parts` equal blocks of
+    // the output columns are split separately (column mode only).
+    linear(parameter_registry& registry, const std::string& prefix, int in, int out, linear_parallel mode,
+           tp_group<scalar> tp, int parts = 1)
         : in_(in), out_(out), weight_name_(prefix + ".weight"), bias_name_(prefix + ".bias") {
-        weight_offset_ = registry.add(weight_name_, {in, out});
-        bias_offset_ = registry.add(bias_name_, {out});
+        if (tp.size == 1) mode = linear_parallel::none;
+        mode_ = mode;
+        tensor_split weight_split, bias_split;
+        if (mode == linear_parallel::column) {
+            weight_split = {1, parts, tp.rank, tp.size};
+            bias_split = {0, parts, tp.rank, tp.size};
+        } else if (mode == linear_parallel::row) {
+            weight_split = {0, 1, tp.rank, tp.size};
+        }
+        weight_offset_ = registry.add(weight_name_, {in, out}, weight_split);
+        bias_offset_ = registry.add(bias_name_, {out}, bias_split);
+        weight_info_ = registry.find(weight_name_);
+        const std::vector<int> local = weight_info_.local_shape();
+        in_ = local[0];
+        out_ = local[1];
+        if (mode == linear_parallel::row) zero_bias_.assign(std::size_t(out_), scalar(0));
+        if (mode != linear_parallel::none) tp_ = std::move(tp);
     }
 
+    // This rank's input and output widths (the global ones without tensor parallelism).
     [[nodiscard]] int in_features() const { return in_; }
     [[nodiscard]] int out_features() const { return out_; }
 
-    // Weights ~ N(0, 1/in) keyed by (seed, global name, element index); bias 0.
+    // Weights ~ N(0, 1/in) keyed by (seed, global name, global element index); bias 0.
     void initialize(std::span<scalar> params, std::uint64_t seed) const {
-        const double std_dev = 1.0 / std::sqrt(double(in_));
+        const double std_dev = 1.0 / std::sqrt(double(weight_info_.shape[0]));
         auto w = weight(params);
-        for (std::size_t i = 0; i < w.size(); ++i)
-            w[i] = scalar(double(rng::normal(seed, weight_name_, i)) * std_dev);
+        weight_info_.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
+            for (std::size_t j = 0; j < length; ++j)
+                w[local + j] = scalar(double(rng::normal(seed, weight_name_, global + j)) * std_dev);
+        });
         for (auto& b : bias(params)) b = scalar(0);
     }
 
     [[nodiscard]] matrix forward(std::span<const scalar> params, const matrix& x) const {
-        return Backend::linear_forward(x, weight(params), bias(params), in_, out_);
+        if (mode_ != linear_parallel::row) return Backend::linear_forward(x, weight(params), bias(params), in_, out_);
+        // Partial products of this rank's input columns, summed over the group, then the
+        // (replicated) bias once: adding it on every rank before the sum would count it tp times.
+        matrix y = Backend::linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
+        const auto values = detail::elements(y);
+        tp_.allreduce_sum(values);
+        const auto b = bias(params);
+        for (std::size_t i = 0; i < values.size(); i += b.size())
+            for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
+        return y;
     }
     [[nodiscard]] matrix backward_input(std::span<const scalar> params, const matrix& dy) const {
-        return Backend::linear_backward_input(dy, weight(params), in_, out_);
+        matrix dx = Backend::linear_backward_input(dy, weight(params), in_, out_);
+        // Column-parallel: each rank's dX is the part through its own output columns; the
+        // input was replicated, so its gradient is the sum (Megatron's "f" backward).
+        if (mode_ == linear_parallel::column) tp_.allreduce_sum(detail::elements(dx));
+        return dx;
     }
-    // Accumulates into the gradient buffer (same layout as the parameters).
+    // Accumulates into the gradient buffer (same layout as the parameters). A row-parallel
+    // bias's gradient is the column sum of the replicated dY: the same on every rank.
     void backward_weight(std::span<scalar> grads, const matrix& x, const matrix& dy) const {
         Backend::linear_backward_weight(x, dy, weight(grads), bias(grads));
     }
@@ -62,12 +114,16 @@ private:
         return buffer.subspan(bias_offset_, std::size_t(out_));
     }
 
-    int in_ = 0;
-    int out_ = 0;
+    int in_ = 0;   // local
+    int out_ = 0;  // local
     std::string weight_name_;
     std::string bias_name_;
     std::size_t weight_offset_ = 0;
     std::size_t bias_offset_ = 0;
+    parameter_info weight_info_;  // global shape and split, for initialize
+    linear_parallel mode_ = linear_parallel::none;
+    tp_group<scalar> tp_;           // only set when split
+    std::vector<scalar> zero_bias_;  // row-parallel: the bias is added after the reduction
 };
 
 }  // namespace weft::nn

@@ -1,6 +1,8 @@
 // GPT-2's head: the final LayerNorm ln_f and logits = ln_f(x) wte^T, the LM head tied
 // to the token embedding. The head uses "wte.weight" already registered by an embedding
 // in the same stage, or registers it itself when the stage holds no embedding.
+// Tensor parallelism splits wte by vocabulary rows as the embedding does: each rank
+// computes its own columns of the logits (vocab_parallel_cross_entropy takes them).
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {
 
@@ -30,8 +33,13 @@ public:
 
     lm_head() = default;
     // Registers "ln_f.weight", "ln_f.bias" and, unless present, "wte.weight" [vocab, width].
-    lm_head(parameter_registry& registry, int vocab, int width)
-        : ln_f_(registry, "ln_f", width), vocab_(vocab), width_(width) {
+    // Under a tp group of size n this rank's wte rows are split_range(vocab, rank, n), and
+    // forward returns those columns of the logits; ln_f stays whole. The input gradient
+    // (d of ln_f's output) is all-reduced over the group in backward_input, which makes ln_f's
+    // input gradient and its weight gradients the same on every tp rank without more traffic.
+    lm_head(parameter_registry& registry, int vocab, int width, const tp_group<scalar>& tp = {})
+        : ln_f_(registry, "ln_f", width), width_(width) {
+        const tensor_split split{0, 1, tp.rank, tp.size};
         if (registry.contains("wte.weight")) {
             const auto& info = registry.find("wte.weight");
             std::string shape;
@@ -39,21 +47,33 @@ public:
             require(info.shape == std::vector<int>{vocab, width}, "lm_head: wte.weight shape", shape + "]",
                     "must be [vocab = " + std::to_string(vocab) + ", width = " + std::to_string(width) +
                         "] to tie the head to it");
+            require(info.split == (tp.size == 1 ? tensor_split{} : split), "lm_head: wte.weight split",
+                    "dim " + std::to_string(info.split.dim) + ", index " + std::to_string(info.split.index) +
+                        " of " + std::to_string(info.split.count),
+                    "must be this head's vocabulary split (dim 0, index " + std::to_string(tp.rank) + " of " +
+                        std::to_string(tp.size) + ") to tie the head to it");
             wte_offset_ = info.offset;
         } else {
-            wte_offset_ = registry.add("wte.weight", {vocab, width});
+            wte_offset_ = registry.add("wte.weight", {vocab, width}, split);
         }
+        rows_ = split_range(vocab, tp.rank, tp.size);
+        if (tp.size > 1) tp_ = tp;
     }
+
+    // The vocabulary rows of wte this rank holds: its columns of the logits.
+    [[nodiscard]] index_range vocab_rows() const { return rows_; }
 
     [[nodiscard]] matrix forward(std::span<const scalar> params, matrix x, saved& s) const {
         s.x = std::move(x);
         s.normed = ln_f_.forward(params, s.x, s.mean, s.rstd);
-        return Backend::transposed_linear_forward(s.normed, wte(params), vocab_, width_);
+        return Backend::transposed_linear_forward(s.normed, wte(params), rows_.size(), width_);
     }
 
     [[nodiscard]] matrix backward_input(std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
-        s.d_normed = Backend::transposed_linear_backward_input(s.d_out, wte(params), vocab_, width_);
+        s.d_normed = Backend::transposed_linear_backward_input(s.d_out, wte(params), rows_.size(), width_);
+        // Each rank's part is through its own vocabulary columns; ln_f's output fed all of them.
+        if (tp_.size > 1) tp_.allreduce_sum(detail::elements(s.d_normed));
         return ln_f_.backward_input(params, s.x, s.mean, s.rstd, s.d_normed);
     }
 
@@ -65,13 +85,14 @@ public:
 private:
     template <class T>
     std::span<T> wte(std::span<T> buffer) const {
-        return buffer.subspan(wte_offset_, std::size_t(vocab_) * std::size_t(width_));
+        return buffer.subspan(wte_offset_, std::size_t(rows_.size()) * std::size_t(width_));
     }
 
     layer_norm<Backend> ln_f_;
-    int vocab_ = 0;
     int width_ = 0;
+    index_range rows_;  // this rank's wte rows
     std::size_t wte_offset_ = 0;
+    tp_group<scalar> tp_;  // only set when split
 };
 
 }  // namespace weft::nn

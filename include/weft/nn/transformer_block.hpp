@@ -1,6 +1,8 @@
 // One GPT-2 transformer block, pre-LayerNorm: x + attn(ln_1(x)), then
 // + mlp(ln_2(.)) with a 4x GELU (tanh) MLP. Split backward: backward_input computes the
 // input gradient and keeps only what the weight gradients need; backward_weight adds those.
+// Tensor parallelism (Megatron): attention split by heads, the MLP's c_fc column-parallel
+// and c_proj row-parallel; the block's input and output stay replicated on every tp rank.
 #pragma once
 
 #include <span>
@@ -13,6 +15,7 @@
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/linear.hpp"
 #include "weft/nn/parameter_registry.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {
 
@@ -42,14 +45,22 @@ public:
     };
 
     transformer_block() = default;
-    // Registers h.<index>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.
-    transformer_block(parameter_registry& registry, int index, int width, int heads, int seq_len) {
+    // Registers h.<index>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}
+    // (this rank's parts of them under a tp group of size > 1; LayerNorms whole).
+    //
+    // Why the replicated tensors need no gradient reduction: c_proj (both) all-reduces its
+    // output in forward and c_attn / c_fc all-reduce their input gradient in backward_input,
+    // so every LayerNorm's input, statistics and dY, and every row-parallel bias's dY, are
+    // the same on all tp ranks; their gradients, computed by the same kernels from the same
+    // values, are then identical bit for bit.
+    transformer_block(parameter_registry& registry, int index, int width, int heads, int seq_len,
+                      const tp_group<scalar>& tp = {}) {
         const std::string prefix = "h." + std::to_string(index);
         ln_1_ = layer_norm<Backend>(registry, prefix + ".ln_1", width);
-        attn_ = attention<Backend>(registry, prefix + ".attn", width, heads, seq_len);
+        attn_ = attention<Backend>(registry, prefix + ".attn", width, heads, seq_len, tp);
         ln_2_ = layer_norm<Backend>(registry, prefix + ".ln_2", width);
-        c_fc_ = linear<Backend>(registry, prefix + ".mlp.c_fc", width, 4 * width);
-        c_proj_ = linear<Backend>(registry, prefix + ".mlp.c_proj", 4 * width, width);
+        c_fc_ = linear<Backend>(registry, prefix + ".mlp.c_fc", width, 4 * width, linear_parallel::column, tp);
+        c_proj_ = linear<Backend>(registry, prefix + ".mlp.c_proj", 4 * width, width, linear_parallel::row, tp);
     }
 
     // Takes x by value and keeps it: pass an rvalue to avoid a copy.

@@ -95,6 +95,7 @@ public:
     [[nodiscard]] std::span<const Scalar> exp_avg() const { return m_; }
     [[nodiscard]] std::span<Scalar> exp_avg_sq() { return v_; }
     [[nodiscard]] std::span<const Scalar> exp_avg_sq() const { return v_; }
+    [[nodiscard]] std::size_t state_elements() const { return m_.size() + v_.size(); }
 
     // Puts back a saved state (from a checkpoint): the moments in the layout step()
     // is called with, and the number of steps taken, which drives bias correction.

@@ -75,6 +75,7 @@ public:
     // Empty until the first step, and always when momentum is 0.
     [[nodiscard]] std::span<Scalar> momentum_buffer() { return momentum_buffer_; }
     [[nodiscard]] std::span<const Scalar> momentum_buffer() const { return momentum_buffer_; }
+    [[nodiscard]] std::size_t state_elements() const { return momentum_buffer_.size(); }
 
 private:
     sgd_options options_;

@@ -1,5 +1,7 @@
 // The weft::sharding concept: how a stage's training state is spread over the
-// data-parallel group. Issue-2 weft ships `replicate`; the ZeRO stages follow.
+// data-parallel group: `replicate` (ZeRO stage 0), `zero<1>`, `zero<2>`, `zero<3>`, and
+// `any_zero` (-1: the parallel_config's stage). A policy is a tag (a name and a ZeRO
+// stage); shard/stage_state.hpp does the work.
 #pragma once
 
 #include <concepts>

@@ -41,6 +41,13 @@ public:
     }
 
     [[nodiscard]] std::size_t live() const { return entries_.size(); }
+    // Bytes the live entries hold now (Entry::bytes()); the engine samples it after every
+    // compute action for the memory report's peak activations.
+    [[nodiscard]] std::size_t bytes() const {
+        std::size_t total = 0;
+        for (const auto& [key, entry] : entries_) total += entry.bytes();
+        return total;
+    }
     [[nodiscard]] std::size_t peak() const { return peak_; }
     void reset_peak() { peak_ = entries_.size(); }
 

@@ -114,8 +114,18 @@ private:
     return record;
 }
 
-inline void copy_f32(const tensor_record& record, std::span<float> target) {
-    std::memcpy(target.data(), record.data.data(), target.size_bytes());
+// Copies the elements `info` holds of the full tensor in `record` into `target`: all of
+// it, or a tensor-parallel slice (info.split), run by contiguous run.
+inline void copy_f32(const tensor_record& record, const nn::parameter_info& info, std::span<float> target) {
+    info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
+        std::memcpy(target.data() + local, record.data.data() + global * sizeof(float), length * sizeof(float));
+    });
+}
+
+// Files hold whole tensors; a slice must be assembled first (train::gather_full_stages).
+inline void require_whole(const nn::parameter_info& info) {
+    require(info.split.whole(), "tensor " + info.name, "a tensor-parallel slice",
+            "checkpoints store whole tensors: gather the slices first (train::gather_full_stages)");
 }
 
 [[nodiscard]] inline std::vector<float> read_f32_buffer(const safetensors_file& file,
@@ -124,7 +134,7 @@ inline void copy_f32(const tensor_record& record, std::span<float> target) {
     std::vector<float> buffer(registry.total_size());
     for (const nn::parameter_info& info : registry.entries()) {
         const std::string name = info.name + std::string(suffix);
-        copy_f32(find_f32(file, name, info.shape), std::span(buffer).subspan(info.offset, info.size));
+        copy_f32(find_f32(file, name, info.shape), info, std::span(buffer).subspan(info.offset, info.size));
     }
     return buffer;
 }
@@ -140,19 +150,22 @@ inline void save_checkpoint(const std::filesystem::path& path, std::span<const s
         require(stage.values.size() == stage.registry.total_size(), "parameters of stage " + std::to_string(s),
                 stage.values.size(),
                 "must hold the registry's " + std::to_string(stage.registry.total_size()) + " elements");
-        for (const nn::parameter_info& info : stage.registry.entries())
+        for (const nn::parameter_info& info : stage.registry.entries()) {
+            detail::require_whole(info);
             tensors.add(info.name, info.shape, stage.values.subspan(info.offset, info.size), s);
+        }
     }
     write_safetensors(path, tensors.records(), metadata);
 }
 
-// Fills one stage's parameters from an open checkpoint by name; tensors of other stages are ignored.
+// Fills one stage's parameters from an open checkpoint by name (a tensor-parallel stage
+// takes its slices of the whole tensors); tensors of other stages are ignored.
 inline void load_checkpoint(const safetensors_file& file, const nn::parameter_registry& registry,
                             std::span<float> params) {
     require(params.size() == registry.total_size(), "params.size()", params.size(),
             "must equal the registry's " + std::to_string(registry.total_size()) + " elements");
     for (const nn::parameter_info& info : registry.entries())
-        detail::copy_f32(detail::find_f32(file, info.name, info.shape), params.subspan(info.offset, info.size));
+        detail::copy_f32(detail::find_f32(file, info.name, info.shape), info, params.subspan(info.offset, info.size));
 }
 
 inline void load_checkpoint(const std::filesystem::path& path, const nn::parameter_registry& registry,
@@ -186,6 +199,7 @@ inline void save_optimizer_state(const std::filesystem::path& path, std::span<co
         require(m.size() == total && v.size() == total, "optimizer moments of stage " + std::to_string(s), m.size(),
                 "must cover the registry's " + std::to_string(total) + " elements (sharded state is not supported)");
         for (const nn::parameter_info& info : stage.registry.entries()) {
+            detail::require_whole(info);
             tensors.add(info.name + ".exp_avg", info.shape, m.subspan(info.offset, info.size), s);
             tensors.add(info.name + ".exp_avg_sq", info.shape, v.subspan(info.offset, info.size), s);
         }

@@ -1,8 +1,10 @@
 // The fused training loop. Each rank executes its row of the lowered schedule:
 // RECVs are posted a few actions ahead, SENDs are non-blocking, F/B/I/W call the
 // stage's forward, backward_input and backward_weight, and activations are stashed
-// by (stage, micro-batch) and freed as soon as the schedule allows. After the
-// program, gradients are reduced as the sharding policy says and the optimizer steps.
+// by (stage, micro-batch) and freed as soon as the schedule allows. REDUCE_GRAD starts
+// a stage's data-parallel gradient reduction while later actions compute, UNSHARD and
+// RESHARD gather and free a ZeRO-3 stage's parameters; after the program the optimizer
+// steps on what the sharding policy gives this rank (shard/stage_state.hpp).
 #pragma once
 
 #include <algorithm>
@@ -21,11 +23,14 @@
 #include "weft/core/parallel_config.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/schedule_params.hpp"
+#include "weft/sched/shard_actions.hpp"
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
+#include "weft/shard/stage_state.hpp"
 #include "weft/train/activation_stash.hpp"
 #include "weft/train/mlp_model.hpp"
 #include "weft/train/pipeline_model.hpp"
@@ -38,8 +43,21 @@ struct engine_options {
     int batch_size = 32;         // global batch: rows (samples, or sequences) per step over all replicas
     optimizer_options optimizer{};
     int recv_lookahead = 4;      // how many actions ahead RECVs are posted
+    // Elements per data-parallel all-reduce bucket (shard::replicate).
+    std::size_t bucket_elements = shard::default_bucket_elements;
+    // ZeRO-3: how many compute actions ahead of a stage's first use its UNSHARD starts.
+    int unshard_prefetch = 1;
     // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = as even as possible.
     std::vector<int> partition{};
+};
+
+// What a rank holds for its stages: the training state between steps, its peak during a
+// step (ZeRO-2/3 bring full buffers back for a while; optimizer state does not change
+// size), and the most bytes of stashed activations at once during the last step.
+struct memory_report {
+    shard::memory_figures between_steps;
+    shard::memory_figures peak;
+    std::size_t peak_activations = 0;
 };
 
 // Stage unit ranges from a list of unit counts per stage; weft::error unless there is one
@@ -73,6 +91,9 @@ public:
     using model_config = typename Model::config;
     using batch_type = typename Model::batch;
     using stage_type = typename Model::template stage<Backend>;
+    // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
+    static constexpr bool tensor_parallel_model =
+        requires(const model_config& c, nn::unit_range u) { stage_type(c, u, nn::tp_group<scalar>{}); };
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
     // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
@@ -85,12 +106,14 @@ public:
     // generating one; it must be for config.pp() ranks and config.microbatches().
     engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options, const sched::program& compute_only)
-        : world_(&world), config_(config), model_(model), options_(options), grid_(world, config) {
-        require(config.tp() == 1, "tp", config.tp(),
-                "the MLP engine has no tensor-parallel layers; valid: 1");
-        require(config.zero_stage() == Sharding::zero_stage, "zero_stage", config.zero_stage(),
+        : world_(&world), config_(config), model_(model), options_(options), grid_(std::make_unique<comm::process_grid<Comm>>(world, config)) {
+        if constexpr (!tensor_parallel_model)
+            require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
+        require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
+                config.zero_stage(),
                 std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
-                    ", which is ZeRO stage " + std::to_string(Sharding::zero_stage));
+                    ", which is ZeRO stage " + std::to_string(Sharding::zero_stage) +
+                    " (shard::any_zero takes the config's stage)");
         Model::validate(model);
         require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
                 "batch_size", options.batch_size,
@@ -107,9 +130,13 @@ public:
                 "the model has " + std::to_string(num_units) +
                     " units (layers + 2) to give to stages; use fewer stages or more layers");
 
-        program_ = sched::lower(compute_only);
+        const sched::shard_action_options shard_actions{
+            .reduce_grad = true, .unshard = config.zero_stage() == 3, .prefetch = options.unshard_prefetch};
+        program_ = sched::add_shard_actions(sched::lower(compute_only), shard_actions);
         if (const auto verdict = sched::check(program_); !verdict.ok)
             throw error("the lowered program is invalid: " + verdict.message);
+        if (const auto verdict = sched::check_shard_actions(program_, shard_actions); !verdict.ok)
+            throw error("the lowered program's sharding actions are invalid: " + verdict.message);
         const int tag_space = 2 * program_.num_stages * program_.num_microbatches;
         require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(max_tag));
@@ -117,8 +144,14 @@ public:
         units_ = options.partition.empty() ? nn::partition_units(num_units, program_.num_stages)
                                            : partition_from_counts(options.partition, num_units, program_.num_stages);
         for (int s = 0; s < program_.num_stages; ++s)
-            if (program_.stage_rank[s] == pipeline_rank())
-                stages_.emplace(s, local_stage{stage_type(model, units_[s]), make_optimizer<scalar>(options.optimizer)});
+            if (program_.stage_rank[s] == pipeline_rank()) {
+                auto& stage = stages_.emplace(s, local_stage{make_stage(units_[s]),
+                                                             make_optimizer<scalar>(options.optimizer), nullptr})
+                                  .first->second;
+                // The state points into the map node, which never moves.
+                stage.sharding = std::make_unique<shard::stage_state<scalar, Comm>>(
+                    stage.model, grid_->data(), config.zero_stage(), options.bucket_elements);
+            }
         tie_parameters();
     }
 
@@ -128,16 +161,22 @@ public:
         require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
                 "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
         const auto start = std::chrono::steady_clock::now();
+        for (auto& [index, stage] : stages_) stage.sharding->begin_step();
         run_program(batch);
+        // Tied copies are summed before their stages' data-parallel reduction (which their
+        // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
         sum_tied_gradients();
+        for (auto& [index, stage] : stages_) stage.sharding->finish_reduce();
         for (auto& [index, stage] : stages_) {
-            Sharding::reduce_gradients(grid_.data(), stage.model.gradients());
-            stage.stepper->step(stage.model.parameters(), stage.model.gradients(), stage.model.registry());
-            stage.model.zero_gradients();
+            stage.sharding->step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
+                stage.stepper->step(params, grads, stage.model.registry(), offset);
+            });
         }
-        // Every rank reports the same loss: last-stage ranks contribute their replica's mean.
+        // Every rank reports the same loss: last-stage ranks contribute their replica's mean
+        // (once per replica: tensor-parallel slices of it compute the same loss).
         // One reduction carries the loss and every rank's idle fraction of the program.
-        double totals[2] = {owns_last_stage() ? loss_sum_ / config_.dp() : 0.0,
+        const bool reports_loss = owns_last_stage() && grid_->coordinates().tp_index == 0;
+        double totals[2] = {reports_loss ? loss_sum_ / config_.dp() : 0.0,
                             program_seconds_ > 0 ? 1.0 - compute_seconds_ / program_seconds_ : 0.0};
         world_->allreduce_sum(std::span<double>(totals));
         const double seconds =
@@ -148,8 +187,8 @@ public:
 
     [[nodiscard]] const sched::program& program() const { return program_; }
     [[nodiscard]] const parallel_config& config() const { return config_; }
-    [[nodiscard]] int pipeline_rank() const { return grid_.coordinates().pp_index; }
-    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return grid_.coordinates(); }
+    [[nodiscard]] int pipeline_rank() const { return grid_->coordinates().pp_index; }
+    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return grid_->coordinates(); }
     // The stages this rank runs, by global stage index.
     [[nodiscard]] std::vector<int> local_stages() const {
         std::vector<int> out;
@@ -164,7 +203,7 @@ public:
     [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
     [[nodiscard]] const model_config& model() const { return model_; }
     // The ranks holding the stages of this rank's replica; pipeline rank i is rank i here.
-    [[nodiscard]] Comm& pipeline_group() { return grid_.pipeline(); }
+    [[nodiscard]] Comm& pipeline_group() { return grid_->pipeline(); }
     // This rank's idle share of the last step's program: the time it spent waiting for
     // data or for its sends, over the program's wall time. The step log's bubble is the
     // mean of this over all ranks.
@@ -173,6 +212,49 @@ public:
     }
     // Most micro-batches whose activations this rank held at once during the last step.
     [[nodiscard]] std::size_t peak_stashed() const { return stash_peak_; }
+
+    // What this rank holds for its stages (see memory_report).
+    [[nodiscard]] memory_report memory() const {
+        memory_report report;
+        for (const auto& [index, stage] : stages_) {
+            auto now = stage.sharding->held_now();
+            now.optimizer_state = optimizer_state_bytes(*stage.stepper);
+            report.between_steps = report.between_steps + now;
+            auto peak = stage.sharding->peak();
+            peak.optimizer_state = now.optimizer_state;
+            report.peak = report.peak + peak;
+        }
+        report.peak_activations = activation_peak_bytes_;
+        return report;
+    }
+
+    // Runs fn(stage_index, stage) for every local stage with its full parameters present:
+    // under ZeRO-3 they are all-gathered for the call and released after. Collective over
+    // the data-parallel group (checkpoints and weight inspection use it).
+    template <class Fn>
+    void with_full_parameters(Fn&& fn) {
+        for (auto& [index, stage] : stages_) stage.sharding->with_full_parameters([&] { fn(index, stage.model); });
+    }
+    // Runs fn(stage) to write all of stage `index`'s parameters (a loaded checkpoint) and
+    // keeps what this rank holds of them; not collective.
+    template <class Fn>
+    void overwrite_parameters(int index, Fn&& fn) {
+        auto& stage = find_stage(index);
+        stage.sharding->overwrite_parameters([&] { fn(stage.model); });
+    }
+    [[nodiscard]] const shard::stage_state<scalar, Comm>& stage_sharding(int index) const {
+        return *find_stage(index).sharding;
+    }
+    [[nodiscard]] Comm& data_group() { return grid_->data(); }
+    // The ranks holding the other tensor-parallel slices of this rank's stages.
+    [[nodiscard]] Comm& tensor_group() { return grid_->tensor(); }
+    // The parameter layout of stage `index` on tensor-parallel rank `tp_rank` (any rank's,
+    // without building it): what checkpoints assemble slices with.
+    [[nodiscard]] nn::parameter_registry stage_layout(int index, int tp_rank) const {
+        const auto units = units_.at(static_cast<std::size_t>(index));
+        if constexpr (tensor_parallel_model) return stage_type::layout(model_, units, tp_rank, config_.tp());
+        else return stage_type::layout(model_, units);
+    }
 
 private:
     static constexpr int max_tag = 32767;
@@ -196,7 +278,7 @@ private:
             holder_ranks.erase(std::unique(holder_ranks.begin(), holder_ranks.end()), holder_ranks.end());
             const bool holds_here = !t.local_stages.empty();
             if (holder_ranks.size() > 1) {
-                Comm group = grid_.pipeline().split(holds_here ? 0 : 1, pipeline_rank());
+                Comm group = grid_->pipeline().split(holds_here ? 0 : 1, pipeline_rank());
                 if (holds_here) t.holders = std::make_unique<Comm>(std::move(group));
             }
             if (holds_here && (t.local_stages.size() > 1 || t.holders)) ties_.push_back(std::move(t));
@@ -225,6 +307,11 @@ private:
         }
     }
 
+    stage_type make_stage(nn::unit_range units) {
+        if constexpr (tensor_parallel_model) return stage_type(model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
+        else return stage_type(model_, units);
+    }
+
     static sched::program generate_checked(const parallel_config& config) {
         return schedules::generate(config.schedule(),
                                    sched::schedule_params{.ranks = config.pp(), .microbatches = config.microbatches(),
@@ -235,7 +322,13 @@ private:
     struct local_stage {
         stage_type model;
         std::unique_ptr<train::optimizer<scalar>> stepper;  // this stage's optimizer and its state
+        // How the stage's state is spread over the data-parallel group (Sharding's ZeRO stage).
+        std::unique_ptr<shard::stage_state<scalar, Comm>> sharding;
     };
+
+    static std::size_t optimizer_state_bytes(const train::optimizer<scalar>& stepper) {
+        return stepper.state_elements() * sizeof(scalar);
+    }
     struct in_flight_recv {
         matrix buffer;
         typename Comm::request request;
@@ -261,6 +354,7 @@ private:
         state.batch = &batch;
         loss_sum_ = 0;
         compute_seconds_ = 0;
+        activation_peak_bytes_ = 0;
         const auto program_start = std::chrono::steady_clock::now();
         const auto& actions = program_.ranks[pipeline_rank()];
         std::size_t posted_until = 0;
@@ -287,7 +381,7 @@ private:
         in_flight_recv recv{matrix(Model::activation_rows(model_, rows_per_microbatch_),
                                    forward ? stage.input_width() : stage.output_width()),
                             {}};
-        recv.request = grid_.pipeline().irecv(as_writable_bytes(recv.buffer), program_.stage_rank[peer_stage],
+        recv.request = grid_->pipeline().irecv(as_writable_bytes(recv.buffer), program_.stage_rank[peer_stage],
                                               tag(forward ? direction::forward : direction::backward, a.stage, a.microbatch));
         state.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
     }
@@ -313,18 +407,27 @@ private:
                 compute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 break;
             }
+            case action_kind::REDUCE_GRAD:
+                // A stage holding a tied tensor first needs the other copies' gradients
+                // (summed after the program); its reduction starts then.
+                if (!holds_tied_tensor(a.stage)) find_stage(a.stage).sharding->start_reduce();
+                break;
+            case action_kind::UNSHARD: find_stage(a.stage).sharding->start_unshard(); break;
+            case action_kind::RESHARD: find_stage(a.stage).sharding->reshard(); break;
             case action_kind::SEND_F: send(direction::forward, a, state.outputs, state); break;
             case action_kind::SEND_B: send(direction::backward, a, state.input_grads, state); break;
             case action_kind::RECV_F: receive(0, a, state.outputs, a.stage - 1, state); break;
             case action_kind::RECV_B: receive(1, a, state.input_grads, a.stage + 1, state); break;
             default:
                 throw invalid_argument("action", sched::to_string(a),
-                                       "the MLP engine runs F, B, I, W, OVERLAP_F_B, SEND_F/B and RECV_F/B");
+                                       "the engine runs F, B, I, W, OVERLAP_F_B, SEND_F/B, RECV_F/B, REDUCE_GRAD, "
+                                       "UNSHARD and RESHARD");
         }
     }
 
     void compute(const sched::action& a, step_state& state) {
         using sched::action_kind;
+        find_stage(a.stage).sharding->finish_unshard();
         switch (a.kind) {
             case action_kind::F: forward(a.stage, a.microbatch, state); break;
             case action_kind::B:
@@ -336,6 +439,7 @@ private:
             default:
                 throw invalid_argument("compute action", sched::to_string(a), "expected F, B, I or W");
         }
+        activation_peak_bytes_ = std::max(activation_peak_bytes_, state.stash.bytes());
     }
 
     void forward(int stage_index, int mb, step_state& state) {
@@ -347,7 +451,7 @@ private:
                                 stash)
                 : stage.forward(take(state.outputs, stage_index - 1, mb, "F needs the previous stage's output"), stash);
         if (stage.is_last()) {
-            const auto result = Model::template loss<Backend>(output, *state.batch, first_row(mb), rows_per_microbatch_,
+            const auto result = Model::template loss<Backend>(stage, output, *state.batch, first_row(mb), rows_per_microbatch_,
                                                               scalar{1} / config_.microbatches());
             loss_sum_ += static_cast<double>(result.loss) / config_.microbatches();
             state.loss_grads.emplace(std::pair{stage_index, mb}, std::move(result.dlogits));
@@ -373,7 +477,7 @@ private:
     void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source, step_state& state) {
         const int peer_stage = dir == direction::forward ? a.stage + 1 : a.stage - 1;
         in_flight_send out{take(source, a.stage, a.microbatch, "SEND needs the data its compute produced"), {}};
-        out.request = grid_.pipeline().isend(as_bytes(out.buffer), program_.stage_rank[peer_stage],
+        out.request = grid_->pipeline().isend(as_bytes(out.buffer), program_.stage_rank[peer_stage],
                                              tag(dir, peer_stage, a.microbatch));
         state.sends.push_back(std::move(out));
     }
@@ -390,7 +494,7 @@ private:
 
     // Replica d takes rows [d*B/dp, (d+1)*B/dp); its micro-batch j the j-th slice of those.
     [[nodiscard]] int first_row(int mb) const {
-        return (grid_.coordinates().dp_index * config_.microbatches() + mb) * rows_per_microbatch_;
+        return (grid_->coordinates().dp_index * config_.microbatches() + mb) * rows_per_microbatch_;
     }
 
     [[nodiscard]] int tag(direction dir, int receiving_stage, int mb) const {
@@ -415,6 +519,11 @@ private:
     }
 
     [[nodiscard]] bool owns_last_stage() const { return stages_.contains(program_.num_stages - 1); }
+    [[nodiscard]] bool holds_tied_tensor(int stage) const {
+        for (const auto& t : ties_)
+            if (std::find(t.local_stages.begin(), t.local_stages.end(), stage) != t.local_stages.end()) return true;
+        return false;
+    }
 
     local_stage& find_stage(int index) {
         const auto it = stages_.find(index);
@@ -428,7 +537,9 @@ private:
     parallel_config config_;
     model_config model_;
     engine_options options_;
-    comm::process_grid<Comm> grid_;
+    // On the heap: stages' tensor-parallel groups and the sharding state hold references
+    // to its communicators, which must not move when the engine does.
+    std::unique_ptr<comm::process_grid<Comm>> grid_;
     sched::program program_;
     std::map<int, local_stage> stages_;
     std::vector<nn::unit_range> units_;  // per stage: the model units it holds
@@ -443,6 +554,7 @@ private:
     double loss_sum_ = 0;
     long long steps_done_ = 0;
     std::size_t stash_peak_ = 0;
+    std::size_t activation_peak_bytes_ = 0;  // last step: most stashed activation bytes at once
     double compute_seconds_ = 0;  // last step: time in F/B/I/W on this rank
     double program_seconds_ = 0;  // last step: wall time of this rank's program
 };

@@ -11,6 +11,7 @@
 #include "weft/nn/cross_entropy.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_stage.hpp"
+#include "weft/nn/vocab_parallel_cross_entropy.hpp"
 #include "weft/train/pipeline_model.hpp"
 #include "weft/train/token_batches.hpp"
 
@@ -37,10 +38,18 @@ struct gpt_model {
         return {rows_of(b.inputs, b, first, count), count, b.seq_len};
     }
 
+    // Under tensor parallelism the last stage's logits are its tp rank's vocabulary
+    // columns: the loss is then computed across the tp group (the same on every tp rank)
+    // and dlogits are this rank's columns. Every tp rank of the stage must call it.
     template <class Backend>
-    static nn::cross_entropy_result<Backend> loss(const typename Backend::matrix& logits, const batch& b, int first,
+    static nn::cross_entropy_result<Backend> loss(const stage<Backend>& last_stage,
+                                                  const typename Backend::matrix& logits, const batch& b, int first,
                                                   int count, typename Backend::scalar scale) {
-        return nn::cross_entropy<Backend>(logits, rows_of(b.targets, b, first, count), scale);
+        const auto targets = rows_of(b.targets, b, first, count);
+        if (last_stage.tp().size > 1)
+            return nn::vocab_parallel_cross_entropy<Backend>(logits, targets, last_stage.vocab_rows(),
+                                                             last_stage.config().vocab_size, last_stage.tp(), scale);
+        return nn::cross_entropy<Backend>(logits, targets, scale);
     }
 
 private:

@@ -37,7 +37,8 @@ struct mlp_model {
     }
 
     template <class Backend>
-    static nn::cross_entropy_result<Backend> loss(const typename Backend::matrix& logits, const batch& b, int first,
+    static nn::cross_entropy_result<Backend> loss(const stage<Backend>& /*last_stage*/,
+                                                  const typename Backend::matrix& logits, const batch& b, int first,
                                                   int count, typename Backend::scalar scale) {
         const auto labels = std::span<const int>(b.labels).subspan(static_cast<std::size_t>(first),
                                                                    static_cast<std::size_t>(count));

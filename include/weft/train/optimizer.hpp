@@ -44,8 +44,12 @@ template <class Scalar>
 class optimizer {
 public:
     virtual ~optimizer() = default;
+    // parameters and gradients cover elements [offset, offset + parameters.size()) of the
+    // registry's flat layout: a whole stage, or this rank's ZeRO range of it.
     virtual void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
-                      const nn::parameter_registry& registry) = 0;
+                      const nn::parameter_registry& registry, std::size_t offset = 0) = 0;
+    // Elements of optimizer state held (moments, momentum buffers), for memory reports.
+    [[nodiscard]] virtual std::size_t state_elements() const = 0;
     // The AdamW behind this interface, for checkpoints of its moments; null for SGD.
     virtual optim::basic_adamw<Scalar>* adamw() { return nullptr; }
 };
@@ -57,9 +61,10 @@ class optimizer_model final : public optimizer<Scalar> {
 public:
     explicit optimizer_model(Impl impl) : impl_(std::move(impl)) {}
     void step(std::span<Scalar> parameters, std::span<const Scalar> gradients,
-              const nn::parameter_registry& registry) override {
-        impl_.step(parameters, gradients, registry);
+              const nn::parameter_registry& registry, std::size_t offset = 0) override {
+        impl_.step(parameters, gradients, registry, offset);
     }
+    [[nodiscard]] std::size_t state_elements() const override { return impl_.state_elements(); }
     optim::basic_adamw<Scalar>* adamw() override {
         if constexpr (std::is_same_v<Impl, optim::basic_adamw<Scalar>>) return &impl_;
         else return nullptr;

@@ -27,7 +27,8 @@ template <class M, class Backend>
 concept pipeline_model =
     compute_backend<Backend> &&
     requires(const typename M::config& config, const typename M::batch& batch, nn::unit_range units,
-             const typename Backend::matrix& logits, typename Backend::scalar scale, int row) {
+             const typename Backend::matrix& logits, typename Backend::scalar scale, int row,
+             const typename M::template stage<Backend>& last_stage) {
         typename M::template stage<Backend>;
         // The parameter layout a stage over `units` has, without building its weights
         // (checkpoints use it to receive other ranks' stages).
@@ -41,8 +42,10 @@ concept pipeline_model =
         { M::tied_parameters(config) } -> std::convertible_to<std::vector<tied_parameter>>;
         // The first stage's input for batch rows [first, first + count).
         M::template first_input<Backend>(batch, row, row);
-        // Mean loss of rows [first, first + count) and its gradient times `scale`.
-        M::template loss<Backend>(logits, batch, row, row, scale);
+        // Mean loss of rows [first, first + count) and its gradient times `scale`, from the
+        // last stage's output; the stage is passed because a tensor-parallel stage holds only
+        // its slice of the logits and knows the group that holds the rest.
+        M::template loss<Backend>(last_stage, logits, batch, row, row, scale);
     };
 
 template <class M, class Backend>

@@ -1,0 +1,374 @@
+// Tensor parallelism of gpt_stage (Megatron-style): tp ranks run as threads of
+// weft::comm::local. For tp = 2 and 4 (vocab 50: uneven over 4) every kind of stage must
+// give the tp = 1 stage's loss, outputs, input gradient and parameter gradients (the
+// latter assembled into global tensors from all tp ranks through the registry's runs),
+// within 1e-5 relative NORM-WISE per tensor; replicated tensors and activations must be
+// bit-identical on all tp ranks. Also: initial slices, layouts, splits and errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "weft/comm/local.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/nn/gpt.hpp"
+#include "weft/nn/tensor_parallel.hpp"
+#include "weft/nn/vocab_parallel_cross_entropy.hpp"
+#include "weft/train/gpt_model.hpp"
+
+using weft::nn::gpt_config;
+using weft::nn::gpt_stage;
+using weft::nn::index_range;
+using weft::nn::parameter_info;
+using weft::nn::parameter_registry;
+using weft::nn::split_range;
+using weft::nn::tensor_split;
+using weft::nn::token_view;
+using weft::nn::tp_group;
+using weft::nn::unit_range;
+using backend = weft::exec::cpu;
+using matrix = backend::matrix;
+
+namespace {
+
+const gpt_config config{.num_layers = 2, .d_model = 32, .num_heads = 4, .vocab_size = 50, .seq_len = 8};
+constexpr int sequences = 2;
+constexpr int rows = sequences * 8;
+constexpr float scale = 0.5f;
+constexpr double tolerance = 1e-5;
+
+std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::string_view tag) {
+    std::vector<std::int32_t> tokens(n);
+    for (std::size_t i = 0; i < n; ++i) tokens[i] = std::int32_t(weft::rng::uniform(5, tag, i) * float(vocab)) % vocab;
+    return tokens;
+}
+
+std::vector<float> to_vector(const matrix& m) {
+    return {m.data(), m.data() + m.size()};
+}
+
+// Moves the parameters away from their initial values (LayerNorm 1, biases 0), each element
+// by its GLOBAL index, so that every tp split perturbs the same model the same way.
+void perturb(gpt_stage<backend>& stage) {
+    const auto p = stage.parameters();
+    for (const parameter_info& info : stage.registry().entries())
+        info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
+            for (std::size_t j = 0; j < length; ++j)
+                p[info.offset + local + j] += float(0.2 * weft::rng::normal(3, "perturb." + info.name, global + j));
+        });
+}
+
+// What one rank (or the tp = 1 reference) ends with.
+struct rank_result {
+    std::vector<parameter_info> entries;
+    std::vector<float> params, grads;
+    float loss = 0;
+    std::vector<float> output;  // stage output: activations, or this rank's logits columns
+    std::vector<float> dx;      // input gradient (non-first stages)
+};
+
+// Forward, loss or a given output gradient, backward_input and backward_weight of one
+// micro-batch. The input, targets and output gradient depend only on the units.
+rank_result run_stage(gpt_stage<backend>& stage, bool perturbed = true) {
+    if (perturbed) perturb(stage);
+    rank_result out;
+    out.entries.assign(stage.registry().entries().begin(), stage.registry().entries().end());
+    const auto tokens = random_tokens(rows, config.vocab_size, "tokens");
+    const auto targets = random_tokens(rows, config.vocab_size, "targets");
+    gpt_stage<backend>::stash s;
+    const matrix y = stage.is_first() ? stage.forward(token_view{tokens, sequences, config.seq_len}, s)
+                                      : stage.forward(weft_test::random_matrix<matrix>(rows, config.d_model, "x"), s);
+    out.output = to_vector(y);
+    matrix dy;
+    if (stage.is_last()) {
+        // What the engine calls: the plain cross-entropy at tp = 1, the vocab-parallel one above.
+        const weft::train::token_batch batch{
+            .rows = sequences, .seq_len = config.seq_len, .inputs = tokens, .targets = targets};
+        auto ce = weft::train::gpt_model::loss<backend>(stage, y, batch, 0, sequences, scale);
+        out.loss = ce.loss;
+        dy = std::move(ce.dlogits);
+    } else {
+        dy = weft_test::random_matrix<matrix>(rows, config.d_model, "dy", 0.1);
+    }
+    const matrix dx = stage.backward_input(std::move(dy), s);
+    out.dx = to_vector(dx);
+    stage.backward_weight(s);
+    out.params.assign(stage.parameters().begin(), stage.parameters().end());
+    out.grads.assign(stage.gradients().begin(), stage.gradients().end());
+    return out;
+}
+
+// tp ranks as threads; results collected for the main thread to check.
+std::vector<rank_result> run_tp(int tp, unit_range units, bool perturbed = true) {
+    std::vector<rank_result> results(static_cast<std::size_t>(tp));
+    weft::comm::local::run(tp, [&](weft::comm::local& comm) {
+        gpt_stage<backend> stage(config, units, weft::nn::make_tp_group<float>(comm));
+        results[std::size_t(comm.rank())] = run_stage(stage, perturbed);
+    });
+    return results;
+}
+
+// One tensor of every rank, assembled into the global tensor through the registry's runs.
+// Every global element must be covered exactly once by the split tensors' pieces; a
+// replicated tensor's copies must be identical bit for bit (sets *replicas_equal).
+std::vector<float> assemble(const std::vector<rank_result>& ranks, const std::string& name, bool gradients,
+                            bool* replicas_equal, bool* covered_once) {
+    std::vector<float> global;
+    std::vector<int> hits;
+    *replicas_equal = true;
+    for (const rank_result& r : ranks) {
+        const parameter_info* info = nullptr;
+        for (const auto& e : r.entries)
+            if (e.name == name) info = &e;
+        REQUIRE(info != nullptr);
+        if (global.empty()) {
+            global.assign(info->global_size(), 0.0f);
+            hits.assign(info->global_size(), 0);
+        }
+        const auto& buffer = gradients ? r.grads : r.params;
+        if (info->split.whole()) {
+            const float* mine = buffer.data() + info->offset;
+            if (&r != &ranks.front())
+                *replicas_equal = *replicas_equal && std::memcmp(mine, global.data(), info->size * sizeof(float)) == 0;
+            std::copy(mine, mine + info->size, global.begin());
+            for (auto& h : hits) h = 1;
+            continue;
+        }
+        info->for_each_run([&](std::size_t local, std::size_t g, std::size_t length) {
+            for (std::size_t j = 0; j < length; ++j) {
+                global[g + j] = buffer[info->offset + local + j];
+                ++hits[g + j];
+            }
+        });
+    }
+    *covered_once = std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; });
+    return global;
+}
+
+double norm_error(const std::vector<float>& got, const std::vector<float>& want) {
+    double diff = 0, ref = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        diff += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
+        ref += double(want[i]) * double(want[i]);
+    }
+    return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("split_range gives the first extent % count pieces one more element", "[nn][tp]") {
+    CHECK(split_range(50, 0, 4) == index_range{0, 13});
+    CHECK(split_range(50, 1, 4) == index_range{13, 26});
+    CHECK(split_range(50, 2, 4) == index_range{26, 38});
+    CHECK(split_range(50, 3, 4) == index_range{38, 50});
+    CHECK(split_range(32, 1, 4) == index_range{8, 16});
+    CHECK(split_range(7, 0, 1) == index_range{0, 7});
+    CHECK_THROWS_WITH(split_range(7, 2, 2), Catch::Contains("index"));
+    CHECK_THROWS_WITH(split_range(7, 0, 0), Catch::Contains("count"));
+}
+
+TEST_CASE("a split registry entry keeps the global shape and maps local runs to global indices", "[nn][tp]") {
+    parameter_registry registry;
+    registry.add("a", {3});
+    // c_attn-like: [in 2, 3 blocks of 4] columns, piece 1 of 2 of every block.
+    const std::size_t offset = registry.add("w", {2, 12}, tensor_split{1, 3, 1, 2});
+    registry.add("b", {5, 2}, tensor_split{0, 1, 0, 2});      // rows [0, 3)
+    registry.add("whole", {2, 2}, tensor_split{1, 1, 0, 1});  // over one rank: the whole tensor
+    CHECK(offset == 3);
+    const auto& w = registry.find("w");
+    CHECK(w.shape == std::vector<int>{2, 12});
+    CHECK(w.local_shape() == std::vector<int>{2, 6});
+    CHECK(w.size == 12);
+    CHECK(w.global_size() == 24);
+    std::vector<std::vector<std::size_t>> runs;
+    w.for_each_run([&](std::size_t l, std::size_t g, std::size_t n) { runs.push_back({l, g, n}); });
+    const std::vector<std::vector<std::size_t>> want{{0, 2, 2},  {2, 6, 2},  {4, 10, 2},
+                                                     {6, 14, 2}, {8, 18, 2}, {10, 22, 2}};
+    CHECK(runs == want);
+    const auto& b = registry.find("b");
+    CHECK(b.local_shape() == std::vector<int>{3, 2});
+    runs.clear();
+    b.for_each_run([&](std::size_t l, std::size_t g, std::size_t n) { runs.push_back({l, g, n}); });
+    CHECK(runs == std::vector<std::vector<std::size_t>>{{0, 0, 6}});  // one run: outermost dimension
+    CHECK(registry.find("whole").split == tensor_split{});
+    CHECK(registry.total_size() == 3 + 12 + 6 + 4);
+    CHECK_THROWS_WITH(registry.add("c", {4, 5}, tensor_split{1, 2, 0, 2}), Catch::Contains("parts"));
+    CHECK_THROWS_WITH(registry.add("d", {4, 3}, tensor_split{1, 1, 0, 4}), Catch::Contains("count"));
+    CHECK_THROWS_WITH(registry.add("e", {4, 3}, tensor_split{2, 1, 0, 2}), Catch::Contains("dim"));
+}
+
+TEST_CASE("tp_group over weft::comm::local all-reduces and all-gathers", "[nn][tp]") {
+    std::vector<std::vector<double>> sums(3), gathered(3);
+    weft::comm::local::run(3, [&](weft::comm::local& comm) {
+        const auto tp = weft::nn::make_tp_group<double>(comm);
+        std::vector<double> v{double(tp.rank), 1.0};
+        tp.allreduce_sum(v);
+        const std::vector<double> mine{double(tp.rank), 10.0 + tp.rank};
+        std::vector<double> all(6);
+        tp.allgather(mine, all);
+        sums[std::size_t(tp.rank)] = v;
+        gathered[std::size_t(tp.rank)] = all;
+    });
+    for (int r = 0; r < 3; ++r) {
+        CHECK(sums[std::size_t(r)] == std::vector<double>{3.0, 3.0});
+        CHECK(gathered[std::size_t(r)] == std::vector<double>{0, 10, 1, 11, 2, 12});
+    }
+    const tp_group<float> none;  // no tensor parallelism: never communicates
+    std::vector<float> x{1.5f};
+    none.allreduce_sum(x);
+    CHECK(x[0] == 1.5f);
+}
+
+TEST_CASE("tensor-parallel gpt stages equal the tp = 1 stage", "[nn][gpt][tp]") {
+    const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
+    for (const unit_range units : stages) {
+        gpt_stage<backend> reference_stage(config, units);
+        const rank_result reference = run_stage(reference_stage);
+        for (const int tp : {2, 4}) {
+            INFO("units [" << units.first << ", " << units.last << "), tp = " << tp);
+            const auto ranks = run_tp(tp, units);
+            const bool last = units.last == config.num_units();
+            if (last) {
+                INFO("loss " << ranks[0].loss << " vs tp = 1 " << reference.loss);
+                CHECK(std::abs(double(ranks[0].loss) - double(reference.loss)) <= tolerance * std::abs(reference.loss));
+                for (const auto& r : ranks) CHECK(r.loss == ranks[0].loss);
+                // The logits: each rank's vocabulary columns of the tp = 1 logits.
+                std::vector<float> logits(reference.output.size());
+                for (int q = 0; q < tp; ++q) {
+                    const index_range cols = split_range(config.vocab_size, q, tp);
+                    const auto& mine = ranks[std::size_t(q)].output;
+                    REQUIRE(mine.size() == std::size_t(rows * cols.size()));
+                    for (int r = 0; r < rows; ++r)
+                        for (int c = 0; c < cols.size(); ++c)
+                            logits[std::size_t(r * config.vocab_size + cols.first + c)] =
+                                mine[std::size_t(r * cols.size() + c)];
+                }
+                CHECK(norm_error(logits, reference.output) <= tolerance);
+            } else {
+                CHECK(norm_error(ranks[0].output, reference.output) <= tolerance);
+                for (const auto& r : ranks) CHECK(bit_equal(r.output, ranks[0].output));
+            }
+            if (units.first > 0) {
+                REQUIRE(ranks[0].dx.size() == reference.dx.size());
+                CHECK(norm_error(ranks[0].dx, reference.dx) <= tolerance);
+                for (const auto& r : ranks) CHECK(bit_equal(r.dx, ranks[0].dx));
+            }
+            for (const parameter_info& info : reference.entries) {
+                INFO(info.name);
+                bool replicas_equal = false, covered_once = false;
+                const auto grad = assemble(ranks, info.name, true, &replicas_equal, &covered_once);
+                const std::vector<float> want(reference.grads.begin() + std::ptrdiff_t(info.offset),
+                                              reference.grads.begin() + std::ptrdiff_t(info.offset + info.size));
+                CHECK(covered_once);
+                CHECK(replicas_equal);
+                CHECK(norm_error(grad, want) <= tolerance);
+                CHECK(norm_error(want, std::vector<float>(want.size(), 0.0f)) > 0);  // not trivially zero
+            }
+        }
+    }
+}
+
+TEST_CASE("tensor-parallel slices start as the tp = 1 tensors, exactly", "[nn][gpt][tp]") {
+    const gpt_stage<backend> whole(config, {0, 4});
+    for (const int tp : {2, 4}) {
+        INFO("tp = " << tp);
+        const auto ranks = run_tp(tp, {0, 4}, false);
+        std::size_t split = 0;
+        for (const parameter_info& info : whole.registry().entries()) {
+            INFO(info.name);
+            bool replicas_equal = false, covered_once = false;
+            const auto values = assemble(ranks, info.name, false, &replicas_equal, &covered_once);
+            const auto want = whole.parameters().subspan(info.offset, info.size);
+            CHECK(covered_once);
+            CHECK(replicas_equal);
+            CHECK(bit_equal(values, std::vector<float>(want.begin(), want.end())));
+            if (!ranks[0].entries.empty()) {
+                for (const auto& e : ranks[0].entries)
+                    if (e.name == info.name && !e.split.whole()) ++split;
+            }
+        }
+        // wte, and per block c_attn.{weight,bias}, attn.c_proj.weight, c_fc.{weight,bias}, mlp.c_proj.weight.
+        CHECK(split == 1 + 6 * std::size_t(config.num_layers));
+    }
+}
+
+TEST_CASE("gpt_stage::layout with tp rank and size is the tp stage's registry", "[nn][gpt][tp]") {
+    for (const unit_range units : {unit_range{0, 4}, unit_range{0, 1}, unit_range{1, 3}, unit_range{3, 4}})
+        for (const int tp : {1, 2, 4})
+            for (int rank = 0; rank < tp; ++rank) {
+                INFO("units [" << units.first << ", " << units.last << "), rank " << rank << " of " << tp);
+                const auto layout = gpt_stage<backend>::layout(config, units, rank, tp);
+                // Building a stage does not communicate: a group with only rank and size will do.
+                const gpt_stage<backend> stage(config, units, tp_group<float>::without_communication(rank, tp));
+                const auto& built = stage.registry().entries();
+                REQUIRE(layout.entries().size() == built.size());
+                for (std::size_t i = 0; i < built.size(); ++i) {
+                    const auto& l = layout.entries()[i];
+                    CHECK(l.name == built[i].name);
+                    CHECK(l.shape == built[i].shape);
+                    CHECK(l.offset == built[i].offset);
+                    CHECK(l.size == built[i].size);
+                    CHECK(l.split == built[i].split);
+                }
+                CHECK(layout.total_size() == stage.parameters().size());
+                if (units.last == config.num_units())
+                    CHECK(stage.output_width() == split_range(config.vocab_size, rank, tp).size());
+                CHECK(stage.tp().size == tp);
+            }
+    // tp = 1 is the registry without tensor parallelism, split descriptors included.
+    const auto plain = gpt_stage<backend>::layout(config, {0, 4});
+    for (const auto& e : plain.entries()) CHECK(e.split.whole());
+    CHECK(plain.find("h.0.attn.c_attn.weight").size == std::size_t(32 * 96));
+    const auto quarter = gpt_stage<backend>::layout(config, {0, 4}, 3, 4);
+    CHECK(quarter.find("h.0.attn.c_attn.weight").local_shape() == std::vector<int>{32, 24});
+    CHECK(quarter.find("h.0.attn.c_proj.weight").local_shape() == std::vector<int>{8, 32});
+    CHECK(quarter.find("h.1.mlp.c_fc.bias").local_shape() == std::vector<int>{32});
+    CHECK(quarter.find("h.1.mlp.c_proj.weight").local_shape() == std::vector<int>{32, 32});
+    CHECK(quarter.find("wte.weight").local_shape() == std::vector<int>{12, 32});
+    CHECK(quarter.find("wte.weight").shape == std::vector<int>{50, 32});
+}
+
+TEST_CASE("a tp size that does not divide num_heads is a clear error", "[nn][gpt][tp]") {
+    CHECK_THROWS_AS(gpt_stage<backend>::layout(config, {0, 4}, 0, 3), weft::error);
+    CHECK_THROWS_WITH(gpt_stage<backend>::layout(config, {1, 2}, 1, 3), Catch::Contains("num_heads"));
+    CHECK_THROWS_WITH((gpt_stage<backend>(config, {0, 4}, tp_group<float>::without_communication(0, 8))),
+                      Catch::Contains("num_heads") && Catch::Contains("tp = 8"));
+    CHECK_THROWS_WITH(gpt_stage<backend>::layout(config, {0, 4}, 2, 2), Catch::Contains("rank"));
+}
+
+TEST_CASE("a tp group of size 1 changes nothing, bit for bit", "[nn][gpt][tp]") {
+    gpt_stage<backend> plain(config, {0, 4});
+    const rank_result want = run_stage(plain);
+    const auto got = run_tp(1, {0, 4});
+    CHECK(got[0].loss == want.loss);
+    CHECK(bit_equal(got[0].output, want.output));
+    CHECK(bit_equal(got[0].grads, want.grads));
+}
+
+TEST_CASE("vocab-parallel cross-entropy equals cross_entropy on the whole logits", "[nn][tp]") {
+    const auto logits = weft_test::random_matrix<matrix>(6, 50, "logits", 3.0);
+    const auto labels = random_tokens(6, 50, "labels");
+    const auto want = weft::nn::cross_entropy<backend>(logits, labels, 0.25f);
+    std::vector<float> losses(4);
+    matrix dlogits(6, 50);
+    weft::comm::local::run(4, [&](weft::comm::local& comm) {
+        const auto tp = weft::nn::make_tp_group<float>(comm);
+        const index_range cols = split_range(50, tp.rank, tp.size);
+        const matrix mine = logits.middleCols(cols.first, cols.size());
+        const auto got = weft::nn::vocab_parallel_cross_entropy<backend>(mine, labels, cols, 50, tp, 0.25f);
+        losses[std::size_t(tp.rank)] = got.loss;
+        dlogits.middleCols(cols.first, cols.size()) = got.dlogits;  // disjoint columns per rank
+    });
+    CHECK(std::abs(losses[0] - want.loss) <= 1e-6f * want.loss);
+    for (float l : losses) CHECK(l == losses[0]);
+    CHECK((dlogits - want.dlogits).norm() <= 1e-6 * want.dlogits.norm());
+}
