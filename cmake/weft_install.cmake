@@ -1,5 +1,5 @@
-# Installs the headers and exports weft::weft (and weft::mpi / weft::cuda where
-# they exist) so that find_package(weft CONFIG REQUIRED) works for users.
+# Installs the headers and exports weft::weft (and weft::mpi / weft::cuda / weft::nccl
+# where they exist) so that find_package(weft CONFIG REQUIRED) works for users.
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/weft DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -12,6 +12,11 @@ endif()
 if(WEFT_HAS_CUDA)
     install(TARGETS weft_cuda EXPORT weft-cuda-targets)
     install(EXPORT weft-cuda-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
+endif()
+# weft::nccl records the NCCL library and include directory found here, as weft::cuda does.
+if(WEFT_HAS_NCCL)
+    install(TARGETS weft_nccl EXPORT weft-nccl-targets)
+    install(EXPORT weft-nccl-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 endif()
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/weftConfig.cmake.in

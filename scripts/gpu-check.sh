@@ -48,6 +48,8 @@ cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nv
 # Build only what this check runs (the CPU tests and benchmarks are CI's job).
 targets=(test_cuda_runtime)
 benches=()
+# The NCCL communicator's test (1 GPU, a 1-rank communicator; this check has no MPI).
+if ninja -C build/gpu -t query test_comm_nccl >/dev/null 2>&1; then targets+=(test_comm_nccl); fi
 if ninja -C build/gpu -t query test_cuda_kernels >/dev/null 2>&1; then
     targets+=(test_cuda_kernels test_cuda_gpt_model bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt
               train_gpt_cuda train_gpt make_dataset)
