@@ -1,9 +1,10 @@
-// examples/train_gpt: trains GPT-2 on an llm.c token file with any pipeline schedule.
-// Under mpirun it uses MPI, one rank per process; without mpirun, `--ranks N` runs N
-// ranks as threads of this process.
+// examples/train_gpt: trains GPT-2 on an llm.c token file with any pipeline schedule,
+// data and tensor parallelism and any ZeRO stage. Under mpirun it uses MPI, one rank per
+// process; without mpirun, `--ranks N` runs N ranks as threads of this process.
 //
 //   make_dataset --out-dir data            # byte-level tokens of a real English text
 //   mpirun -np 4 ./train_gpt --schedule zb-h1 --pp 4 --data data/train.bin --steps 20
+//   mpirun -np 8 ./train_gpt --pp 2 --dp 2 --tp 2 --zero 3 --data data/train.bin
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -14,6 +15,8 @@
 #include <string>
 #include <thread>
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "weft/weft.hpp"
 #include "weft/exec/cpu_gemm_rate.hpp"
@@ -30,6 +33,9 @@ namespace {
 struct run_options : weft_examples::gpt_run_options {
     std::string schedule = "1f1b";
     int pp = 1;
+    int dp = 1;
+    int tp = 1;
+    int zero = 0;
     int chunks = 0;
     int ranks = 0;
     int microbatches = 4;
@@ -39,12 +45,31 @@ struct run_options : weft_examples::gpt_run_options {
 };
 
 
+// One line: the most any rank holds (training state between steps, its in-step peak, and
+// activations), from the engine's memory report (docs/parallelism.md has the formulas).
+template <weft::communicator Comm, class Engine>
+void report_memory(Comm& world, const Engine& engine) {
+    const auto m = engine.memory();
+    double most[5] = {double(m.between_steps.parameters), double(m.between_steps.gradients),
+                      double(m.between_steps.optimizer_state), double(m.peak.total()), double(m.peak_activations)};
+    std::vector<double> all(5 * static_cast<std::size_t>(world.size()));
+    world.allgather(std::span<const double>(most), std::span<double>(all));
+    for (std::size_t r = 0; r < static_cast<std::size_t>(world.size()); ++r)
+        for (std::size_t i = 0; i < 5; ++i) most[i] = std::max(most[i], all[5 * r + i]);
+    if (world.rank() == 0)
+        std::printf("memory per rank (most of any rank) | params %.2f MiB | grads %.2f MiB | optimizer %.2f MiB | "
+                    "state peak in step %.2f MiB | activations peak %.2f MiB\n",
+                    most[0] / 1048576, most[1] / 1048576, most[2] / 1048576, most[3] / 1048576, most[4] / 1048576);
+}
+
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
-    using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::replicate, Comm, weft::exec::cpu,
+    // any_zero: the ZeRO stage is a run-time choice (--zero), like the schedule.
+    using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, Comm, weft::exec::cpu,
                                   weft::train::gpt_model>;
     const auto schedule = weft::parse_schedule_kind(o.schedule);
-    const weft::parallel_config config({.pp = o.pp, .microbatches = o.microbatches,
+    const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .tp = o.tp, .zero_stage = o.zero,
+                                        .microbatches = o.microbatches,
                                         .chunks = o.chunks != 0 ? o.chunks : weft::default_chunks(schedule),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::gpt_config model = o.model();
@@ -83,9 +108,9 @@ void train(Comm& world, const run_options& o) {
     }
     if (world.rank() == 0)
         std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
-                    "batch %d | schedule %s | pp %d | microbatches %d | chunks %d\n",
+                    "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d\n",
                     static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
-                    o.schedule.c_str(), o.pp, o.microbatches, config.chunks());
+                    o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero, o.microbatches, config.chunks());
     for (int step = 0; step < o.steps; ++step) {
         auto stats = engine.step(weft::train::batch_at(tokens, step, o.batch, o.seq_len));
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
@@ -96,6 +121,7 @@ void train(Comm& world, const run_options& o) {
         std::printf("%s\n", weft::train::format_step(stats).c_str());
         if (log.is_open()) log << weft::train::format_step_json(stats) << '\n';
     }
+    report_memory(world, engine);
     if (!o.save.empty()) {
         weft::train::save(engine, o.save);
         if (world.rank() == 0) std::printf("saved %s\n", o.save.c_str());
@@ -109,9 +135,14 @@ int main(int argc, char** argv) {
     run_options o;
     app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::schedule_name_list())->capture_default_str();
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
+    app.add_option("--dp", o.dp, "data-parallel replicas")->capture_default_str();
+    app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")->capture_default_str();
+    app.add_option("--zero", o.zero, "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
+        ->capture_default_str();
     app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
-    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp)");
-    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "", .batch = "a multiple of --microbatches"});
+    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)");
+    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
+                                                .batch = "a multiple of --dp times --microbatches"});
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
     app.add_option("--peak-tflops", o.peak_tflops,
@@ -127,6 +158,6 @@ int main(int argc, char** argv) {
     // (10-30 % of a CPU step; docs/performance.md).
     weft::exec::retain_freed_memory();
     // Without mpirun the default is one thread per rank of the layout.
-    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp;
+    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp * o.dp * o.tp;
     return weft_examples::run("train_gpt", argc, argv, ranks, [&](auto& world) { train(world, o); });
 }
