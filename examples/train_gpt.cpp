@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
     app.add_option("--dp", o.dp, "data-parallel replicas")->capture_default_str();
     app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")->capture_default_str();
-    app.add_option("--zero", o.zero, "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
+    app.add_option("--zero", o.zero,
+                   "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
         ->capture_default_str();
     app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
     app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)");

@@ -41,8 +41,8 @@ TEST_CASE("process_grid places tensor-parallel ranks adjacent, then replicas, th
     const int world = GENERATE(1, 2, 4, 6, 8);
     for (const auto f : factorizations_of(world)) {
         INFO("world " << world << ": pp " << f.pp << " dp " << f.dp << " tp " << f.tp);
-        const weft::parallel_config cfg({.pp = f.pp, .dp = f.dp, .tp = f.tp, .microbatches = f.pp,
-                                         .world_size = world});
+        const weft::parallel_config cfg(
+            {.pp = f.pp, .dp = f.dp, .tp = f.tp, .microbatches = f.pp, .world_size = world});
         std::mutex mutex;
         std::vector<std::string> failures;
         local::run(world, [&](local& comm) {
@@ -56,16 +56,20 @@ TEST_CASE("process_grid places tensor-parallel ranks adjacent, then replicas, th
             expect(r == (c.pp_index * f.dp + c.dp_index) * f.tp + c.tp_index, "rank = (pp*dp + dp)*tp + tp");
             expect(weft::comm::grid_rank_of(c, cfg) == r, "grid_rank_of inverts grid_coordinates_of");
             std::vector<float> pipeline, data, tensor;
-            for (int i = 0; i < f.pp; ++i) pipeline.push_back(float(weft::comm::grid_rank_of({i, c.dp_index, c.tp_index}, cfg)));
-            for (int i = 0; i < f.dp; ++i) data.push_back(float(weft::comm::grid_rank_of({c.pp_index, i, c.tp_index}, cfg)));
-            for (int i = 0; i < f.tp; ++i) tensor.push_back(float(weft::comm::grid_rank_of({c.pp_index, c.dp_index, i}, cfg)));
+            for (int i = 0; i < f.pp; ++i)
+                pipeline.push_back(float(weft::comm::grid_rank_of({i, c.dp_index, c.tp_index}, cfg)));
+            for (int i = 0; i < f.dp; ++i)
+                data.push_back(float(weft::comm::grid_rank_of({c.pp_index, i, c.tp_index}, cfg)));
+            for (int i = 0; i < f.tp; ++i)
+                tensor.push_back(float(weft::comm::grid_rank_of({c.pp_index, c.dp_index, i}, cfg)));
             expect(members_of(grid.pipeline(), r) == pipeline && grid.pipeline().rank() == c.pp_index,
                    "pipeline group = same replica and slice, ordered by stage");
             expect(members_of(grid.data(), r) == data && grid.data().rank() == c.dp_index,
                    "data group = same stage and slice, ordered by replica");
             expect(members_of(grid.tensor(), r) == tensor && grid.tensor().rank() == c.tp_index,
                    "tensor group = same stage and replica, ordered by slice");
-            if (f.tp > 1) expect(tensor.back() - tensor.front() == float(f.tp - 1), "tensor-parallel ranks are adjacent");
+            if (f.tp > 1)
+                expect(tensor.back() - tensor.front() == float(f.tp - 1), "tensor-parallel ranks are adjacent");
             std::lock_guard lock(mutex);
             failures.insert(failures.end(), mine.begin(), mine.end());
         });

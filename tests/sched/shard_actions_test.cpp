@@ -37,8 +37,9 @@ TEST_CASE("REDUCE_GRAD follows a stage's last weight gradients, RESHARD its last
     v.num_stages = 4;
     v.stage_rank = {0, 1, 0, 1};
     const program pv = add_shard_actions(lower(v), {.reduce_grad = true, .unshard = true, .prefetch = 0});
-    CHECK(row_text(pv.ranks[0]) == "0UNSHARD 0F0 0SEND_F0 2UNSHARD 2RECV_F0 2F0 2SEND_F0 2RECV_B0 2B0 2SEND_B0 "
-                                   "2REDUCE_GRAD 2RESHARD 0RECV_B0 0B0 0REDUCE_GRAD 0RESHARD");
+    CHECK(row_text(pv.ranks[0]) ==
+          "0UNSHARD 0F0 0SEND_F0 2UNSHARD 2RECV_F0 2F0 2SEND_F0 2RECV_B0 2B0 2SEND_B0 "
+          "2REDUCE_GRAD 2RESHARD 0RECV_B0 0B0 0REDUCE_GRAD 0RESHARD");
     CHECK(check_shard_actions(p, {.reduce_grad = true, .unshard = true}).ok);
     CHECK(check(p).ok);
     // Without ZeRO-3 only REDUCE_GRAD is added.
@@ -53,13 +54,16 @@ TEST_CASE("UNSHARD is prefetched the given number of compute actions ahead", "[s
     compute.num_stages = 4;
     compute.stage_rank = {0, 1, 0, 1};
     for (const int prefetch : {0, 1, 5}) {
-        const program p = add_shard_actions(lower(compute), {.reduce_grad = true, .unshard = true, .prefetch = prefetch});
+        const program p =
+            add_shard_actions(lower(compute), {.reduce_grad = true, .unshard = true, .prefetch = prefetch});
         INFO("prefetch " << prefetch << ": " << row_text(p.ranks[0]));
         const auto& row = p.ranks[0];
         const auto at = [&](const action& a) { return std::find(row.begin(), row.end(), a) - row.begin(); };
         const auto unshard_2 = at({action_kind::UNSHARD, 2, -1});
-        if (prefetch == 0) CHECK(unshard_2 == at({action_kind::RECV_F, 2, 0}) - 1);
-        else CHECK(unshard_2 < at({action_kind::F, 0, 0}));  // ahead of stage 0's forward (clamped to the start)
+        if (prefetch == 0)
+            CHECK(unshard_2 == at({action_kind::RECV_F, 2, 0}) - 1);
+        else
+            CHECK(unshard_2 < at({action_kind::F, 0, 0}));  // ahead of stage 0's forward (clamped to the start)
         CHECK(check_shard_actions(p, {.reduce_grad = true, .unshard = true}).ok);
     }
 }
@@ -74,7 +78,8 @@ TEST_CASE("every schedule gets valid shard actions", "[sched][shard]") {
         CHECK(check(p).ok);
         std::size_t reduces = 0;
         for (const auto& row : p.ranks)
-            reduces += std::size_t(std::count_if(row.begin(), row.end(), [](const action& a) { return a.kind == action_kind::REDUCE_GRAD; }));
+            reduces += std::size_t(std::count_if(row.begin(), row.end(),
+                                                 [](const action& a) { return a.kind == action_kind::REDUCE_GRAD; }));
         CHECK(reduces == std::size_t(p.num_stages));
     }
 }

@@ -25,7 +25,8 @@ namespace {
 
 using weft::comm::local;
 template <class Sharding>
-using gpt_engine = weft::train::engine<weft::sched::all_schedules, Sharding, local, weft::exec::cpu, weft::train::gpt_model>;
+using gpt_engine =
+    weft::train::engine<weft::sched::all_schedules, Sharding, local, weft::exec::cpu, weft::train::gpt_model>;
 
 constexpr int batch_rows = 8;
 
@@ -62,8 +63,14 @@ struct layout {
     [[nodiscard]] int world() const { return pp * dp * tp; }
     [[nodiscard]] weft::parallel_config config(int zero) const {
         const int chunks = weft::default_chunks(schedule);
-        return weft::parallel_config({.pp = pp, .dp = dp, .tp = tp, .zero_stage = zero, .microbatches = 2 * pp,
-                                      .chunks = chunks, .schedule = schedule, .world_size = world()});
+        return weft::parallel_config({.pp = pp,
+                                      .dp = dp,
+                                      .tp = tp,
+                                      .zero_stage = zero,
+                                      .microbatches = 2 * pp,
+                                      .chunks = chunks,
+                                      .schedule = schedule,
+                                      .world_size = world()});
     }
 };
 
@@ -84,8 +91,9 @@ run_result train(const layout& l, int first, int last, const std::filesystem::pa
         // The memory report against the formula, stage by stage summed.
         weft::shard::memory_figures between, peak;
         for (const int s : engine.local_stages()) {
-            const auto expected = weft::shard::zero_memory_of(Sharding::zero_stage, engine.stage(s).registry().total_size(),
-                                                              l.dp, engine.coordinates().dp_index, 2, sizeof(float));
+            const auto expected =
+                weft::shard::zero_memory_of(Sharding::zero_stage, engine.stage(s).registry().total_size(), l.dp,
+                                            engine.coordinates().dp_index, 2, sizeof(float));
             between = between + expected.between_steps;
             peak = peak + expected.peak;
         }
@@ -113,8 +121,9 @@ run_result train(const layout& l, int first, int last, const std::filesystem::pa
         if (engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0)
             for (const auto& f : full)
                 for (const auto& info : f.registry.entries())
-                    out.tensors[info.name].assign(f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                                                  f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+                    out.tensors[info.name].assign(
+                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
     });
     return out;
 }
@@ -122,10 +131,14 @@ run_result train(const layout& l, int first, int last, const std::filesystem::pa
 run_result train_zero(int zero, const layout& l, int first, int last, const std::filesystem::path& load_from = {},
                       const std::filesystem::path& save_to = {}) {
     switch (zero) {
-        case 0: return train<weft::shard::replicate>(l, first, last, load_from, save_to);
-        case 1: return train<weft::shard::zero<1>>(l, first, last, load_from, save_to);
-        case 2: return train<weft::shard::zero<2>>(l, first, last, load_from, save_to);
-        default: return train<weft::shard::zero<3>>(l, first, last, load_from, save_to);
+        case 0:
+            return train<weft::shard::replicate>(l, first, last, load_from, save_to);
+        case 1:
+            return train<weft::shard::zero<1>>(l, first, last, load_from, save_to);
+        case 2:
+            return train<weft::shard::zero<2>>(l, first, last, load_from, save_to);
+        default:
+            return train<weft::shard::zero<3>>(l, first, last, load_from, save_to);
     }
 }
 
@@ -141,9 +154,9 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 }  // namespace
 
 TEST_CASE("ZeRO-1/2/3 train exactly what plain data parallelism trains", "[train][shard]") {
-    const layout l = GENERATE(layout{1, 4, weft::schedule_kind::one_f_one_b}, layout{2, 2, weft::schedule_kind::zb_h1},
-                              layout{2, 2, weft::schedule_kind::interleaved},
-                              layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
+    const layout l =
+        GENERATE(layout{1, 4, weft::schedule_kind::one_f_one_b}, layout{2, 2, weft::schedule_kind::zb_h1},
+                 layout{2, 2, weft::schedule_kind::interleaved}, layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
     INFO("pp " << l.pp << " dp " << l.dp << " tp " << l.tp << " " << weft::to_string(l.schedule));
     const run_result replicated = train_zero(0, l, 0, 3);
     CHECK(replicated.memory_mismatches.empty());
@@ -165,7 +178,8 @@ TEST_CASE("a checkpoint saved under one layout continues under any other", "[tra
     const weft_test::scratch_dir dir("engine_sharding");
     const auto path = dir.path / "zero.safetensors";
     // Uninterrupted: 3 steps at pp 2, dp 2, ZeRO-3 (and at pp 1, dp 2, tp 2: slices too).
-    const layout saved = GENERATE(layout{2, 2, weft::schedule_kind::one_f_one_b}, layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
+    const layout saved =
+        GENERATE(layout{2, 2, weft::schedule_kind::one_f_one_b}, layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
     INFO("saved at pp " << saved.pp << " dp " << saved.dp << " tp " << saved.tp);
     const run_result straight = train_zero(3, saved, 0, 3);
     train_zero(3, saved, 0, 2, {}, path);

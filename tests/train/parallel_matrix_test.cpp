@@ -22,8 +22,8 @@
 #include "weft/sched/interleaved.hpp"
 #include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/zb_h1.hpp"
-#include "weft/shard/replicate.hpp"
 #include "weft/shard/any_zero.hpp"
+#include "weft/shard/replicate.hpp"
 #include "weft/train/engine.hpp"
 #include "weft/train/engine_checkpoint.hpp"
 #include "weft/train/gpt_model.hpp"
@@ -77,8 +77,9 @@ training train(Engine& engine) {
     for (int step = 0; step < steps; ++step) out.losses.push_back(engine.step(matrix_batch(step)).loss);
     for (const auto& full : weft::train::gather_full_stages(engine)) {
         for (const auto& info : full.registry.entries())
-            out.tensors[info.name].assign(full.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                                          full.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+            out.tensors[info.name].assign(
+                full.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                full.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
     }
     out.memory = engine.memory();
     return out;
@@ -116,8 +117,8 @@ std::vector<layout> layouts_of(int world) {
             if (world % (pp * dp) != 0) continue;
             const int tp = world / (pp * dp);
             for (int zero = 0; zero <= 3; ++zero)
-                for (const auto schedule : {weft::schedule_kind::one_f_one_b, weft::schedule_kind::zb_h1,
-                                            weft::schedule_kind::interleaved}) {
+                for (const auto schedule :
+                     {weft::schedule_kind::one_f_one_b, weft::schedule_kind::zb_h1, weft::schedule_kind::interleaved}) {
                     const layout l{pp, dp, tp, zero, schedule};
                     if (filter == nullptr || l.name().find(filter) != std::string::npos) out.push_back(l);
                 }
@@ -128,8 +129,13 @@ std::vector<layout> layouts_of(int world) {
 // shard::any_zero: one engine type for every ZeRO stage (engine_sharding_test.cpp runs
 // the typed policies).
 training train_layout(weft::comm::mpi& world, const layout& l) {
-    const weft::parallel_config config({.pp = l.pp, .dp = l.dp, .tp = l.tp, .zero_stage = l.zero,
-                                        .microbatches = l.pp, .chunks = l.chunks(), .schedule = l.schedule,
+    const weft::parallel_config config({.pp = l.pp,
+                                        .dp = l.dp,
+                                        .tp = l.tp,
+                                        .zero_stage = l.zero,
+                                        .microbatches = l.pp,
+                                        .chunks = l.chunks(),
+                                        .schedule = l.schedule,
                                         .world_size = world.size()});
     gpt_engine<weft::shard::any_zero, weft::comm::mpi> engine(world, config, matrix_model(), matrix_options());
     return train(engine);
@@ -158,10 +164,11 @@ void report(weft::comm::mpi& world, const layout& l, const double (&worst)[2], c
     double most[5] = {};
     for (int r = 0; r < world.size(); ++r)
         for (int i = 0; i < 5; ++i) most[i] = std::max(most[i], all[5 * std::size_t(r) + std::size_t(i)]);
-    std::printf("%-34s loss %.1e weights %.1e | per rank max KiB: params %6.1f grads %6.1f optimizer %6.1f "
-                "state peak %6.1f activations %6.1f\n",
-                (std::to_string(world.size()) + " ranks " + l.name()).c_str(), worst[0], worst[1], most[0] / 1024,
-                most[1] / 1024, most[2] / 1024, most[3] / 1024, most[4] / 1024);
+    std::printf(
+        "%-34s loss %.1e weights %.1e | per rank max KiB: params %6.1f grads %6.1f optimizer %6.1f "
+        "state peak %6.1f activations %6.1f\n",
+        (std::to_string(world.size()) + " ranks " + l.name()).c_str(), worst[0], worst[1], most[0] / 1024,
+        most[1] / 1024, most[2] / 1024, most[3] / 1024, most[4] / 1024);
 }
 
 }  // namespace
@@ -194,8 +201,8 @@ TEST_CASE("every layout, ZeRO stage and schedule trains the single-process model
             worst[0] = std::max(worst[0], all[2 * std::size_t(r)]);
             worst[1] = std::max(worst[1], all[2 * std::size_t(r) + 1]);
         }
-        INFO("worst loss difference " << worst[0] << ", worst tensor difference " << worst[1] << " (this rank: "
-                                      << worst_name << ")");
+        INFO("worst loss difference " << worst[0] << ", worst tensor difference " << worst[1]
+                                      << " (this rank: " << worst_name << ")");
         report(world, l, worst, run.memory);
         CHECK(worst[0] <= 1e-5);
         CHECK(worst[1] <= 1e-5);

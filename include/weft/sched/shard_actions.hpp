@@ -31,8 +31,7 @@ namespace detail {
     return is_compute(a.kind) && a.stage == s;
 }
 [[nodiscard]] constexpr bool makes_weight_grads(const action& a, int s) {
-    if (a.kind == action_kind::OVERLAP_F_B)
-        return a.overlap_stage == s && a.overlap_backward_kind == action_kind::B;
+    if (a.kind == action_kind::OVERLAP_F_B) return a.overlap_stage == s && a.overlap_backward_kind == action_kind::B;
     return (a.kind == action_kind::B || a.kind == action_kind::W) && a.stage == s;
 }
 
@@ -77,7 +76,8 @@ namespace detail {
                 // Ahead of the RECVs that feed that compute action too, so the all-gather
                 // travels while the rank waits for its input.
                 std::size_t at = compute_positions[k];
-                while (at > 0 && (in[at - 1].kind == action_kind::RECV_F || in[at - 1].kind == action_kind::RECV_B)) --at;
+                while (at > 0 && (in[at - 1].kind == action_kind::RECV_F || in[at - 1].kind == action_kind::RECV_B))
+                    --at;
                 before[at].push_back({action_kind::UNSHARD, s, -1});
             }
             // After the SENDs of that compute action too: a neighbour waits for them.
@@ -139,7 +139,8 @@ namespace detail {
         }
         const std::string stage = "stage " + detail::int_text(s) + " (rank " + detail::int_text(r) + ")";
         if (options.reduce_grad && (reduces != 1 || reduce_at < last_grads))
-            return detail::failure(stage + " needs exactly one REDUCE_GRAD after its last weight-gradient action; it has " +
+            return detail::failure(stage +
+                                   " needs exactly one REDUCE_GRAD after its last weight-gradient action; it has " +
                                    detail::int_text(reduces) + (reduces == 1 ? ", too early" : ""));
         if (!options.unshard) continue;
         if (unshards != 1 || (first_use >= 0 && unshard_at > first_use))

@@ -94,8 +94,9 @@ public:
             gathering_ = false;
         }
         if (!stage_->holds_parameters())
-            throw error("ZeRO-3 stage used while its parameters are sharded: the program needs an UNSHARD of "
-                        "the stage before its first compute action");
+            throw error(
+                "ZeRO-3 stage used while its parameters are sharded: the program needs an UNSHARD of "
+                "the stage before its first compute action");
     }
 
     // RESHARD (ZeRO-3): frees the full parameters; this rank keeps its range.
@@ -124,8 +125,8 @@ public:
         // The averaged range lives from here to the optimizer step.
         grad_shard_.assign(shard_.size, Scalar(0));
         note_peak();
-        pending_reduce_.push_back(
-            group_->ireduce_scatter_sum(std::span<const Scalar>(stage_->padded_gradients()), std::span<Scalar>(grad_shard_)));
+        pending_reduce_.push_back(group_->ireduce_scatter_sum(std::span<const Scalar>(stage_->padded_gradients()),
+                                                              std::span<Scalar>(grad_shard_)));
     }
 
     [[nodiscard]] bool reduce_started() const { return reduce_started_; }

@@ -33,7 +33,8 @@ struct zero_memory {
 };
 
 [[nodiscard]] inline zero_memory zero_memory_of(int zero_stage, std::size_t total, int ranks, int rank,
-                                               std::size_t optimizer_states_per_element, std::size_t bytes_per_element) {
+                                                std::size_t optimizer_states_per_element,
+                                                std::size_t bytes_per_element) {
     require(zero_stage >= 0 && zero_stage <= 3, "zero_stage", zero_stage, "valid ZeRO stages are 0, 1, 2 and 3");
     const flat_shard r = shard_of(total, ranks, rank);
     const std::size_t c = optimizer_states_per_element;

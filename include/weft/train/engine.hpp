@@ -106,7 +106,11 @@ public:
     // generating one; it must be for config.pp() ranks and config.microbatches().
     engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options, const sched::program& compute_only)
-        : world_(&world), config_(config), model_(model), options_(options), grid_(std::make_unique<comm::process_grid<Comm>>(world, config)) {
+        : world_(&world),
+          config_(config),
+          model_(model),
+          options_(options),
+          grid_(std::make_unique<comm::process_grid<Comm>>(world, config)) {
         if constexpr (!tensor_parallel_model)
             require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
         require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
@@ -308,8 +312,10 @@ private:
     }
 
     stage_type make_stage(nn::unit_range units) {
-        if constexpr (tensor_parallel_model) return stage_type(model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
-        else return stage_type(model_, units);
+        if constexpr (tensor_parallel_model)
+            return stage_type(model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
+        else
+            return stage_type(model_, units);
     }
 
     static sched::program generate_checked(const parallel_config& config) {

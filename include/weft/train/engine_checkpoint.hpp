@@ -111,7 +111,8 @@ template <class Engine>
         full.steps = opt->step_count();
         const auto& sharding = engine.stage_sharding(full.index);
         const auto& range = sharding.shard();
-        for (auto [moment, target] : {std::pair{opt->exp_avg(), &full.exp_avg}, std::pair{opt->exp_avg_sq(), &full.exp_avg_sq}}) {
+        for (auto [moment, target] :
+             {std::pair{opt->exp_avg(), &full.exp_avg}, std::pair{opt->exp_avg_sq(), &full.exp_avg_sq}}) {
             if (sharding.zero_stage() == 0) {
                 target->assign(moment.begin(), moment.end());
             } else {
@@ -207,7 +208,8 @@ void load(Engine& engine, const std::filesystem::path& path) {
     const bool has_optimizer = std::filesystem::exists(companion_path);
     const safetensors_file moments = has_optimizer ? read_safetensors(companion_path) : safetensors_file{};
     for (const int s : engine.local_stages()) {
-        engine.overwrite_parameters(s, [&](auto& stage) { load_checkpoint(weights, stage.registry(), stage.parameters()); });
+        engine.overwrite_parameters(
+            s, [&](auto& stage) { load_checkpoint(weights, stage.registry(), stage.parameters()); });
         if (!has_optimizer) continue;
         auto* opt = engine.stage_optimizer(s).adamw();
         require(opt != nullptr, "optimizer state file", companion_path.string(),
