@@ -3,8 +3,11 @@
 // to PyTorch's CPU step for the same config measured in the same run (tests/reference/gpt_step_torch.py).
 // Usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] [--no-torch]
 //                   [--python PATH] [--torch-script PATH] [--default-heap]
+//        mpirun -np 2 bench_step --parallel [--steps N] [--json] [--schedule NAME,NAME...]
 // --default-heap skips exec::retain_freed_memory(), which train_gpt calls, to show its effect.
-// Goals (step/GEMM <= 1.15, PyTorch/weft >= 1.5) are reported, never asserted.
+// --parallel times the whole engine step (small config) at one rank, at pp=2 and at dp=2 over
+// MPI for every schedule that runs on 2 pipeline ranks (built where MPI is found).
+// Goals (step/GEMM <= 1.15, PyTorch/weft >= 1.5) and speed-ups are reported, never asserted.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cpu_heap.hpp"
 #include "weft/nn/cross_entropy.hpp"
@@ -29,6 +33,21 @@
 #include "weft/nn/token_view.hpp"
 #include "weft/optim/adamw.hpp"
 #include "weft/train/mfu.hpp"
+#if WEFT_HAS_MPI
+#include <mpi.h>
+
+#include <thread>
+
+#include "weft/comm/mpi.hpp"
+#include "weft/comm/mpi_environment.hpp"
+#include "weft/core/parallel_config.hpp"
+#include "weft/sched/all_schedules.hpp"
+#include "weft/sched/simulate.hpp"
+#include "weft/shard/replicate.hpp"
+#include "weft/train/engine.hpp"
+#include "weft/train/gpt_model.hpp"
+#include "weft/train/token_batches.hpp"
+#endif
 
 #ifndef WEFT_SOURCE_DIR
 #define WEFT_SOURCE_DIR "."
@@ -322,6 +341,168 @@ void print_json(const std::vector<row>& rows, int threads, bool heap_retained) {
     std::printf("\n]}\n");
 }
 
+// ---- --parallel: the engine's step at one rank, pp=2 and dp=2 over MPI ------------------
+
+#if WEFT_HAS_MPI
+
+using mpi_engine = weft::engine<weft::sched::all_schedules, weft::shard::replicate, weft::comm::mpi, backend,
+                                weft::train::gpt_model>;
+
+// The small config's model; the batch is 8 rows so that both layouts keep 2 rows per
+// micro-batch: 4 micro-batches at one rank and at pp=2, 2 per replica at dp=2 (the GEMMs then
+// have the same shapes everywhere, and dualpipev's m >= 2p holds at pp=2).
+constexpr int parallel_batch = 8;
+constexpr int parallel_microbatches = 4;
+
+const weft::schedule_kind parallel_schedules[] = {
+    weft::schedule_kind::gpipe, weft::schedule_kind::one_f_one_b, weft::schedule_kind::interleaved,
+    weft::schedule_kind::zb_h1, weft::schedule_kind::zb_h2,       weft::schedule_kind::zbv,
+    weft::schedule_kind::dualpipev};
+
+struct layout_timing {
+    double ms = 0;    // median step, as the engine's step log measures it
+    double idle = 0;  // median of the step log's bubble: the ranks' mean idle share of the program
+};
+
+layout_timing time_layout(weft::comm::mpi& comm, weft::schedule_kind kind, int pp, int dp, int microbatches,
+                          const weft::nn::gpt_config& model, const weft::train::token_batch& batch, int warmup,
+                          int steps, double* simulated_bubble) {
+    const weft::parallel_config config({.pp = pp, .dp = dp, .microbatches = microbatches,
+                                        .chunks = weft::default_chunks(kind), .schedule = kind,
+                                        .world_size = comm.size()});
+    mpi_engine engine(comm, config, model,
+                      {.batch_size = batch.rows, .optimizer = {.lr = 3e-4, .weight_decay = 0.1}});
+    // T_F = T_B = T_W = 1 (a full backward B costs 2): the bubble of this very program.
+    if (simulated_bubble != nullptr) *simulated_bubble = weft::sched::simulate(engine.program()).bubble_rate;
+    std::vector<double> ms, idle;
+    for (int step = 0; step < warmup + steps; ++step) {
+        const auto stats = engine.step(batch);
+        if (step < warmup) continue;
+        ms.push_back(stats.milliseconds);
+        idle.push_back(stats.bubble);
+    }
+    return {median(ms), median(idle)};
+}
+
+// A rank with nothing to do while rank 0 runs alone: waits without spinning on a core, so the
+// one-rank figure is not slowed by MPI's busy polling on the machine's other core.
+void wait_quietly(MPI_Comm comm) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    weft::comm::detail::mpi_check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+    for (int done = 0;;) {
+        weft::comm::detail::mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done != 0) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+struct parallel_row {
+    weft::schedule_kind kind;
+    std::string skipped;  // why the schedule cannot run at pp=2; empty when it ran
+    layout_timing one, pp2, dp2;
+    double simulated_bubble = 0;
+};
+
+void print_parallel(const std::vector<parallel_row>& rows, const bench_config& c, int steps, bool json) {
+    const double tokens = double(parallel_batch) * c.seq_len;
+    if (json) {
+        std::printf("{\"benchmark\": \"bench_step --parallel\", \"layers\": %d, \"d_model\": %d, \"heads\": %d, "
+                    "\"vocab\": %d, \"seq_len\": %d, \"batch\": %d, \"microbatches\": %d, \"steps\": %d, "
+                    "\"schedules\": [",
+                    c.layers, c.d_model, c.heads, c.vocab, c.seq_len, parallel_batch, parallel_microbatches, steps);
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const auto& r = rows[i];
+            std::printf("%s\n  {\"schedule\": \"%s\", ", i == 0 ? "" : ",", std::string(to_string(r.kind)).c_str());
+            if (!r.skipped.empty()) {
+                std::printf("\"skipped\": \"%s\"}", r.skipped.c_str());
+                continue;
+            }
+            std::printf("\"one_rank_ms\": %.4f, \"pp2_ms\": %.4f, \"pp2_speedup\": %.4f, \"pp2_idle\": %.4f, "
+                        "\"dp2_ms\": %.4f, \"dp2_speedup\": %.4f, \"simulated_bubble\": %.4f, \"pp2_limit\": %.4f}",
+                        r.one.ms, r.pp2.ms, r.one.ms / r.pp2.ms, r.pp2.idle, r.dp2.ms, r.one.ms / r.dp2.ms,
+                        r.simulated_bubble, 2 * (1 - r.simulated_bubble));
+        }
+        std::printf("\n]}\n");
+        return;
+    }
+    std::printf("weft bench_step --parallel: the engine's GPT-2 step (forward, backward, gradient reduction, AdamW) "
+                "over MPI, 2 ranks, one Eigen thread each\n");
+    std::printf("model: %d layers, d_model %d, %d heads, vocab %d, seq %d; batch %d rows (%.0f tokens); "
+                "one rank and pp=2: %d micro-batches; dp=2: %d per replica; median of %d steps\n",
+                c.layers, c.d_model, c.heads, c.vocab, c.seq_len, parallel_batch, tokens, parallel_microbatches,
+                parallel_microbatches / 2, steps);
+    std::printf("limit = 2 (1 - b), b = sched::simulate's bubble rate of the pp=2 program at T_F = T_B = T_W "
+                "(= 2 / (1 + bubble/compute)); pp idle = measured mean idle share of the ranks\n\n");
+    std::printf("%-12s %9s %9s %8s %8s %9s %8s %8s %8s\n", "schedule", "1rank_ms", "pp2_ms", "speedup", "limit",
+                "pp_idle", "dp2_ms", "speedup", "sim_b");
+    for (const auto& r : rows) {
+        const std::string name(to_string(r.kind));
+        if (!r.skipped.empty()) {
+            std::printf("%-12s n/a: %s\n", name.c_str(), r.skipped.c_str());
+            continue;
+        }
+        std::printf("%-12s %9.1f %9.1f %8.2f %8.2f %8.1f%% %8.1f %8.2f %7.1f%%\n", name.c_str(), r.one.ms, r.pp2.ms,
+                    r.one.ms / r.pp2.ms, 2 * (1 - r.simulated_bubble), 100 * r.pp2.idle, r.dp2.ms,
+                    r.one.ms / r.dp2.ms, 100 * r.simulated_bubble);
+    }
+    std::printf("\nspeed-ups are reported, never asserted\n");
+}
+
+int run_parallel(int& argc, char**& argv, int steps, bool json, const std::vector<std::string>& only) {
+    weft::comm::mpi_environment environment(argc, argv);
+    auto world = weft::comm::mpi::world();
+    try {
+        weft::require(world.size() == 2, "mpirun -np", world.size(),
+                      "bench_step --parallel compares one rank with pp=2 and dp=2; run it with 2 ranks");
+        const bench_config& c = configs[0];
+        const int warmup = c.warmup;
+        if (steps == 0) steps = c.steps;
+        const weft::nn::gpt_config model{.num_layers = c.layers, .d_model = c.d_model, .num_heads = c.heads,
+                                         .vocab_size = c.vocab, .seq_len = c.seq_len, .seed = 1234};
+        weft::train::token_batch batch{parallel_batch, c.seq_len, {}, {}};
+        std::mt19937 rng(1);
+        batch.inputs.resize(std::size_t(parallel_batch) * c.seq_len);
+        batch.targets.resize(batch.inputs.size());
+        for (auto& t : batch.inputs) t = std::int32_t(rng() % unsigned(c.vocab));
+        for (auto& t : batch.targets) t = std::int32_t(rng() % unsigned(c.vocab));
+
+        // Rank 0's own communicator for the one-rank runs (a split is collective: made once).
+        auto alone = world.split(world.rank(), 0);
+        std::vector<parallel_row> rows;
+        for (const auto kind : parallel_schedules) {
+            if (!only.empty() && std::find(only.begin(), only.end(), to_string(kind)) == only.end()) continue;
+            parallel_row r{kind, {}, {}, {}, {}, 0};
+            // Generating is pure and the same on every rank, so every rank skips alike.
+            try {
+                (void)weft::sched::all_schedules::generate(
+                    kind, weft::sched::schedule_params{.ranks = 2, .microbatches = parallel_microbatches,
+                                                       .chunks = weft::default_chunks(kind)});
+            } catch (const weft::error& e) {
+                r.skipped = e.what();
+                rows.push_back(r);
+                continue;
+            }
+            if (world.rank() == 0)
+                r.one = time_layout(alone, kind, 1, 1, parallel_microbatches, model, batch, warmup, steps, nullptr);
+            wait_quietly(world.native());
+            r.pp2 = time_layout(world, kind, 2, 1, parallel_microbatches, model, batch, warmup, steps,
+                                &r.simulated_bubble);
+            r.dp2 = time_layout(world, kind, 1, 2, parallel_microbatches / 2, model, batch, warmup, steps, nullptr);
+            rows.push_back(r);
+        }
+        if (world.rank() == 0) print_parallel(rows, c, steps, json);
+        return 0;
+    } catch (const std::exception& e) {
+        // The other rank may wait in a collective for this one: abort rather than hang.
+        std::fprintf(stderr, "bench_step --parallel (rank %d): %s\n", world.rank(), e.what());
+        std::fflush(stderr);
+        if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+        return 2;
+    }
+}
+
+#endif  // WEFT_HAS_MPI
+
 int parse_positive(const char* flag, const char* value) {
     char* end = nullptr;
     const long v = std::strtol(value, &end, 10);
@@ -333,7 +514,8 @@ int parse_positive(const char* flag, const char* value) {
 
 int main(int argc, char** argv) {
     try {
-        bool json = false, torch = true, default_heap = false;
+        bool json = false, torch = true, default_heap = false, parallel = false;
+        std::vector<std::string> only;  // --schedule: the schedules --parallel runs (default: all)
         int threads = 1, steps = 0;
         std::string which = "all", python = "/usr/bin/python3",
                     script = WEFT_SOURCE_DIR "/tests/reference/gpt_step_torch.py";
@@ -346,6 +528,16 @@ int main(int argc, char** argv) {
             if (a == "--json") json = true;
             else if (a == "--no-torch") torch = false;
             else if (a == "--default-heap") default_heap = true;
+            else if (a == "--parallel") parallel = true;
+            else if (a == "--schedule") {
+                // A comma-separated list, for --parallel: e.g. 1f1b,zb-h1.
+                std::string list = value();
+                for (std::size_t first = 0; first <= list.size();) {
+                    const std::size_t comma = std::min(list.find(',', first), list.size());
+                    only.push_back(std::string(to_string(weft::parse_schedule_kind(list.substr(first, comma - first)))));
+                    first = comma + 1;
+                }
+            }
             else if (a == "--threads") threads = parse_positive("--threads", value());
             else if (a == "--steps") steps = parse_positive("--steps", value());
             else if (a == "--config") which = value();
@@ -353,15 +545,28 @@ int main(int argc, char** argv) {
             else if (a == "--torch-script") script = value();
             else if (a == "--help" || a == "-h") {
                 std::printf("usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] "
-                            "[--no-torch] [--python PATH] [--torch-script PATH] [--default-heap]\n");
+                            "[--no-torch] [--python PATH] [--torch-script PATH] [--default-heap]\n"
+                            "       mpirun -np 2 bench_step --parallel [--steps N] [--json] [--schedule NAME,NAME...]\n");
                 return 0;
             } else
                 throw weft::invalid_argument("argument", a,
                                              "one of --json, --threads, --steps, --config, --no-torch, --python, "
-                                             "--torch-script, --default-heap, --help");
+                                             "--torch-script, --default-heap, --parallel, --schedule, --help");
         }
         weft::require(which == "all" || which == "small" || which == "big", "--config", which,
                       "must be small, big or all");
+        weft::require(parallel || only.empty(), "--schedule", only.empty() ? "" : only.front(),
+                      "chooses schedules for --parallel only");
+        if (parallel) {
+            weft::require(threads == 1, "--threads", threads, "--parallel runs one Eigen thread per rank; valid: 1");
+            // As train_gpt runs: freed activation memory is reused from step to step.
+            if (!default_heap) weft::exec::retain_freed_memory();
+#if WEFT_HAS_MPI
+            return run_parallel(argc, argv, steps, json, only);
+#else
+            throw weft::error("--parallel needs MPI; this bench_step was built without it (WEFT_HAS_MPI is off)");
+#endif
+        }
         // Eigen parallelises its GEMMs only when built with OpenMP; otherwise this is a no-op
         // and weft runs on one thread whatever --threads says (the table prints what ran).
         Eigen::setNbThreads(threads);

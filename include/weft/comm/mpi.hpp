@@ -212,13 +212,21 @@ public:
     // (it may differ from rank order 0..n-1, unlike comm::local).
     void allreduce_sum(std::span<float> values) { allreduce(values, MPI_FLOAT, "allreduce_sum(float)"); }
     void allreduce_sum(std::span<double> values) { allreduce(values, MPI_DOUBLE, "allreduce_sum(double)"); }
-    // MPI_Allgather: all[r*n, (r+1)*n) = rank r's `mine` (n = mine.size()).
-    void allgather(std::span<const float> mine, std::span<float> all) { iallgather(mine, all).wait(); }
-    void allgather(std::span<const double> mine, std::span<double> all) { iallgather(mine, all).wait(); }
+    // MPI_Allgather: all[r*n, (r+1)*n) = rank r's `mine` (n = mine.size()). The blocking
+    // forms call MPI's blocking functions: Open MPI picks other (faster, for small
+    // buffers) algorithms for them than for the non-blocking ones.
+    void allgather(std::span<const float> mine, std::span<float> all) {
+        allgather_blocking(mine, all, MPI_FLOAT, "allgather(float)");
+    }
+    void allgather(std::span<const double> mine, std::span<double> all) {
+        allgather_blocking(mine, all, MPI_DOUBLE, "allgather(double)");
+    }
     // MPI_Reduce_scatter_block: mine = the sum over ranks of their block rank() of `all`.
-    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) { ireduce_scatter_sum(all, mine).wait(); }
+    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) {
+        reduce_scatter_blocking(all, mine, MPI_FLOAT, "reduce_scatter_sum(float)");
+    }
     void reduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
-        ireduce_scatter_sum(all, mine).wait();
+        reduce_scatter_blocking(all, mine, MPI_DOUBLE, "reduce_scatter_sum(double)");
     }
 
     // Non-blocking forms (MPI_Iallreduce, MPI_Iallgather, MPI_Ireduce_scatter_block): the
@@ -307,6 +315,27 @@ private:
                                         detail::mpi_count(values.size(), "values.size()"), type,
                                         MPI_SUM, comm_),
                           "MPI_Allreduce");
+    }
+
+    template <class T>
+    void allgather_blocking(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
+        check_usable();
+        check_blocks(what, "all.size()", all.size(), mine.size());
+        agree(what, mine.size(), 0);
+        const int count = detail::mpi_count(mine.size(), "mine.size()");
+        detail::mpi_check(MPI_Allgather(mine.data(), count, type, all.data(), count, type, comm_), "MPI_Allgather");
+    }
+
+    template <class T>
+    void reduce_scatter_blocking(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
+                                 std::string_view what) {
+        check_usable();
+        check_blocks(what, "all.size()", all.size(), mine.size());
+        agree(what, mine.size(), 0);
+        detail::mpi_check(MPI_Reduce_scatter_block(all.data(), mine.data(),
+                                                   detail::mpi_count(mine.size(), "mine.size()"), type, MPI_SUM,
+                                                   comm_),
+                          "MPI_Reduce_scatter_block");
     }
 
     template <class T>
