@@ -41,7 +41,7 @@ struct run_options : weft_examples::gpt_run_options {
     int microbatches = 4;
     std::string optimizer = "adamw";
     double peak_tflops = 0;  // 0: measure this machine's GEMM rate and report MFU against it
-    std::vector<int> partition;  // units per stage; empty = even
+    std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
 };
 
 
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--partition", o.partition,
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
-                   "(default: even)")
+                   "(default: balanced by estimated flops per stage)")
         ->delimiter(',');
     CLI11_PARSE(app, argc, argv);
 

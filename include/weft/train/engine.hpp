@@ -47,7 +47,8 @@ struct engine_options {
     std::size_t bucket_elements = shard::default_bucket_elements;
     // ZeRO-3: how many compute actions ahead of a stage's first use its UNSHARD starts.
     int unshard_prefetch = 1;
-    // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = as even as possible.
+    // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = balanced by the
+    // model's cost per unit (Model::unit_costs, e.g. GPT's flops), or even in unit count.
     std::vector<int> partition{};
 };
 
@@ -145,7 +146,7 @@ public:
         require(tag_space <= max_tag + 1, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(max_tag));
 
-        units_ = options.partition.empty() ? nn::partition_units(num_units, program_.num_stages)
+        units_ = options.partition.empty() ? default_partition(model, num_units, program_.num_stages)
                                            : partition_from_counts(options.partition, num_units, program_.num_stages);
         for (int s = 0; s < program_.num_stages; ++s)
             if (program_.stage_rank[s] == pipeline_rank()) {
@@ -308,6 +309,19 @@ private:
                 const auto& info = stage.registry().find(t.name);
                 std::copy(total.begin(), total.end(), stage.gradients().subspan(info.offset, info.size).begin());
             }
+        }
+    }
+
+    // Balanced by the model's estimated cost per unit where it gives one (GPT: flops), else
+    // as even as possible in unit count.
+    static std::vector<nn::unit_range> default_partition(const model_config& model, int num_units, int stages) {
+        if constexpr (requires { Model::unit_costs(model); }) {
+            const std::vector<double> costs = Model::unit_costs(model);
+            require(static_cast<int>(costs.size()) == num_units, "unit_costs size", costs.size(),
+                    "the model policy must give one cost per unit (" + std::to_string(num_units) + ")");
+            return nn::partition_by_cost(costs, stages);
+        } else {
+            return nn::partition_units(num_units, stages);
         }
     }
 

@@ -24,6 +24,18 @@ struct gpt_model {
     using stage = nn::gpt_stage<Backend>;
 
     static int num_units(const config& c) { return c.num_units(); }
+    // Forward flops per token of each unit, what the default partition balances (backward
+    // costs about twice forward in every unit, so the ratios hold for a whole step): the
+    // embedding a lookup and an add, a block its four GEMMs (24 C^2) and attention over the
+    // sequence (4 T C), the head its LM GEMM (2 C V). For GPT-2 124M the head costs about
+    // five blocks, for a small vocabulary a fraction of one.
+    static std::vector<double> unit_costs(const config& c) {
+        const double width = c.d_model, tokens = c.seq_len, vocab = c.vocab_size;
+        std::vector<double> costs(static_cast<std::size_t>(c.num_units()), 24 * width * width + 4 * tokens * width);
+        costs.front() = 2 * width;
+        costs.back() = 2 * width * vocab + 8 * width;
+        return costs;
+    }
     static void validate(const config& c) { c.validate(); }
     static int batch_rows(const batch& b) { return b.rows; }
     // Stages exchange one row of d_model values per token.
