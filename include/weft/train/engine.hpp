@@ -449,7 +449,13 @@ private:
         using sched::action_kind;
         find_stage(a.stage).sharding->finish_unshard();
         switch (a.kind) {
-            case action_kind::F: forward(a.stage, a.microbatch, state); break;
+            case action_kind::F:
+                forward(a.stage, a.microbatch, state);
+                // Only a forward adds activations (I trims an entry, W frees it), so the peak
+                // is seen right after one; sampling after every action would walk the stash
+                // three times as often for nothing.
+                activation_peak_bytes_ = std::max(activation_peak_bytes_, state.stash.bytes());
+                break;
             case action_kind::B:
                 backward_input(a.stage, a.microbatch, state);
                 backward_weight(a.stage, a.microbatch, state);
@@ -459,7 +465,6 @@ private:
             default:
                 throw invalid_argument("compute action", sched::to_string(a), "expected F, B, I or W");
         }
-        activation_peak_bytes_ = std::max(activation_peak_bytes_, state.stash.bytes());
     }
 
     void forward(int stage_index, int mb, step_state& state) {
