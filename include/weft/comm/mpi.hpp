@@ -319,22 +319,15 @@ private:
 
     template <class T>
     void allgather_blocking(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
-        check_usable();
-        check_blocks(what, "all.size()", all.size(), mine.size());
-        agree(what, mine.size(), 0);
-        const int count = detail::mpi_count(mine.size(), "mine.size()");
+        const int count = agreed_block_count(what, all.size(), mine.size());
         detail::mpi_check(MPI_Allgather(mine.data(), count, type, all.data(), count, type, comm_), "MPI_Allgather");
     }
 
     template <class T>
     void reduce_scatter_blocking(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
                                  std::string_view what) {
-        check_usable();
-        check_blocks(what, "all.size()", all.size(), mine.size());
-        agree(what, mine.size(), 0);
-        detail::mpi_check(MPI_Reduce_scatter_block(all.data(), mine.data(),
-                                                   detail::mpi_count(mine.size(), "mine.size()"), type, MPI_SUM,
-                                                   comm_),
+        const int count = agreed_block_count(what, all.size(), mine.size());
+        detail::mpi_check(MPI_Reduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM, comm_),
                           "MPI_Reduce_scatter_block");
     }
 
@@ -353,12 +346,9 @@ private:
 
     template <class T>
     request start_allgather(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
-        check_usable();
-        check_blocks(what, "all.size()", all.size(), mine.size());
-        agree(what, mine.size(), 0);
+        const int count = agreed_block_count(what, all.size(), mine.size());
         request r;
         r.call_ = "MPI_Wait (MPI_Iallgather)";
-        const int count = detail::mpi_count(mine.size(), "mine.size()");
         detail::mpi_check(MPI_Iallgather(mine.data(), count, type, all.data(), count, type, comm_, &r.handle_),
                           "MPI_Iallgather");
         return r;
@@ -367,22 +357,23 @@ private:
     template <class T>
     request start_reduce_scatter(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
                                  std::string_view what) {
-        check_usable();
-        check_blocks(what, "all.size()", all.size(), mine.size());
-        agree(what, mine.size(), 0);
+        const int count = agreed_block_count(what, all.size(), mine.size());
         request r;
         r.call_ = "MPI_Wait (MPI_Ireduce_scatter_block)";
-        detail::mpi_check(MPI_Ireduce_scatter_block(all.data(), mine.data(),
-                                                    detail::mpi_count(mine.size(), "mine.size()"), type, MPI_SUM,
-                                                    comm_, &r.handle_),
+        detail::mpi_check(MPI_Ireduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM, comm_, &r.handle_),
                           "MPI_Ireduce_scatter_block");
         return r;
     }
 
-    // The full buffer of an allgather or reduce-scatter holds one block per rank.
-    void check_blocks(std::string_view what, std::string_view parameter, std::size_t full, std::size_t block) const {
-        require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": " + std::string(parameter),
-                full, "must be size() * block = " + std::to_string(static_cast<std::size_t>(size_) * block));
+    // What every all-gather and reduce-scatter, blocking or not, checks first: the full
+    // buffer holds one block per rank, and all ranks agree on the block length. Returns
+    // the block length as MPI's count.
+    int agreed_block_count(std::string_view what, std::size_t full, std::size_t block) {
+        check_usable();
+        require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": all.size()", full,
+                "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size_) * block));
+        agree(what, block, 0);
+        return detail::mpi_count(block, "mine.size()");
     }
 
     MPI_Comm comm_ = MPI_COMM_NULL;
