@@ -64,13 +64,7 @@ TEST_CASE("gpt_stage::layout is the registry the stage builds, without its weigh
         INFO("units [" << units.first << ", " << units.last << ")");
         const auto layout = gpt_stage<weft::exec::cpu>::layout(tiny, units);
         const gpt_stage<weft::exec::cpu> stage(tiny, units);
-        const auto& built = stage.registry().entries();
-        REQUIRE(layout.entries().size() == built.size());
-        for (std::size_t i = 0; i < built.size(); ++i) {
-            CHECK(layout.entries()[i].name == built[i].name);
-            CHECK(layout.entries()[i].shape == built[i].shape);
-            CHECK(layout.entries()[i].offset == built[i].offset);
-        }
+        weft_test::check_same_layout(layout, stage.registry());
         CHECK(layout.total_size() == stage.parameters().size());
     }
     CHECK_THROWS_WITH(gpt_stage<weft::exec::cpu>::layout(tiny, {2, 2}), Catch::Contains("unit_range"));

@@ -309,16 +309,7 @@ TEST_CASE("gpt_stage::layout with tp rank and size is the tp stage's registry", 
                 const auto layout = gpt_stage<backend>::layout(config, units, rank, tp);
                 // Building a stage does not communicate: a group with only rank and size will do.
                 const gpt_stage<backend> stage(config, units, tp_group<float>::without_communication(rank, tp));
-                const auto& built = stage.registry().entries();
-                REQUIRE(layout.entries().size() == built.size());
-                for (std::size_t i = 0; i < built.size(); ++i) {
-                    const auto& l = layout.entries()[i];
-                    CHECK(l.name == built[i].name);
-                    CHECK(l.shape == built[i].shape);
-                    CHECK(l.offset == built[i].offset);
-                    CHECK(l.size == built[i].size);
-                    CHECK(l.split == built[i].split);
-                }
+                weft_test::check_same_layout(layout, stage.registry());
                 CHECK(layout.total_size() == stage.parameters().size());
                 if (units.last == config.num_units())
                     CHECK(stage.output_width() == split_range(config.vocab_size, rank, tp).size());

@@ -45,13 +45,7 @@ TEST_CASE("mlp_stage::layout is the registry the stage builds, without its weigh
         INFO("units [" << units.first << ", " << units.last << ")");
         const auto layout = mlp_stage<weft::exec::cpu>::layout(small, units);
         const mlp_stage<weft::exec::cpu> stage(small, units);
-        const auto& built = stage.registry().entries();
-        REQUIRE(layout.entries().size() == built.size());
-        for (std::size_t i = 0; i < built.size(); ++i) {
-            CHECK(layout.entries()[i].name == built[i].name);
-            CHECK(layout.entries()[i].shape == built[i].shape);
-            CHECK(layout.entries()[i].offset == built[i].offset);
-        }
+        weft_test::check_same_layout(layout, stage.registry());
         CHECK(layout.total_size() == stage.parameters().size());
     }
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "weft/core/rng.hpp"
+#include "weft/nn/parameter_registry.hpp"
 
 namespace weft_test {
 
@@ -48,6 +49,23 @@ inline void check_gradient(std::span<double> values, std::span<const double> ana
 template <class Matrix>
 std::span<double> flat(Matrix& m) {
     return {m.data(), std::size_t(m.size())};
+}
+
+// A stage type's static layout() equals the registry the stage builds: the same tensors in
+// the same order, with the same shapes, slices, sizes and offsets.
+inline void check_same_layout(const weft::nn::parameter_registry& layout, const weft::nn::parameter_registry& built) {
+    REQUIRE(layout.entries().size() == built.entries().size());
+    for (std::size_t i = 0; i < built.entries().size(); ++i) {
+        const auto& l = layout.entries()[i];
+        const auto& b = built.entries()[i];
+        INFO(b.name);
+        CHECK(l.name == b.name);
+        CHECK(l.shape == b.shape);
+        CHECK(l.offset == b.offset);
+        CHECK(l.size == b.size);
+        CHECK(l.split == b.split);
+    }
+    CHECK(layout.total_size() == built.total_size());
 }
 
 }  // namespace weft_test

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "scratch_dir.hpp"
+#include "relative_difference.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/sched/any_of.hpp"
@@ -26,6 +27,8 @@
 #include "weft/train/gpt_model.hpp"
 
 namespace {
+
+using weft_test::relative_difference;
 
 using weft::comm::local;
 template <class Sharding>
@@ -135,14 +138,6 @@ run_result train_zero(int zero, const layout& l, int first, int last, const std:
     return out;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "relative_difference.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/comm/mpi.hpp"
 #include "weft/exec/cpu.hpp"
@@ -29,6 +30,8 @@
 #include "weft/train/gpt_model.hpp"
 
 namespace {
+
+using weft_test::relative_difference;
 
 using schedules = weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_h1, weft::sched::interleaved>;
 template <class Sharding, class Comm>
@@ -139,18 +142,6 @@ training train_layout(weft::comm::mpi& world, const layout& l) {
                                         .world_size = world.size()});
     gpt_engine<weft::shard::any_zero, weft::comm::mpi> engine(world, config, matrix_model(), matrix_options());
     return train(engine);
-}
-
-// Norm-wise relative difference of a tensor: ||a - b|| / ||b||. Element-wise ratios are
-// not meaningful for AdamW: an element whose gradient is rounding noise around zero moves
-// by up to lr * noise / eps whatever its size, in any reduction order.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
 // One line per layout on rank 0: the differences, and the largest per-rank memory.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "relative_difference.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"
@@ -111,14 +112,6 @@ inline run_result plain_loop_run() {
     return result;
 }
 
-inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        norm += double(b[i]) * b[i];
-    }
-    return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
 
 // Every tensor `run` holds equals the reference's within `tolerance` (relative, per
 // tensor; 0 asks for bit-exact), and so does every step's loss.
