@@ -22,8 +22,8 @@ void bench_step(benchmark::State& state) {
     const int microbatches = 8;
     const int batch = 256;
     const weft::nn::mlp_config model{.input_dim = 64, .hidden_dim = 256, .num_blocks = 6, .num_classes = 16};
-    const weft::train::synthetic_dataset data(model.input_dim, model.num_classes, 1);
-    std::vector<weft::train::classification_batch> batches;
+    const weft::data::synthetic_dataset data(model.input_dim, model.num_classes, 1);
+    std::vector<weft::data::classification_batch> batches;
     for (int s = 0; s < timed_steps + 1; ++s) batches.push_back(data.batch(s, batch));
 
     double total_seconds = 0;

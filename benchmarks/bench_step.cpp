@@ -45,8 +45,8 @@
 #include "weft/sched/simulate.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/train/engine.hpp"
-#include "weft/train/gpt_model.hpp"
-#include "weft/train/token_batches.hpp"
+#include "weft/models/gpt.hpp"
+#include "weft/data/token_batches.hpp"
 #endif
 
 #ifndef WEFT_SOURCE_DIR
@@ -346,7 +346,7 @@ void print_json(const std::vector<row>& rows, int threads, bool heap_retained) {
 #if WEFT_HAS_MPI
 
 using mpi_engine = weft::engine<weft::sched::all_schedules, weft::shard::replicate, weft::comm::mpi, backend,
-                                weft::train::gpt_model>;
+                                weft::models::gpt>;
 
 // The small config's model; the batch is 8 rows so that both layouts keep 2 rows per
 // micro-batch: 4 micro-batches at one rank and at pp=2, 2 per replica at dp=2 (the GEMMs then
@@ -365,7 +365,7 @@ struct layout_timing {
 };
 
 layout_timing time_layout(weft::comm::mpi& comm, weft::schedule_kind kind, int pp, int dp, int microbatches,
-                          const weft::nn::gpt_config& model, const weft::train::token_batch& batch, int warmup,
+                          const weft::nn::gpt_config& model, const weft::data::token_batch& batch, int warmup,
                           int steps, double* simulated_bubble) {
     const weft::parallel_config config({.pp = pp, .dp = dp, .microbatches = microbatches,
                                         .chunks = weft::default_chunks(kind), .schedule = kind,
@@ -459,7 +459,7 @@ int run_parallel(int& argc, char**& argv, int steps, bool json, const std::vecto
         if (steps == 0) steps = c.steps;
         const weft::nn::gpt_config model{.num_layers = c.layers, .d_model = c.d_model, .num_heads = c.heads,
                                          .vocab_size = c.vocab, .seq_len = c.seq_len, .seed = 1234};
-        weft::train::token_batch batch{parallel_batch, c.seq_len, {}, {}};
+        weft::data::token_batch batch{parallel_batch, c.seq_len, {}, {}};
         std::mt19937 rng(1);
         batch.inputs.resize(std::size_t(parallel_batch) * c.seq_len);
         batch.targets.resize(batch.inputs.size());

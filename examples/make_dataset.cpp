@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/train/token_file.hpp"
+#include "weft/io/token_file.hpp"
 
 namespace {
 
@@ -53,8 +53,8 @@ void make_dataset(const fs::path& input, const fs::path& out_dir) {
     const std::size_t val_size = tokens.size() / 10;
     const std::size_t train_size = tokens.size() - val_size;
     const std::span<const std::uint16_t> all(tokens);
-    weft::train::write_token_file(out_dir / "train.bin", all.first(train_size));
-    weft::train::write_token_file(out_dir / "val.bin", all.subspan(train_size));
+    weft::io::write_token_file(out_dir / "train.bin", all.first(train_size));
+    weft::io::write_token_file(out_dir / "val.bin", all.subspan(train_size));
     std::printf("make_dataset: %zu bytes of %s -> %s (%zu tokens), %s (%zu tokens), vocab 256\n", tokens.size(),
                 input.string().c_str(), (out_dir / "train.bin").string().c_str(), train_size,
                 (out_dir / "val.bin").string().c_str(), val_size);

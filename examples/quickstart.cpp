@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
                  weft::shard::replicate, weft::comm::mpi, weft::exec::cpu>
         engine(world, layout, model, {.batch_size = 64, .optimizer = {.lr = 3e-3}});
 
-    const weft::train::synthetic_dataset data(32, 8, /*seed=*/1);
+    const weft::data::synthetic_dataset data(32, 8, /*seed=*/1);
     for (int step = 0; step < 20; ++step) {
         const auto stats = engine.step(data.batch(step, 64));
         if (world.rank() == 0) std::puts(weft::train::format_step(stats).c_str());

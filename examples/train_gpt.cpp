@@ -20,11 +20,11 @@
 
 #include "weft/weft.hpp"
 #include "weft/exec/cpu_gemm_rate.hpp"
-#include "weft/train/engine_checkpoint.hpp"
-#include "weft/train/gpt_model.hpp"
+#include "weft/train/checkpoint.hpp"
+#include "weft/models/gpt.hpp"
 #include "weft/train/mfu.hpp"
-#include "weft/train/token_batches.hpp"
-#include "weft/train/token_file.hpp"
+#include "weft/data/token_batches.hpp"
+#include "weft/io/token_file.hpp"
 #include "gpt_run_cli.hpp"
 #include "launch.hpp"
 
@@ -66,7 +66,7 @@ template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
     // any_zero: the ZeRO stage is a run-time choice (--zero), like the schedule.
     using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, Comm, weft::exec::cpu,
-                                  weft::train::gpt_model>;
+                                  weft::models::gpt>;
     const auto schedule = weft::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .tp = o.tp, .zero_stage = o.zero,
                                         .microbatches = o.microbatches,
@@ -75,7 +75,7 @@ void train(Comm& world, const run_options& o) {
     const weft::nn::gpt_config model = o.model();
     weft::require(!o.data.empty(), "--data", o.data,
                   "name an llm.c token file (make one with make_dataset --out-dir DIR)");
-    const auto tokens = weft::train::read_token_file(o.data);
+    const auto tokens = weft::io::read_token_file(o.data);
     for (const auto token : tokens.tokens())
         if (token >= o.vocab)
             throw weft::invalid_argument("--vocab", o.vocab,
@@ -112,7 +112,7 @@ void train(Comm& world, const run_options& o) {
                     static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
                     o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero, o.microbatches, config.chunks());
     for (int step = 0; step < o.steps; ++step) {
-        auto stats = engine.step(weft::train::batch_at(tokens, step, o.batch, o.seq_len));
+        auto stats = engine.step(weft::data::batch_at(tokens, step, o.batch, o.seq_len));
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
         stats.lr = o.lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);

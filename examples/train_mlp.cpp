@@ -52,7 +52,7 @@ void train(Comm& world, const run_options& o) {
                       .lr = o.lr,
                       .weight_decay = o.weight_decay}};
     weft::train::engine<schedules, weft::shard::replicate, Comm, weft::exec::cpu> engine(world, config, model, options);
-    const weft::train::synthetic_dataset data(o.input_dim, o.classes, o.seed + 1);
+    const weft::data::synthetic_dataset data(o.input_dim, o.classes, o.seed + 1);
     if (world.rank() == 0)
         std::printf("weft train_mlp | schedule %s | pp %d | dp %d | microbatches %d | chunks %d | batch %d | %d blocks of width %d\n",
                     o.schedule.c_str(), o.pp, o.dp, o.microbatches, config.chunks(), o.batch, o.blocks, o.hidden);

@@ -51,7 +51,7 @@ benches=()
 # The NCCL communicator's test (1 GPU, a 1-rank communicator; this check has no MPI).
 if ninja -C build/gpu -t query test_comm_nccl >/dev/null 2>&1; then targets+=(test_comm_nccl); fi
 if ninja -C build/gpu -t query test_cuda_kernels >/dev/null 2>&1; then
-    targets+=(test_cuda_kernels test_cuda_gpt_model bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt
+    targets+=(test_cuda_kernels test_cuda_gpt_trainer bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt
               train_gpt_cuda train_gpt make_dataset)
     benches=(bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt)
 else

@@ -1,4 +1,4 @@
-// A whole GPT-2 training step on one GPU (train::cuda::gpt_model: forward, backward,
+// A whole GPT-2 training step on one GPU (train::cuda::gpt_trainer: forward, backward,
 // AdamW) for GPT-2 124M and 350M at seq 1024: a few eager steps to warm up, the step
 // captured into a CUDA graph, then timed replays. Prints ms/step, tokens/s, TFLOP/s and
 // MFU with llm.c's formula (train::gpt_flops_per_token) against the device's dense bf16
@@ -17,14 +17,14 @@
 #include "bench_common.cuh"
 #include "gpt_host_model.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
-#include "weft/train/cuda/gpt_model.cuh"
+#include "weft/train/cuda/gpt_trainer.cuh"
 #include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/train/mfu.hpp"
 
 namespace cu = weft::exec::cuda;
-using weft::train::cuda::gpt_model;
+using weft::train::cuda::gpt_trainer;
 
 namespace {
 
@@ -43,9 +43,9 @@ void run(const model_spec& spec, int timed_steps, double peak) {
     const int tokens = spec.batch * config.seq_len;
 
     cu::stream stream;
-    gpt_model model = [&] {
+    gpt_trainer model = [&] {
         const weft_bench::gpt_host_model host = weft_bench::make_gpt_host_model(config);
-        return gpt_model(config, host.registry, host.parameters, spec.batch);
+        return gpt_trainer(config, host.registry, host.parameters, spec.batch);
     }();
 
     // Uniform random tokens: the step's cost does not depend on which tokens they are.

@@ -1,4 +1,4 @@
-// examples/train_gpt_cuda: trains GPT-2 on one GPU (train::cuda::gpt_model: bf16 GEMMs
+// examples/train_gpt_cuda: trains GPT-2 on one GPU (train::cuda::gpt_trainer: bf16 GEMMs
 // and activations, fp32 master weights, AdamW) on an llm.c token file. The same model,
 // options, data order and initial weights as train_gpt on the CPU; step 0 runs eagerly,
 // then the whole step is captured into a CUDA graph and replayed (--no-graph: eager).
@@ -23,7 +23,7 @@
 #include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
-#include "weft/train/cuda/gpt_model.cuh"
+#include "weft/train/cuda/gpt_trainer.cuh"
 #include "weft/train/mfu.hpp"
 
 namespace cu = weft::exec::cuda;
@@ -62,7 +62,7 @@ void train(weft_examples::gpt_cuda_host& host, const weft_examples::gpt_cuda_opt
     host.print_header(device, peak_tflops, !o.no_graph);
 
     cu::stream stream;  // a created stream: graph capture refuses the legacy default one
-    weft::train::cuda::gpt_model model(host.config(), host.registry(), host.initial_parameters(), o.batch);
+    weft::train::cuda::gpt_trainer model(host.config(), host.registry(), host.initial_parameters(), o.batch);
     if (const auto& state = host.initial_optimizer())
         model.restore_optimizer(state->step, state->exp_avg, state->exp_avg_sq);
     const cu::adamw_hyperparameters adamw{

@@ -17,20 +17,20 @@
 #include "weft/nn/gpt_init.hpp"
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/optim/adamw.hpp"
+#include "weft/io/checkpoint.hpp"
 #include "weft/train/checkpoint.hpp"
-#include "weft/train/engine_checkpoint.hpp"
 #include "weft/train/mfu.hpp"
-#include "weft/train/safetensors.hpp"
+#include "weft/io/safetensors.hpp"
 #include "weft/train/step_log.hpp"
-#include "weft/train/token_batches.hpp"
-#include "weft/train/token_file.hpp"
+#include "weft/data/token_batches.hpp"
+#include "weft/io/token_file.hpp"
 
 namespace weft_examples {
 
 namespace {
 
-// The CUDA attention kernel's head sizes and sequence bound, and gpt_model's batch bound
-// (train/cuda/gpt_model.cuh checks them too, but only once it is constructed: after the
+// The CUDA attention kernel's head sizes and sequence bound, and gpt_trainer's batch bound
+// (train/cuda/gpt_trainer.cuh checks them too, but only once it is constructed: after the
 // GPU check). Restated here so that a bad size is an option error on any machine.
 constexpr int head_dim_multiple = 32;
 constexpr int max_head_dim = 128;
@@ -42,7 +42,7 @@ constexpr int max_batch = 65535;
 
 int parse_gpt_cuda_options(int argc, char** argv, gpt_cuda_options& o) {
     CLI::App app{
-        "Train GPT-2 on one GPU (train::cuda::gpt_model) on an llm.c token file; "
+        "Train GPT-2 on one GPU (train::cuda::gpt_trainer) on an llm.c token file; "
         "the single-GPU counterpart of train_gpt."};
     add_gpt_run_options(app, o,
                         {.heads = "--d-model / --heads: a multiple of 32 up to 128", .seq_len = "at most 8192", .batch = ""});
@@ -93,7 +93,7 @@ void validate(const gpt_cuda_options& o) {
 struct gpt_cuda_host::impl {
     gpt_cuda_options options;
     weft::nn::gpt_config config;
-    weft::train::token_file tokens;
+    weft::io::token_file tokens;
     weft::nn::parameter_registry registry;
     std::vector<float> loaded;  // --init-from's weights; empty without it
     std::optional<optimizer_state> optimizer;  // its optimizer companion's state, if any
@@ -107,23 +107,23 @@ gpt_cuda_host::gpt_cuda_host(const gpt_cuda_options& o) : impl_(std::make_unique
     m.config = o.model();
     m.config.validate();
 
-    m.tokens = weft::train::read_token_file(o.data);
+    m.tokens = weft::io::read_token_file(o.data);
     for (const auto token : m.tokens.tokens())
         if (token >= o.vocab)
             throw weft::invalid_argument("--vocab", o.vocab,
                                          "the data holds token " + std::to_string(token) + "; use a larger --vocab");
-    static_cast<void>(weft::train::batches_per_epoch(m.tokens, o.batch, o.seq_len));  // enough tokens for a batch
+    static_cast<void>(weft::data::batches_per_epoch(m.tokens, o.batch, o.seq_len));  // enough tokens for a batch
 
     m.registry = weft::nn::gpt_stage<weft::exec::cpu>::layout(m.config, {0, m.config.num_units()});
     if (!o.init_from.empty()) {
         m.loaded.assign(m.registry.total_size(), 0.0f);
-        weft::train::load_checkpoint(o.init_from, m.registry, m.loaded);  // names and shapes checked
+        weft::io::load_checkpoint(o.init_from, m.registry, m.loaded);  // names and shapes checked
         const auto companion = weft::train::optimizer_companion(o.init_from);
         std::error_code code;
         if (std::filesystem::exists(companion, code)) {
             // Through optim::adamw, so the file is checked exactly as train_gpt checks it.
             weft::optim::adamw restored({.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
-            weft::train::load_optimizer_state(companion, m.registry, restored);
+            weft::io::load_optimizer_state(companion, m.registry, restored);
             optimizer_state state;
             state.step = restored.step_count();
             state.exp_avg.assign(restored.exp_avg().begin(), restored.exp_avg().end());
@@ -164,7 +164,7 @@ std::vector<float> gpt_cuda_host::initial_parameters() const {
 
 void gpt_cuda_host::batch(long long step, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) const {
     const auto& o = impl_->options;
-    const weft::train::token_batch batch = weft::train::batch_at(impl_->tokens, step, o.batch, o.seq_len);
+    const weft::data::token_batch batch = weft::data::batch_at(impl_->tokens, step, o.batch, o.seq_len);
     weft::require(inputs.size() == batch.inputs.size() && targets.size() == batch.targets.size(),
                   "gpt_cuda_host::batch: inputs.size()", inputs.size(),
                   "must be batch * seq_len = " + std::to_string(batch.inputs.size()));
@@ -207,13 +207,13 @@ void gpt_cuda_host::log_step(long long step, double loss, double milliseconds, d
 void gpt_cuda_host::save(std::span<const float> parameters, const optimizer_state& optimizer) const {
     const auto& o = impl_->options;
     if (o.save.empty()) return;
-    const weft::train::stage_parameters whole{impl_->registry, parameters};
-    weft::train::save_checkpoint(o.save, std::span(&whole, 1));  // write_safetensors: atomic
+    const weft::io::stage_parameters whole{impl_->registry, parameters};
+    weft::io::save_checkpoint(o.save, std::span(&whole, 1));  // write_safetensors: atomic
     // The companion through optim::adamw, in the format train_gpt writes and reads.
     weft::optim::adamw adamw({.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
     if (optimizer.step > 0) adamw.restore(optimizer.step, optimizer.exp_avg, optimizer.exp_avg_sq);
-    const weft::train::stage_optimizer stage{impl_->registry, adamw};
-    weft::train::save_optimizer_state(weft::train::optimizer_companion(o.save), std::span(&stage, 1));
+    const weft::io::stage_optimizer stage{impl_->registry, adamw};
+    weft::io::save_optimizer_state(weft::train::optimizer_companion(o.save), std::span(&stage, 1));
     std::printf("saved %s and %s\n", o.save.c_str(), weft::train::optimizer_companion(o.save).string().c_str());
 }
 

@@ -62,7 +62,7 @@ public:
     // train_gpt_cuda write it with --save); empty otherwise: AdamW then starts fresh.
     [[nodiscard]] const std::optional<optimizer_state>& initial_optimizer() const;
 
-    // Step `step`'s batch as llm.c reads it (train::batch_at), into B*T ids each.
+    // Step `step`'s batch as llm.c reads it (data::batch_at), into B*T ids each.
     void batch(long long step, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) const;
 
     // Prints the run's first lines: the model, the device and the peak MFU is taken against.

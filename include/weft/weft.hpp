@@ -56,4 +56,4 @@
 #include "weft/train/engine.hpp"
 #include "weft/train/optimizer.hpp"
 #include "weft/train/step_log.hpp"
-#include "weft/train/synthetic_dataset.hpp"
+#include "weft/data/synthetic_dataset.hpp"

@@ -19,7 +19,7 @@
 #include "weft/nn/gpt.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/vocab_parallel_cross_entropy.hpp"
-#include "weft/train/gpt_model.hpp"
+#include "weft/models/gpt.hpp"
 
 using weft::nn::gpt_config;
 using weft::nn::gpt_stage;
@@ -87,9 +87,9 @@ rank_result run_stage(gpt_stage<backend>& stage, bool perturbed = true) {
     matrix dy;
     if (stage.is_last()) {
         // What the engine calls: the plain cross-entropy at tp = 1, the vocab-parallel one above.
-        const weft::train::token_batch batch{
+        const weft::data::token_batch batch{
             .rows = sequences, .seq_len = config.seq_len, .inputs = tokens, .targets = targets};
-        auto ce = weft::train::gpt_model::loss<backend>(stage, y, batch, 0, sequences, scale);
+        auto ce = weft::models::gpt::loss<backend>(stage, y, batch, 0, sequences, scale);
         out.loss = ce.loss;
         dy = std::move(ce.dlogits);
     } else {

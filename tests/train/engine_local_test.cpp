@@ -93,7 +93,7 @@ TEST_CASE("a step rejects a batch of the wrong size") {
     weft::comm::local::run(1, [](weft::comm::local& world) {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
             world, parallel_config({.microbatches = 2}), test_model(), test_options());
-        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         CHECK_THROWS_WITH(engine.step(data.batch(0, 8)), Catch::Contains("batch rows = 8"));
     });
 }
@@ -103,7 +103,7 @@ TEST_CASE("training makes the loss fall") {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
             world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(),
             {.batch_size = 32, .optimizer = {.lr = 1e-2}});
-        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         double first = 0, last = 0;
         for (int step = 0; step < 60; ++step) {
             const double loss = engine.step(data.batch(step, 32)).loss;
@@ -122,7 +122,7 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
     weft::comm::local::run(2, [&](weft::comm::local& world) {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
             world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(), options);
-        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         run_result result;
         for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
         for (const int s : engine.local_stages()) {

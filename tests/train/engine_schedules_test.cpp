@@ -103,7 +103,7 @@ TEST_CASE("the step log reports the measured bubble") {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
             world, parallel_config({.pp = 2, .microbatches = 4, .schedule = schedule_kind::gpipe, .world_size = 2}),
             test_model(), test_options());
-        const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         const auto stats = engine.step(data.batch(0, batch_size));
         ranks[static_cast<std::size_t>(world.rank())] = {stats, engine.idle_fraction()};
     });

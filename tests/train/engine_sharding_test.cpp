@@ -23,8 +23,8 @@
 #include "weft/shard/zero.hpp"
 #include "weft/shard/zero_memory.hpp"
 #include "weft/train/engine.hpp"
-#include "weft/train/engine_checkpoint.hpp"
-#include "weft/train/gpt_model.hpp"
+#include "weft/train/checkpoint.hpp"
+#include "weft/models/gpt.hpp"
 
 namespace {
 
@@ -37,7 +37,7 @@ using typed_engine = weft::train::engine<weft::sched::one_f_one_b, Sharding, loc
 // this file's build time down; the typed policies are checked on their own below.
 using gpt_engine = weft::train::engine<weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_h1,
                                                            weft::sched::interleaved>,
-                                       weft::shard::any_zero, local, weft::exec::cpu, weft::train::gpt_model>;
+                                       weft::shard::any_zero, local, weft::exec::cpu, weft::models::gpt>;
 
 constexpr int batch_rows = 8;
 
@@ -51,8 +51,8 @@ weft::train::engine_options options() {
             .bucket_elements = 500};
 }
 
-weft::train::token_batch batch(int step) {
-    weft::train::token_batch b{batch_rows, model().seq_len, {}, {}};
+weft::data::token_batch batch(int step) {
+    weft::data::token_batch b{batch_rows, model().seq_len, {}, {}};
     for (int i = 0; i < batch_rows * model().seq_len; ++i) {
         b.inputs.push_back((i * 5 + step * 7 + i / 3) % model().vocab_size);
         b.targets.push_back((i * 3 + step + 2) % model().vocab_size);

@@ -26,8 +26,8 @@
 #include "weft/shard/any_zero.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/train/engine.hpp"
-#include "weft/train/engine_checkpoint.hpp"
-#include "weft/train/gpt_model.hpp"
+#include "weft/train/checkpoint.hpp"
+#include "weft/models/gpt.hpp"
 
 namespace {
 
@@ -35,7 +35,7 @@ using weft_test::relative_difference;
 
 using schedules = weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_h1, weft::sched::interleaved>;
 template <class Sharding, class Comm>
-using gpt_engine = weft::train::engine<schedules, Sharding, Comm, weft::exec::cpu, weft::train::gpt_model>;
+using gpt_engine = weft::train::engine<schedules, Sharding, Comm, weft::exec::cpu, weft::models::gpt>;
 
 constexpr int steps = 2;
 constexpr int batch_rows = 8;  // a multiple of dp * microbatches for every layout of 8 ranks
@@ -58,9 +58,9 @@ weft::train::engine_options matrix_options() {
             .bucket_elements = 1000};
 }
 
-weft::train::token_batch matrix_batch(int step) {
+weft::data::token_batch matrix_batch(int step) {
     const auto model = matrix_model();
-    weft::train::token_batch b{batch_rows, model.seq_len, {}, {}};
+    weft::data::token_batch b{batch_rows, model.seq_len, {}, {}};
     for (int i = 0; i < batch_rows * model.seq_len; ++i) {
         b.inputs.push_back((i * 7 + step * 3 + i / 5) % model.vocab_size);
         b.targets.push_back((i * 11 + step * 5 + 1) % model.vocab_size);

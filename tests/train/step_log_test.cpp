@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include "weft/train/step_log.hpp"
-#include "weft/train/synthetic_dataset.hpp"
 
 TEST_CASE("the step log line has the fields users grep for") {
     const weft::train::step_stats stats{12, 3.48123, 41.23, 12480.4, -1};
@@ -17,25 +16,6 @@ TEST_CASE("the step's JSON line keeps nine significant digits") {
     stats.tokens_per_second = 1024;
     CHECK(weft::train::format_step_json(stats) ==
           "{\"step\": 7, \"loss\": 2.71828183, \"ms\": 12.5, \"tokens_per_s\": 1024, \"bubble\": 0.25}");
-}
-
-TEST_CASE("the synthetic data set depends on the sample index only") {
-    const weft::train::synthetic_dataset data(5, 3, 11);
-    const auto whole = data.batch(1, 8);      // samples 8..15
-    const auto halves = data.batch(2, 4);     // samples 8..11
-    CHECK(std::equal(halves.inputs.begin(), halves.inputs.end(), whole.inputs.begin()));
-    CHECK(std::equal(halves.labels.begin(), halves.labels.end(), whole.labels.begin()));
-    // Labels use more than one class and stay in range.
-    const auto big = data.batch(0, 300);
-    std::vector<int> counts(3);
-    for (const int label : big.labels) {
-        REQUIRE(label >= 0);
-        REQUIRE(label < 3);
-        ++counts[label];
-    }
-    for (const int count : counts) CHECK(count > 30);
-    CHECK_THROWS_WITH(weft::train::synthetic_dataset(0, 3, 1), Catch::Contains("input_dim = 0"));
-    CHECK_THROWS_WITH(data.batch(-1, 4), Catch::Contains("step = -1"));
 }
 
 TEST_CASE("the GPT step log line has lr, tok/s, bubble and MFU") {

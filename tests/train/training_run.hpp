@@ -18,7 +18,7 @@
 #include "weft/sched/all_schedules.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/train/engine.hpp"
-#include "weft/train/synthetic_dataset.hpp"
+#include "weft/data/synthetic_dataset.hpp"
 
 namespace weft_test {
 
@@ -51,7 +51,7 @@ run_result train_steps(Comm& world, const weft::parallel_config& config,
     using engine_t = weft::train::engine<all_schedules, weft::shard::replicate, Comm, weft::exec::cpu>;
     engine_t engine = program ? engine_t(world, config, test_model(), test_options(), *program)
                               : engine_t(world, config, test_model(), test_options());
-    const weft::train::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+    const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     run_result result;
     for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
     result.peak_stashed = engine.peak_stashed();
@@ -90,7 +90,7 @@ inline run_result plain_loop_run() {
     const auto model = test_model();
     weft::nn::mlp_stage<weft::exec::cpu> stage(model, {0, model.num_units()});
     weft::optim::adamw optimizer({.lr = 1e-2, .weight_decay = 0.1});
-    const weft::train::synthetic_dataset data(model.input_dim, model.num_classes, 7);
+    const weft::data::synthetic_dataset data(model.input_dim, model.num_classes, 7);
     run_result result;
     for (int step = 0; step < steps; ++step) {
         const auto batch = data.batch(step, batch_size);

@@ -1,243 +1,236 @@
-// Checkpoints as safetensors files keyed by the parameter registry's global names,
-// so a model saved under one pipeline split loads under another and opens in Python;
-// AdamW's moments and step count go to a companion file with the same names.
+// Checkpoints of a running engine: save() gathers every stage of the first data-parallel
+// replica (its ZeRO ranges first) to its first pipeline rank, which writes one safetensors file with the
+// model's global tensor names (a tied tensor once) and, for AdamW, a companion file
+// with the moments; load() lets every rank fill its own stages from such files, so a
+// checkpoint taken under one layout (pipeline, data-parallel, ZeRO stage) loads under any other.
 #pragma once
 
-#include <cstddef>
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <span>
-#include <sstream>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <unordered_map>
 #include <utility>
+#include <span>
+#include <string>
 #include <vector>
 
-#include "weft/core/dtype.hpp"
 #include "weft/core/error.hpp"
 #include "weft/nn/parameter_registry.hpp"
-#include "weft/optim/adamw.hpp"
-#include "weft/train/safetensors.hpp"
+#include "weft/io/checkpoint.hpp"
+#include "weft/io/safetensors.hpp"
 
 namespace weft::train {
 
-// The parameters of one stage this process holds: its registry and flat buffer.
-struct stage_parameters {
-    const nn::parameter_registry& registry;
-    std::span<const float> values;
-};
-
-// The optimizer of one stage this process holds, with the registry its moments follow.
-struct stage_optimizer {
-    const nn::parameter_registry& registry;
-    const optim::adamw& optimizer;
-};
-
-// Metadata key under which the optimizer file records AdamW's step count.
-inline constexpr std::string_view optimizer_step_key = "step";
+// "run/model.safetensors" -> "run/model.optimizer.safetensors".
+[[nodiscard]] inline std::filesystem::path optimizer_companion(const std::filesystem::path& checkpoint) {
+    std::filesystem::path companion = checkpoint;
+    companion.replace_extension();
+    companion += ".optimizer.safetensors";
+    return companion;
+}
 
 namespace detail {
 
-[[nodiscard]] inline std::string shape_text(std::span<const int> shape) {
-    std::string text = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        if (i > 0) text.append(", ");
-        text.append(std::to_string(shape[i]));
-    }
-    return text.append("]");
+inline constexpr int checkpoint_tag = 32000;  // above the engine's activation tags
+
+template <class Comm>
+void send_floats(Comm& comm, std::span<const float> values, int dest) {
+    auto request = comm.isend(std::as_bytes(values), dest, checkpoint_tag);
+    request.wait();
 }
-
-// Collects F32 tensors from several stages. A name held by two stages (GPT-2's tied
-// token embedding, on the first and the last stage) is written once; both copies
-// must then be identical, otherwise the checkpoint would silently keep one of them.
-class f32_tensor_collector {
-public:
-    void add(std::string name, std::span<const int> shape, std::span<const float> values, std::size_t stage) {
-        const auto bytes = std::as_bytes(values);
-        if (const auto it = seen_.find(name); it != seen_.end()) {
-            const tensor_record& earlier = records_[it->second.index];
-            const std::vector<std::int64_t> this_shape(shape.begin(), shape.end());
-            require(earlier.shape == this_shape, "shape of " + name + " in stage " + std::to_string(stage),
-                    shape_text(shape),
-                    "must equal its shape " + detail::shape_text(std::span<const std::int64_t>(earlier.shape)) +
-                        " in stage " + std::to_string(it->second.stage) + " (a tied tensor)");
-            if (std::memcmp(earlier.data.data(), bytes.data(), bytes.size()) != 0) {
-                std::size_t i = 0;
-                float a = 0, b = 0;
-                for (; i < values.size(); ++i) {
-                    std::memcpy(&a, earlier.data.data() + i * sizeof(float), sizeof(float));
-                    b = values[i];
-                    if (std::memcmp(&a, &b, sizeof(float)) != 0) break;
-                }
-                std::ostringstream expected;
-                expected.precision(9);
-                expected << "must equal its copy in stage " << it->second.stage << " (a tied tensor); element " << i
-                         << " is " << a << " there";
-                throw invalid_argument("value of " + name + " in stage " + std::to_string(stage) + " at element " +
-                                           std::to_string(i),
-                                       b, expected.str());
-            }
-            return;
-        }
-        seen_.emplace(name, seen{records_.size(), stage});
-        records_.push_back({std::move(name), dtype::f32, std::vector<std::int64_t>(shape.begin(), shape.end()),
-                            std::vector<std::byte>(bytes.begin(), bytes.end())});
-    }
-
-    [[nodiscard]] std::span<const tensor_record> records() const { return records_; }
-
-private:
-    struct seen {
-        std::size_t index;
-        std::size_t stage;
-    };
-    std::vector<tensor_record> records_;
-    std::unordered_map<std::string, seen> seen_;
-};
-
-// The F32 tensor `name` of `file`, checked against the shape the registry expects.
-[[nodiscard]] inline const tensor_record& find_f32(const safetensors_file& file, const std::string& name,
-                                                   std::span<const int> shape) {
-    const std::string where = "safetensors file \"" + file.path().string() + "\"";
-    if (!file.contains(name))
-        throw invalid_argument("tensor name", name, "is missing from " + where + " (the model needs it)");
-    const tensor_record& record = file.find(name);
-    require(record.type == dtype::f32, "dtype of " + name + " in " + where, to_string(record.type),
-            "must be F32 (weft keeps parameters and optimizer state in float)");
-    const std::vector<std::int64_t> expected(shape.begin(), shape.end());
-    require(record.shape == expected, "shape of " + name + " in " + where,
-            detail::shape_text(std::span<const std::int64_t>(record.shape)),
-            "must equal the model's shape " + shape_text(shape));
-    return record;
-}
-
-// Copies the elements `info` holds of the full tensor in `record` into `target`: all of
-// it, or a tensor-parallel slice (info.split), run by contiguous run.
-inline void copy_f32(const tensor_record& record, const nn::parameter_info& info, std::span<float> target) {
-    info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
-        std::memcpy(target.data() + local, record.data.data() + global * sizeof(float), length * sizeof(float));
-    });
-}
-
-// Files hold whole tensors; a slice must be assembled first (train::gather_full_stages).
-inline void require_whole(const nn::parameter_info& info) {
-    require(info.split.whole(), "tensor " + info.name, "a tensor-parallel slice",
-            "checkpoints store whole tensors: gather the slices first (train::gather_full_stages)");
-}
-
-[[nodiscard]] inline std::vector<float> read_f32_buffer(const safetensors_file& file,
-                                                        const nn::parameter_registry& registry,
-                                                        std::string_view suffix) {
-    std::vector<float> buffer(registry.total_size());
-    for (const nn::parameter_info& info : registry.entries()) {
-        const std::string name = info.name + std::string(suffix);
-        copy_f32(find_f32(file, name, info.shape), info, std::span(buffer).subspan(info.offset, info.size));
-    }
-    return buffer;
+template <class Comm>
+void receive_floats(Comm& comm, std::span<float> values, int source) {
+    auto request = comm.irecv(std::as_writable_bytes(values), source, checkpoint_tag);
+    request.wait();
 }
 
 }  // namespace detail
 
-// Writes the parameters of the stages this process holds (one file per process).
-inline void save_checkpoint(const std::filesystem::path& path, std::span<const stage_parameters> stages,
-                            const safetensors_metadata& metadata = {}) {
-    detail::f32_tensor_collector tensors;
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-        const stage_parameters& stage = stages[s];
-        require(stage.values.size() == stage.registry.total_size(), "parameters of stage " + std::to_string(s),
-                stage.values.size(),
-                "must hold the registry's " + std::to_string(stage.registry.total_size()) + " elements");
-        for (const nn::parameter_info& info : stage.registry.entries()) {
-            detail::require_whole(info);
-            tensors.add(info.name, info.shape, stage.values.subspan(info.offset, info.size), s);
-        }
-    }
-    write_safetensors(path, tensors.records(), metadata);
-}
-
-// Fills one stage's parameters from an open checkpoint by name (a tensor-parallel stage
-// takes its slices of the whole tensors); tensors of other stages are ignored.
-inline void load_checkpoint(const safetensors_file& file, const nn::parameter_registry& registry,
-                            std::span<float> params) {
-    require(params.size() == registry.total_size(), "params.size()", params.size(),
-            "must equal the registry's " + std::to_string(registry.total_size()) + " elements");
-    for (const nn::parameter_info& info : registry.entries())
-        detail::copy_f32(detail::find_f32(file, info.name, info.shape), info, params.subspan(info.offset, info.size));
-}
-
-inline void load_checkpoint(const std::filesystem::path& path, const nn::parameter_registry& registry,
-                            std::span<float> params) {
-    load_checkpoint(read_safetensors(path), registry, params);
-}
-
-// Writes AdamW's moments as "<name>.exp_avg" / "<name>.exp_avg_sq" and its step count as
-// metadata "step". Moments must cover the whole registry (not a ZeRO shard); before the
-// first step they are written as zeros.
-inline void save_optimizer_state(const std::filesystem::path& path, std::span<const stage_optimizer> stages,
-                                 const safetensors_metadata& metadata = {}) {
-    require(!metadata.contains(std::string(optimizer_step_key)), "metadata key", optimizer_step_key,
-            "is reserved for the optimizer's step count");
-    detail::f32_tensor_collector tensors;
+// A stage's parameters and AdamW moments over its whole, unsplit layout: gathered from
+// the data-parallel group when ZeRO shards them, and assembled from the tensor-parallel
+// group's slices. Collective over both groups.
+struct full_stage_state {
+    int index = 0;
+    nn::parameter_registry registry;  // the stage's layout without tensor parallelism
+    std::vector<float> parameters;
+    std::vector<float> exp_avg, exp_avg_sq;  // AdamW only; zeros before the first step
     std::uint64_t steps = 0;
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-        const stage_optimizer& stage = stages[s];
-        const std::uint64_t stage_steps = stage.optimizer.step_count();
-        if (s == 0) steps = stage_steps;
-        require(stage_steps == steps, "step count of stage " + std::to_string(s), stage_steps,
-                "must equal stage 0's " + std::to_string(steps));
-        const std::size_t total = stage.registry.total_size();
-        std::vector<float> zeros;
-        std::span<const float> m = stage.optimizer.exp_avg();
-        std::span<const float> v = stage.optimizer.exp_avg_sq();
-        if (stage_steps == 0) {
-            zeros.assign(total, 0.0f);
-            m = v = zeros;
-        }
-        require(m.size() == total && v.size() == total, "optimizer moments of stage " + std::to_string(s), m.size(),
-                "must cover the registry's " + std::to_string(total) + " elements (sharded state is not supported)");
-        for (const nn::parameter_info& info : stage.registry.entries()) {
-            detail::require_whole(info);
-            tensors.add(info.name + ".exp_avg", info.shape, m.subspan(info.offset, info.size), s);
-            tensors.add(info.name + ".exp_avg_sq", info.shape, v.subspan(info.offset, info.size), s);
-        }
+};
+
+namespace detail {
+
+// Replaces full's per-slice vectors (this tensor-parallel rank's layout) by the whole
+// tensors: every rank all-gathers every slice, then places each by its registry's runs
+// (replicated tensors are taken from rank 0). Collective over the tensor-parallel group.
+template <class Engine>
+void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
+    auto& group = engine.tensor_group();
+    const int tp = group.size();
+    std::vector<nn::parameter_registry> slices;
+    std::size_t longest = 0;
+    for (int r = 0; r < tp; ++r) {
+        slices.push_back(engine.stage_layout(full.index, r));
+        longest = std::max(longest, slices.back().total_size());
     }
-    safetensors_metadata all = metadata;
-    all.emplace(optimizer_step_key, std::to_string(steps));
-    write_safetensors(path, tensors.records(), all);
+    const nn::parameter_registry whole =
+        Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(full.index)]);
+    for (std::vector<float>* values : {&full.parameters, &full.exp_avg, &full.exp_avg_sq}) {
+        if (values->empty()) continue;  // SGD: no moments
+        // Slices differ in length (uneven vocabulary pieces): all-gather them padded.
+        std::vector<float> mine(longest, 0.0f);
+        std::copy(values->begin(), values->end(), mine.begin());
+        std::vector<float> all(longest * static_cast<std::size_t>(tp));
+        group.allgather(std::span<const float>(mine), std::span<float>(all));
+        std::vector<float> assembled(whole.total_size());
+        for (int r = 0; r < tp; ++r)
+            for (const auto& info : slices[static_cast<std::size_t>(r)].entries()) {
+                if (info.split.whole() && r != 0) continue;
+                const std::size_t to = whole.find(info.name).offset;
+                const float* from = all.data() + longest * static_cast<std::size_t>(r) + info.offset;
+                info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
+                    std::copy(from + local, from + local + length,
+                              assembled.begin() + static_cast<std::ptrdiff_t>(to + global));
+                });
+            }
+        *values = std::move(assembled);
+    }
+    full.registry = whole;
 }
 
-// Restores one stage's AdamW state (moments and step count) from an optimizer file.
-inline void load_optimizer_state(const safetensors_file& file, const nn::parameter_registry& registry,
-                                 optim::adamw& optimizer) {
-    const auto it = file.metadata().find(std::string(optimizer_step_key));
-    if (it == file.metadata().end())
-        throw invalid_argument("safetensors file", file.path().string(),
-                               "has no \"step\" in __metadata__ (is it an optimizer state file?)");
-    std::uint64_t steps = 0;
-    std::size_t used = 0;
-    try {
-        steps = std::stoull(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
+}  // namespace detail
+
+template <class Engine>
+[[nodiscard]] std::vector<full_stage_state> gather_full_stages(Engine& engine) {
+    std::vector<full_stage_state> out;
+    engine.with_full_parameters([&](int s, const auto& stage) {
+        out.push_back({s, stage.registry(), std::vector<float>(stage.parameters().begin(), stage.parameters().end()),
+                       {}, {}, 0});
+    });
+    for (auto& full : out) {
+        auto* opt = engine.stage_optimizer(full.index).adamw();
+        if (opt == nullptr) continue;
+        full.steps = opt->step_count();
+        const auto& sharding = engine.stage_sharding(full.index);
+        const auto& range = sharding.shard();
+        for (auto [moment, target] :
+             {std::pair{opt->exp_avg(), &full.exp_avg}, std::pair{opt->exp_avg_sq(), &full.exp_avg_sq}}) {
+            if (sharding.zero_stage() == 0) {
+                target->assign(moment.begin(), moment.end());
+            } else {
+                // This rank's range, zero-padded to the common range length, then all of them.
+                std::vector<float> mine(range.size, 0.0f);
+                std::copy(moment.begin(), moment.end(), mine.begin());
+                target->assign(range.padded, 0.0f);
+                engine.data_group().allgather(std::span<const float>(mine), std::span<float>(*target));
+            }
+            target->resize(range.total, 0.0f);  // a fresh optimizer has no moments yet: zeros
+        }
     }
-    if (used == 0 || used != it->second.size() || it->second.front() == '-')
-        throw invalid_argument("metadata step of \"" + file.path().string() + "\"", it->second,
-                               "must be a non-negative integer");
-    std::vector<float> m = detail::read_f32_buffer(file, registry, ".exp_avg");
-    std::vector<float> v = detail::read_f32_buffer(file, registry, ".exp_avg_sq");
-    if (steps == 0) {  // restore() keeps a fresh optimizer's empty moments
-        m.clear();
-        v.clear();
-    }
-    optimizer.restore(steps, std::move(m), std::move(v));
+    if (engine.config().tp() > 1)
+        for (auto& full : out) detail::assemble_tensor_parallel(engine, full);
+    return out;
 }
 
-inline void load_optimizer_state(const std::filesystem::path& path, const nn::parameter_registry& registry,
-                                 optim::adamw& optimizer) {
-    load_optimizer_state(read_safetensors(path), registry, optimizer);
+// Collective over the world. Writes `path` (and its optimizer companion when the engine
+// runs AdamW) from pipeline rank 0 of data-parallel replica 0; other replicas hold the
+// same values (ZeRO ranges are gathered first). Files are written atomically.
+template <class Engine>
+void save(Engine& engine, const std::filesystem::path& path) {
+    static_assert(std::is_same_v<typename Engine::scalar, float>, "checkpoints store F32 tensors");
+    std::vector<full_stage_state> local = gather_full_stages(engine);
+    // Replica 0's tensor-parallel rank 0 ranks now hold whole stages; they write.
+    if (engine.coordinates().dp_index != 0 || engine.coordinates().tp_index != 0) return;
+    auto& pipeline = engine.pipeline_group();
+    const auto& program = engine.program();
+    const bool writer = pipeline.rank() == 0;
+    const bool adamw = engine.stage_optimizer(engine.local_stages().front()).adamw() != nullptr;
+    // Stages of other ranks, received on the writer only: their layout and full state.
+    std::vector<nn::parameter_registry> remote;
+    std::vector<full_stage_state> remote_state;
+    for (int s = 0; s < program.num_stages; ++s) {
+        const int owner = program.stage_rank[static_cast<std::size_t>(s)];
+        if (owner == pipeline.rank()) {
+            if (writer) continue;
+            const auto& full = *std::find_if(local.begin(), local.end(), [&](const auto& f) { return f.index == s; });
+            detail::send_floats(pipeline, std::span<const float>(full.parameters), 0);
+            if (adamw) {
+                const float step[1] = {static_cast<float>(full.steps)};
+                detail::send_floats(pipeline, std::span<const float>(full.exp_avg), 0);
+                detail::send_floats(pipeline, std::span<const float>(full.exp_avg_sq), 0);
+                detail::send_floats(pipeline, std::span<const float>(step), 0);
+            }
+        } else if (writer) {
+            remote.push_back(
+                Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]));
+            const std::size_t size = remote.back().total_size();
+            full_stage_state full{s, remote.back(), std::vector<float>(size), {}, {}, 0};
+            detail::receive_floats(pipeline, std::span<float>(full.parameters), owner);
+            if (adamw) {
+                full.exp_avg.resize(size);
+                full.exp_avg_sq.resize(size);
+                float step[1] = {0};
+                detail::receive_floats(pipeline, std::span<float>(full.exp_avg), owner);
+                detail::receive_floats(pipeline, std::span<float>(full.exp_avg_sq), owner);
+                detail::receive_floats(pipeline, std::span<float>(step), owner);
+                full.steps = static_cast<std::uint64_t>(step[0]);
+            }
+            remote_state.push_back(std::move(full));
+        }
+    }
+    if (!writer) return;
+    std::vector<io::stage_parameters> stages;
+    for (const auto& full : local) stages.push_back({full.registry, std::span<const float>(full.parameters)});
+    for (std::size_t i = 0; i < remote.size(); ++i)
+        stages.push_back({remote[i], std::span<const float>(remote_state[i].parameters)});
+    io::save_checkpoint(path, stages);
+    if (!adamw) return;
+    // Every stage's moments go into an optimizer restored from the full state.
+    std::vector<optim::adamw> restored;
+    restored.reserve(local.size() + remote.size());
+    for (auto* list : {&local, &remote_state})
+        for (auto& full : *list) {
+            restored.emplace_back(optim::adamw_options{});
+            restored.back().restore(full.steps, std::move(full.exp_avg), std::move(full.exp_avg_sq));
+        }
+    std::vector<io::stage_optimizer> optimizers;
+    for (std::size_t i = 0; i < local.size(); ++i)
+        optimizers.push_back({local[i].registry, restored[i]});
+    for (std::size_t i = 0; i < remote.size(); ++i) optimizers.push_back({remote[i], restored[local.size() + i]});
+    io::save_optimizer_state(optimizer_companion(path), optimizers);
+}
+
+// Not collective: every rank fills its own stages (under ZeRO, its range of them) from
+// `path`, and their AdamW moments from the companion file when it exists (a missing
+// companion starts the moments fresh).
+template <class Engine>
+void load(Engine& engine, const std::filesystem::path& path) {
+    const io::safetensors_file weights = io::read_safetensors(path);
+    const auto companion_path = optimizer_companion(path);
+    const bool has_optimizer = std::filesystem::exists(companion_path);
+    const io::safetensors_file moments = has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
+    for (const int s : engine.local_stages()) {
+        engine.overwrite_parameters(
+            s, [&](auto& stage) { io::load_checkpoint(weights, stage.registry(), stage.parameters()); });
+        if (!has_optimizer) continue;
+        auto* opt = engine.stage_optimizer(s).adamw();
+        require(opt != nullptr, "optimizer state file", companion_path.string(),
+                "holds AdamW moments but this run uses SGD; remove the file or use --optimizer adamw");
+        const auto& registry = engine.stage(s).registry();
+        const auto& sharding = engine.stage_sharding(s);
+        if (sharding.zero_stage() == 0) {
+            io::load_optimizer_state(moments, registry, *opt);
+            continue;
+        }
+        // Under ZeRO the optimizer keeps moments for this rank's range only.
+        optim::adamw full(opt->options());
+        io::load_optimizer_state(moments, registry, full);
+        const auto& range = sharding.shard();
+        auto slice = [&](std::span<const float> moment) {
+            if (moment.empty()) return std::vector<float>{};
+            const auto first = moment.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
+            return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
+        };
+        opt->restore(full.step_count(), slice(full.exp_avg()), slice(full.exp_avg_sq()));
+    }
 }
 
 }  // namespace weft::train

@@ -32,8 +32,8 @@
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_state.hpp"
 #include "weft/train/activation_stash.hpp"
-#include "weft/train/mlp_model.hpp"
-#include "weft/train/pipeline_model.hpp"
+#include "weft/models/mlp.hpp"
+#include "weft/models/pipeline_model.hpp"
 #include "weft/train/optimizer.hpp"
 #include "weft/train/step_log.hpp"
 
@@ -79,11 +79,11 @@ struct memory_report {
     return ranges;
 }
 
-template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend, class Model = mlp_model>
+template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend, class Model = models::mlp>
 class engine {
     static_assert(std::is_same_v<typename Backend::scalar, float> || std::is_same_v<typename Backend::scalar, double>,
                   "weft::engine: the backend's scalar must be float or double");
-    static_assert(sizeof(require_pipeline_model<Model, Backend>) > 0);
+    static_assert(sizeof(models::require_pipeline_model<Model, Backend>) > 0);
 
 public:
     using schedules = sched::any_of_t<Schedules>;
@@ -590,6 +590,6 @@ namespace weft {
 // The composition reads like a sentence:
 //   weft::engine<weft::sched::one_f_one_b, weft::shard::replicate, weft::comm::mpi, weft::exec::cpu>
 template <class Schedules, sharding Sharding, communicator Comm, compute_backend Backend,
-          class Model = train::mlp_model>
+          class Model = models::mlp>
 using engine = train::engine<Schedules, Sharding, Comm, Backend, Model>;
 }  // namespace weft

@@ -1,4 +1,4 @@
-// The CPU GPT-2 reference for the CUDA gpt_model tests: the textbook loop over one
+// The CPU GPT-2 reference for the CUDA gpt_trainer tests: the textbook loop over one
 // nn::gpt_stage holding the whole model, as tests/train's plain loop runs the MLP.
 #include "gpt_reference.hpp"
 

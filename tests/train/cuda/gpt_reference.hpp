@@ -1,5 +1,5 @@
 // weft's CPU GPT-2 (nn::gpt_stage<exec::cpu> over every unit) and its AdamW as the
-// reference for the CUDA gpt_model tests, behind an interface free of Eigen: it is
+// reference for the CUDA gpt_trainer tests, behind an interface free of Eigen: it is
 // compiled by the host compiler, and the nvcc-compiled test only sees this header.
 #pragma once
 

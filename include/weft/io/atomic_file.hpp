@@ -19,7 +19,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::train {
+namespace weft::io {
 
 namespace detail {
 
@@ -129,4 +129,4 @@ inline void write_file_atomically(const std::filesystem::path& path,
     file.commit();
 }
 
-}  // namespace weft::train
+}  // namespace weft::io

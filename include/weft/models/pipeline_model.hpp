@@ -1,4 +1,4 @@
-// The weft::train::pipeline_model concept: what the engine needs from a model to train
+// The weft::models::pipeline_model concept: what the engine needs from a model to train
 // it across pipeline stages. A model policy names its config, its batch type and its
 // stage type; it says how a micro-batch enters the first stage, how the last stage's
 // output becomes a loss, and which tensors several stages share (tied weights).
@@ -13,7 +13,7 @@
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 
-namespace weft::train {
+namespace weft::models {
 
 // A tensor that lives in more than one unit of the model (e.g. GPT-2's wte, used by the
 // embedding and by the LM head). Every stage holding one of the units registers its own
@@ -51,9 +51,9 @@ concept pipeline_model =
 template <class M, class Backend>
 struct require_pipeline_model {
     static_assert(pipeline_model<M, Backend>,
-                  "weft: this type does not model weft::train::pipeline_model (it needs config, batch, "
+                  "weft: this type does not model weft::models::pipeline_model (it needs config, batch, "
                   "stage<Backend> with a static layout(config, units), num_units, validate, batch_rows, activation_rows, tied_parameters, "
-                  "first_input and loss); see weft/train/pipeline_model.hpp");
+                  "first_input and loss); see weft/models/pipeline_model.hpp");
 };
 
-}  // namespace weft::train
+}  // namespace weft::models

@@ -11,7 +11,7 @@
 
 #include "scratch_dir.hpp"
 #include "training_run.hpp"
-#include "weft/train/engine_checkpoint.hpp"
+#include "weft/train/checkpoint.hpp"
 
 namespace {
 
@@ -47,7 +47,7 @@ void collect(engine_t& engine, held_state& into, std::mutex& lock) {
 TEST_CASE("a checkpoint saved by a pipeline loads into one process, moments included", "[train][io]") {
     const weft_test::scratch_dir dir("engine_checkpoint");
     const auto path = dir.path / "model.safetensors";
-    const weft::train::synthetic_dataset data(weft_test::test_model().input_dim, weft_test::test_model().num_classes, 7);
+    const weft::data::synthetic_dataset data(weft_test::test_model().input_dim, weft_test::test_model().num_classes, 7);
 
     std::mutex lock;
     held_state saved;

@@ -11,7 +11,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/rng.hpp"
 
-namespace weft::train {
+namespace weft::data {
 
 struct classification_batch {
     int rows = 0;
@@ -70,4 +70,4 @@ private:
     std::uint64_t seed_;
 };
 
-}  // namespace weft::train
+}  // namespace weft::data

@@ -24,9 +24,9 @@
 
 #include "weft/core/dtype.hpp"
 #include "weft/core/error.hpp"
-#include "weft/train/atomic_file.hpp"
+#include "weft/io/atomic_file.hpp"
 
-namespace weft::train {
+namespace weft::io {
 
 static_assert(std::endian::native == std::endian::little,
               "weft's safetensors I/O copies little-endian data as is: a big-endian host would need byte swaps");
@@ -269,4 +269,4 @@ inline void write_safetensors(const std::filesystem::path& path, std::span<const
     return parse_safetensors(bytes, path);
 }
 
-}  // namespace weft::train
+}  // namespace weft::io

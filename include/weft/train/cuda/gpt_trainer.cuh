@@ -50,7 +50,7 @@ namespace weft::train::cuda {
 // The kernels, buffers and GEMMs this model is made of.
 using namespace weft::exec::cuda;  // NOLINT(google-build-using-namespace): one namespace, used throughout
 
-class gpt_model {
+class gpt_trainer {
 public:
     // nn::layer_norm's eps (PyTorch's default); the CPU model's value, restated because
     // nn::layer_norm is a template over a backend this header cannot instantiate.
@@ -60,7 +60,7 @@ public:
     // `registry` and `parameters` are the CPU model's (nn::gpt_stage over units
     // [0, num_units)): every tensor is found by its Hugging Face name and its shape
     // checked, so a mismatch is a clear error rather than a silent misread.
-    gpt_model(const nn::gpt_config& config, const nn::parameter_registry& registry, std::span<const float> parameters,
+    gpt_trainer(const nn::gpt_config& config, const nn::parameter_registry& registry, std::span<const float> parameters,
               int batch)
         : layout_(make_layout(config, registry, parameters.size(), batch)),
           config_(config),
@@ -74,11 +74,11 @@ public:
         reset(parameters);
     }
 
-    gpt_model(const gpt_model&) = delete;
-    gpt_model& operator=(const gpt_model&) = delete;
-    gpt_model(gpt_model&&) = default;
-    gpt_model& operator=(gpt_model&&) = default;
-    ~gpt_model() = default;
+    gpt_trainer(const gpt_trainer&) = delete;
+    gpt_trainer& operator=(const gpt_trainer&) = delete;
+    gpt_trainer(gpt_trainer&&) = default;
+    gpt_trainer& operator=(gpt_trainer&&) = default;
+    ~gpt_trainer() = default;
 
     [[nodiscard]] const nn::gpt_config& config() const { return config_; }
     [[nodiscard]] const nn::parameter_registry& registry() const { return registry_; }
@@ -89,7 +89,7 @@ public:
     // Synchronous: replaces the parameters (CPU flat layout) and restarts the optimizer
     // (zero moments, step 0). Gradients and the loss are zeroed too.
     void reset(std::span<const float> parameters) {
-        require(parameters.size() == size_, "gpt_model::reset: parameters.size()", parameters.size(),
+        require(parameters.size() == size_, "gpt_trainer::reset: parameters.size()", parameters.size(),
                 "must equal the registry's total size " + std::to_string(size_));
         check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // nothing may still read the old weights
         master_.copy_from_host(parameters);
@@ -141,7 +141,7 @@ public:
     [[nodiscard]] std::vector<float> gradients() const { return download(grads_); }
     [[nodiscard]] float loss() const { return download(loss_)[0]; }
     // AdamW's state in the CPU flat layout: what a checkpoint's optimizer companion holds
-    // (train::save_optimizer_state), and what optim::adamw::restore takes.
+    // (io::save_optimizer_state), and what optim::adamw::restore takes.
     struct optimizer_state {
         std::uint64_t step = 0;
         std::vector<float> exp_avg, exp_avg_sq;
@@ -157,9 +157,9 @@ public:
     // Synchronous: puts back a saved AdamW state (moments and steps taken), so training
     // resumes with the same bias correction and moments as if it had not stopped.
     void restore_optimizer(std::uint64_t step, std::span<const float> exp_avg, std::span<const float> exp_avg_sq) {
-        require(exp_avg.size() == size_, "gpt_model::restore_optimizer: exp_avg.size()", exp_avg.size(),
+        require(exp_avg.size() == size_, "gpt_trainer::restore_optimizer: exp_avg.size()", exp_avg.size(),
                 "must equal the registry's total size " + std::to_string(size_));
-        require(exp_avg_sq.size() == size_, "gpt_model::restore_optimizer: exp_avg_sq.size()", exp_avg_sq.size(),
+        require(exp_avg_sq.size() == size_, "gpt_trainer::restore_optimizer: exp_avg_sq.size()", exp_avg_sq.size(),
                 "must equal the registry's total size " + std::to_string(size_));
         check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // nothing may still use the old moments
         m_.copy_from_host(exp_avg);
@@ -199,27 +199,27 @@ private:
     static layout make_layout(const nn::gpt_config& config, const nn::parameter_registry& registry,
                               std::size_t parameters, int batch) {
         config.validate();
-        require(batch >= 1 && batch <= 65535, "gpt_model: batch", batch, "must be in [1, 65535]");
-        require(std::int64_t(batch) * config.seq_len <= INT_MAX, "gpt_model: batch * seq_len",
+        require(batch >= 1 && batch <= 65535, "gpt_trainer: batch", batch, "must be in [1, 65535]");
+        require(std::int64_t(batch) * config.seq_len <= INT_MAX, "gpt_trainer: batch * seq_len",
                 std::int64_t(batch) * config.seq_len, "must fit in an int (the GEMMs take int sizes)");
-        require(config.vocab_size <= INT_MAX - vocab_alignment, "gpt_model: vocab_size", config.vocab_size,
+        require(config.vocab_size <= INT_MAX - vocab_alignment, "gpt_trainer: vocab_size", config.vocab_size,
                 "must leave room to pad to a multiple of " + std::to_string(vocab_alignment) + " in an int");
         const int head_dim = config.d_model / config.num_heads;
-        require(head_dim % 32 == 0 && head_dim <= 128, "gpt_model: d_model / num_heads", head_dim,
+        require(head_dim % 32 == 0 && head_dim <= 128, "gpt_trainer: d_model / num_heads", head_dim,
                 "must be a multiple of 32 in [32, 128] (the CUDA attention kernel's head sizes)");
-        require(config.seq_len <= 8192, "gpt_model: seq_len", config.seq_len,
+        require(config.seq_len <= 8192, "gpt_trainer: seq_len", config.seq_len,
                 "must be at most 8192 (the CUDA attention kernel keeps a row of scores in shared memory)");
-        require(parameters == registry.total_size(), "gpt_model: parameters.size()", parameters,
+        require(parameters == registry.total_size(), "gpt_trainer: parameters.size()", parameters,
                 "must equal the registry's total size " + std::to_string(registry.total_size()));
 
         const auto tensor = [&registry](const std::string& name, const std::vector<int>& shape) {
-            require(registry.contains(name), "gpt_model: registry", "without " + name,
+            require(registry.contains(name), "gpt_trainer: registry", "without " + name,
                     "must hold every tensor of the whole model (nn::gpt_stage over units [0, num_units))");
             const nn::parameter_info& info = registry.find(name);
             std::string want, got;
             for (int d : shape) want += (want.empty() ? "[" : ", ") + std::to_string(d);
             for (int d : info.shape) got += (got.empty() ? "[" : ", ") + std::to_string(d);
-            require(info.shape == shape, "gpt_model: shape of " + name, got + "]",
+            require(info.shape == shape, "gpt_trainer: shape of " + name, got + "]",
                     "must be " + want + "] for this gpt_config");
             return info.offset;
         };
@@ -303,7 +303,7 @@ private:
     }
 
     static void require_tokens(const std::int32_t* inputs, const std::int32_t* targets, const char* what) {
-        require(inputs != nullptr && targets != nullptr, std::string("gpt_model::") + what + ": inputs, targets",
+        require(inputs != nullptr && targets != nullptr, std::string("gpt_trainer::") + what + ": inputs, targets",
                 "a null pointer", "must be device pointers to batch * seq_len token ids");
     }
 

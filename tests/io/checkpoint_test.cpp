@@ -1,7 +1,7 @@
 // Checkpoints by registry name: saved from one pipeline split and loaded into another,
 // tied tensors written once, AdamW state restored so training continues identically,
 // and a checkpoint that does not fit the model refused with both shapes named.
-#include "weft/train/checkpoint.hpp"
+#include "weft/io/checkpoint.hpp"
 
 #include <unistd.h>
 
@@ -17,12 +17,12 @@
 
 namespace fs = std::filesystem;
 using weft::nn::parameter_registry;
-using weft::train::load_checkpoint;
-using weft::train::load_optimizer_state;
-using weft::train::save_checkpoint;
-using weft::train::save_optimizer_state;
-using weft::train::stage_optimizer;
-using weft::train::stage_parameters;
+using weft::io::load_checkpoint;
+using weft::io::load_optimizer_state;
+using weft::io::save_checkpoint;
+using weft::io::save_optimizer_state;
+using weft::io::stage_optimizer;
+using weft::io::stage_parameters;
 
 using weft_test::scratch_dir;
 
@@ -75,7 +75,7 @@ TEST_CASE("a checkpoint saved from two stages loads into any split by name") {
     const std::vector<stage_parameters> stages = {{a, pa}, {b, pb}};
     save_checkpoint(path, stages, {{"model", "gpt2"}});
 
-    const auto file = weft::train::read_safetensors(path);
+    const auto file = weft::io::read_safetensors(path);
     CHECK(file.tensors().size() == 5);  // wte.weight once
     CHECK(file.find("wte.weight").shape == std::vector<std::int64_t>{5, 3});
     CHECK(file.find("wte.weight").type == weft::dtype::f32);
@@ -135,9 +135,9 @@ TEST_CASE("a checkpoint that does not fit the model is refused clearly") {
     CHECK_THROWS_WITH(load_checkpoint(path, a, too_small), Catch::Contains("params.size()"));
 
     // A tensor of another dtype under a parameter's name.
-    const std::vector<weft::train::tensor_record> f64 = {
+    const std::vector<weft::io::tensor_record> f64 = {
         {"h.0.ln_1.weight", weft::dtype::f64, {3}, std::vector<std::byte>(24)}};
-    weft::train::write_safetensors(path, f64);
+    weft::io::write_safetensors(path, f64);
     parameter_registry ln;
     ln.add("h.0.ln_1.weight", {3});
     std::vector<float> p3(3);
@@ -160,7 +160,7 @@ TEST_CASE("AdamW state round-trips and training continues identically") {
 
     const std::vector<stage_optimizer> stages = {{registry, original}};
     save_optimizer_state(path, stages, {{"lr", "0.01"}});
-    const auto file = weft::train::read_safetensors(path);
+    const auto file = weft::io::read_safetensors(path);
     CHECK(file.metadata().at("step") == "3");
     CHECK(file.metadata().at("lr") == "0.01");
     CHECK(file.contains("wte.weight.exp_avg"));
@@ -189,7 +189,7 @@ TEST_CASE("a fresh optimizer saves zero moments and restores as fresh") {
     weft::optim::adamw fresh({});
     const std::vector<stage_optimizer> stages = {{registry, fresh}};
     save_optimizer_state(path, stages);
-    const auto file = weft::train::read_safetensors(path);
+    const auto file = weft::io::read_safetensors(path);
     CHECK(file.metadata().at("step") == "0");
     CHECK(file.find("wpe.weight.exp_avg").data == std::vector<std::byte>(4 * 12, std::byte(0)));
     weft::optim::adamw loaded({});
@@ -207,11 +207,11 @@ TEST_CASE("an optimizer file that does not fit is refused") {
     CHECK_THROWS_WITH(load_optimizer_state(dir.path / "model.safetensors", registry, optimizer),
                       Catch::Contains("no \"step\""));
 
-    const std::vector<weft::train::tensor_record> none;
-    weft::train::write_safetensors(dir.path / "bad_step.safetensors", none, {{"step", "-3"}});
+    const std::vector<weft::io::tensor_record> none;
+    weft::io::write_safetensors(dir.path / "bad_step.safetensors", none, {{"step", "-3"}});
     CHECK_THROWS_WITH(load_optimizer_state(dir.path / "bad_step.safetensors", registry, optimizer),
                       Catch::Contains("\"-3\""));
-    weft::train::write_safetensors(dir.path / "no_moments.safetensors", none, {{"step", "2"}});
+    weft::io::write_safetensors(dir.path / "no_moments.safetensors", none, {{"step", "2"}});
     CHECK_THROWS_WITH(load_optimizer_state(dir.path / "no_moments.safetensors", registry, optimizer),
                       Catch::Contains("wte.weight.exp_avg") && Catch::Contains("missing"));
     CHECK(optimizer.step_count() == 0);  // untouched by failed loads

@@ -9,14 +9,14 @@
 #include "weft/nn/cross_entropy.hpp"
 #include "weft/nn/mlp_config.hpp"
 #include "weft/nn/mlp_stage.hpp"
-#include "weft/train/pipeline_model.hpp"
-#include "weft/train/synthetic_dataset.hpp"
+#include "weft/models/pipeline_model.hpp"
+#include "weft/data/synthetic_dataset.hpp"
 
-namespace weft::train {
+namespace weft::models {
 
-struct mlp_model {
+struct mlp {
     using config = nn::mlp_config;
-    using batch = classification_batch;
+    using batch = data::classification_batch;
     template <class Backend>
     using stage = nn::mlp_stage<Backend>;
 
@@ -46,4 +46,4 @@ struct mlp_model {
     }
 };
 
-}  // namespace weft::train
+}  // namespace weft::models

@@ -1,7 +1,7 @@
 // The safetensors reader and writer: files round-trip, a file laid out by hand as
 // the specification (and the Python package) lays it out reads back, and every kind
 // of corruption is refused with a message naming the file and what is wrong.
-#include "weft/train/safetensors.hpp"
+#include "weft/io/safetensors.hpp"
 
 #include <unistd.h>
 
@@ -18,10 +18,10 @@
 
 namespace fs = std::filesystem;
 using weft::dtype;
-using weft::train::parse_safetensors;
-using weft::train::read_safetensors;
-using weft::train::tensor_record;
-using weft::train::write_safetensors;
+using weft::io::parse_safetensors;
+using weft::io::read_safetensors;
+using weft::io::tensor_record;
+using weft::io::write_safetensors;
 
 using weft_test::scratch_dir;
 
@@ -85,7 +85,7 @@ TEST_CASE("tensors and metadata round-trip through a safetensors file") {
         CHECK(got.data == expected.data);
     }
     CHECK(file.tensors()[0].name == "wte.weight");  // file order is the order written
-    CHECK(file.metadata() == weft::train::safetensors_metadata{{"format", "pt"}, {"step", "10"}});
+    CHECK(file.metadata() == weft::io::safetensors_metadata{{"format", "pt"}, {"step", "10"}});
     CHECK(file.find("scalar").element_count() == 1);
     CHECK(file.path() == path);
 

@@ -1,9 +1,9 @@
-// The whole GPT-2 on CUDA (train::cuda::gpt_model) against weft's CPU model
+// The whole GPT-2 on CUDA (train::cuda::gpt_trainer) against weft's CPU model
 // (nn::gpt_stage<exec::cpu> and optim::adamw, see gpt_reference.cpp) within bf16
 // tolerance: the loss and every parameter's gradient, five AdamW steps, a run resumed from
 // saved weights and optimizer state, and a whole step captured into a CUDA graph whose
 // replays equal eager steps bit for bit.
-// `test_cuda_gpt_model gradients|adamw|graph` runs one part; exit 77 (skipped) without a GPU.
+// `test_cuda_gpt_trainer gradients|adamw|graph` runs one part; exit 77 (skipped) without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,13 +19,13 @@
 #include "device_check.hpp"
 #include "gpt_reference.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
-#include "weft/train/cuda/gpt_model.cuh"
+#include "weft/train/cuda/gpt_trainer.cuh"
 #include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
 namespace cu = weft::exec::cuda;
-using weft::train::cuda::gpt_model;
+using weft::train::cuda::gpt_trainer;
 
 namespace {
 
@@ -118,24 +118,24 @@ void test_argument_validation() {
 
     weft::nn::gpt_config narrow_heads = config;
     narrow_heads.num_heads = 8;  // head_dim 16
-    expect_invalid_argument("gpt_model with head_dim 16",
-                            [&] { static_cast<void>(gpt_model(narrow_heads, cpu.registry(), params, batch)); });
-    expect_invalid_argument("gpt_model with batch 0",
-                            [&] { static_cast<void>(gpt_model(config, cpu.registry(), params, 0)); });
-    expect_invalid_argument("gpt_model with one parameter missing", [&] {
+    expect_invalid_argument("gpt_trainer with head_dim 16",
+                            [&] { static_cast<void>(gpt_trainer(narrow_heads, cpu.registry(), params, batch)); });
+    expect_invalid_argument("gpt_trainer with batch 0",
+                            [&] { static_cast<void>(gpt_trainer(config, cpu.registry(), params, 0)); });
+    expect_invalid_argument("gpt_trainer with one parameter missing", [&] {
         static_cast<void>(
-            gpt_model(config, cpu.registry(), std::span<const float>(params).first(params.size() - 1), batch));
+            gpt_trainer(config, cpu.registry(), std::span<const float>(params).first(params.size() - 1), batch));
     });
     weft::nn::gpt_config other_vocab = config;
     other_vocab.vocab_size = 97;
     const weft_test::gpt_reference other(other_vocab);
-    expect_invalid_argument("gpt_model with another model's registry", [&] {
-        static_cast<void>(gpt_model(config, other.registry(), other.parameters(), batch));
+    expect_invalid_argument("gpt_trainer with another model's registry", [&] {
+        static_cast<void>(gpt_trainer(config, other.registry(), other.parameters(), batch));
     });
     weft::nn::gpt_config deeper = config;
     deeper.num_layers = 3;
-    expect_invalid_argument("gpt_model with a registry lacking a block",
-                            [&] { static_cast<void>(gpt_model(deeper, cpu.registry(), params, batch)); });
+    expect_invalid_argument("gpt_trainer with a registry lacking a block",
+                            [&] { static_cast<void>(gpt_trainer(deeper, cpu.registry(), params, batch)); });
 }
 
 // ---- device tests -------------------------------------------------------------------
@@ -146,7 +146,7 @@ void test_gradients() {
     const token_batch tokens = make_batch(config, 11);
     const float cpu_loss = cpu.forward_backward(tokens.inputs, tokens.targets, batch);
 
-    gpt_model gpu(config, cpu.registry(), cpu.parameters(), batch);
+    gpt_trainer gpu(config, cpu.registry(), cpu.parameters(), batch);
     const device_batch d(tokens);
     cu::stream stream;
     gpu.enqueue_forward_backward(d.inputs.data(), d.targets.data(), stream);
@@ -221,7 +221,7 @@ void test_adamw_steps() {
     constexpr int steps = 5;
     const weft::nn::gpt_config config = tiny_config();
     weft_test::gpt_reference cpu(config);
-    gpt_model gpu(config, cpu.registry(), cpu.parameters(), batch);
+    gpt_trainer gpu(config, cpu.registry(), cpu.parameters(), batch);
     const token_batch tokens = make_batch(config, 12);  // the same batch every step: the loss must fall
     const device_batch d(tokens);
     const cu::adamw_hyperparameters h = test_hyperparameters();
@@ -259,18 +259,18 @@ void test_resume() {
     const cu::adamw_hyperparameters h = test_hyperparameters();
     cu::stream stream;
 
-    gpt_model straight(config, cpu.registry(), cpu.parameters(), batch);
+    gpt_trainer straight(config, cpu.registry(), cpu.parameters(), batch);
     std::vector<float> straight_losses;
     for (int step = 0; step < before + after; ++step) {
         straight.enqueue_step(d.inputs.data(), d.targets.data(), h, stream);
         straight_losses.push_back(straight.loss());
     }
 
-    gpt_model first(config, cpu.registry(), cpu.parameters(), batch);
+    gpt_trainer first(config, cpu.registry(), cpu.parameters(), batch);
     for (int step = 0; step < before; ++step) first.enqueue_step(d.inputs.data(), d.targets.data(), h, stream);
-    const gpt_model::optimizer_state saved = first.optimizer();
+    const gpt_trainer::optimizer_state saved = first.optimizer();
     expect(saved.step == before, "optimizer() reports the steps taken");
-    gpt_model resumed(config, cpu.registry(), first.parameters(), batch);
+    gpt_trainer resumed(config, cpu.registry(), first.parameters(), batch);
     resumed.restore_optimizer(saved.step, saved.exp_avg, saved.exp_avg_sq);
     expect(resumed.step_count() == before, "restore_optimizer sets the step count");
     std::vector<float> resumed_losses;
@@ -296,7 +296,7 @@ void test_graph_replay() {
     const weft::nn::gpt_config config = tiny_config();
     const weft_test::gpt_reference cpu(config);
     const std::vector<float> initial = cpu.parameters();
-    gpt_model gpu(config, cpu.registry(), initial, batch);
+    gpt_trainer gpu(config, cpu.registry(), initial, batch);
     const device_batch d(make_batch(config, 13));
     const cu::adamw_hyperparameters h = test_hyperparameters();
     cu::stream stream;

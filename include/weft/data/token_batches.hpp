@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/train/token_file.hpp"
+#include "weft/io/token_file.hpp"
 
-namespace weft::train {
+namespace weft::data {
 
 // rows x seq_len tokens, row-major; targets[i] is the token that follows inputs[i].
 struct token_batch {
@@ -31,7 +31,7 @@ struct token_batch_view {
 };
 
 // Batches that fit in the file before llm.c restarts from its beginning.
-[[nodiscard]] inline long long batches_per_epoch(const token_file& file, int batch_size, int seq_len) {
+[[nodiscard]] inline long long batches_per_epoch(const io::token_file& file, int batch_size, int seq_len) {
     require(batch_size > 0, "batch_size", batch_size, "must be positive");
     require(seq_len > 0, "seq_len", seq_len, "must be positive");
     const long long span = static_cast<long long>(batch_size) * seq_len;
@@ -44,7 +44,7 @@ struct token_batch_view {
 // Step k reads the B*T + 1 contiguous tokens starting at (k mod n) * B*T, n being
 // batches_per_epoch: like llm.c, a batch that would run past the end of the file
 // starts again at token 0 instead (the tail of the file is never split across batches).
-[[nodiscard]] inline token_batch batch_at(const token_file& file, long long step, int batch_size, int seq_len) {
+[[nodiscard]] inline token_batch batch_at(const io::token_file& file, long long step, int batch_size, int seq_len) {
     require(step >= 0, "step", step, "must be non-negative");
     const long long per_epoch = batches_per_epoch(file, batch_size, seq_len);
     const std::size_t count = std::size_t(batch_size) * std::size_t(seq_len);
@@ -73,4 +73,4 @@ struct token_batch_view {
 // A view into a temporary batch would dangle.
 token_batch_view micro_batch(const token_batch&& batch, int index, int count) = delete;
 
-}  // namespace weft::train
+}  // namespace weft::data

@@ -12,14 +12,14 @@
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/nn/vocab_parallel_cross_entropy.hpp"
-#include "weft/train/pipeline_model.hpp"
-#include "weft/train/token_batches.hpp"
+#include "weft/models/pipeline_model.hpp"
+#include "weft/data/token_batches.hpp"
 
-namespace weft::train {
+namespace weft::models {
 
-struct gpt_model {
+struct gpt {
     using config = nn::gpt_config;
-    using batch = token_batch;
+    using batch = data::token_batch;
     template <class Backend>
     using stage = nn::gpt_stage<Backend>;
 
@@ -75,4 +75,4 @@ private:
     }
 };
 
-}  // namespace weft::train
+}  // namespace weft::models

@@ -1,6 +1,6 @@
 // Atomic whole-file writes: the target is replaced only once the new contents are
 // complete, and a failed write leaves the old file and no temporary behind.
-#include "weft/train/atomic_file.hpp"
+#include "weft/io/atomic_file.hpp"
 
 #include <unistd.h>
 
@@ -26,7 +26,7 @@ std::string read_text(const fs::path& path) {
 }
 
 void write_text(const fs::path& path, const std::string& text) {
-    weft::train::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
+    weft::io::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 std::size_t entries_in(const fs::path& dir) {
@@ -48,8 +48,8 @@ TEST_CASE("an atomic write creates and then replaces a file") {
 TEST_CASE("the temporary lives next to the target under a per-process, per-call name") {
     scratch_dir dir("atomic_names");
     const fs::path target = dir.path / "x.safetensors";
-    weft::train::atomic_file a(target);
-    weft::train::atomic_file b(target);
+    weft::io::atomic_file a(target);
+    weft::io::atomic_file b(target);
     CHECK(a.temporary_path().parent_path() == dir.path);
     const std::string prefix = "x.safetensors.tmp." + std::to_string(::getpid()) + ".";
     CHECK(a.temporary_path().filename().string().rfind(prefix, 0) == 0);
@@ -63,8 +63,8 @@ TEST_CASE("a write that fails half-way leaves the old file and no temporary") {
     const fs::path target = dir.path / "ckpt";
     write_text(target, "old contents");
     const std::string half = "new contents, half written";
-    CHECK_THROWS_AS(weft::train::write_file_atomically(target,
-                                                       [&](weft::train::atomic_file& file) {
+    CHECK_THROWS_AS(weft::io::write_file_atomically(target,
+                                                       [&](weft::io::atomic_file& file) {
                                                            file.write(std::as_bytes(std::span(half.data(), 10)));
                                                            throw std::runtime_error("simulated failure");
                                                        }),
@@ -92,7 +92,7 @@ TEST_CASE("a rename that fails removes the temporary and keeps what was there") 
 
 TEST_CASE("an atomic file is unusable after commit") {
     scratch_dir dir("atomic_commit");
-    weft::train::atomic_file file(dir.path / "f");
+    weft::io::atomic_file file(dir.path / "f");
     file.commit();
     CHECK(read_text(dir.path / "f").empty());
     CHECK_THROWS_AS(file.write(std::as_bytes(std::span("x", 1))), weft::error);

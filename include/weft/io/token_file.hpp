@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/train/atomic_file.hpp"
+#include "weft/io/atomic_file.hpp"
 
-namespace weft::train {
+namespace weft::io {
 
 static_assert(std::endian::native == std::endian::little,
               "weft's token files are read and written as is: a big-endian host would need byte swaps");
@@ -95,4 +95,4 @@ inline void write_token_file(const std::filesystem::path& path, std::span<const 
     return token_file(path, std::move(tokens));
 }
 
-}  // namespace weft::train
+}  // namespace weft::io
