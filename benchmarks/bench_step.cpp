@@ -119,7 +119,7 @@ weft_result time_weft(const bench_config& c, weft::nn::gpt_stage<backend>& stage
         weft::nn::gpt_stage<backend>::stash stash;
         const matrix logits = stage.forward(view, stash);
         lap(p.forward);
-        auto ce = weft::nn::cross_entropy<backend>(logits, targets, scalar(1));
+        auto ce = weft::nn::cross_entropy(stage.backend(), logits, targets, scalar(1));
         lap(p.loss);
         const matrix dx = stage.backward_input(std::move(ce.dlogits), stash);
         lap(p.backward_input);
@@ -573,11 +573,12 @@ int main(int argc, char** argv) {
         const bool heap_retained = !default_heap && weft::exec::retain_freed_memory();
 
         std::vector<row> rows;
+        backend cpu;
         for (bench_config c : configs) {
             if (which != "all" && which != c.name) continue;
             if (steps != 0) c.steps = steps;
             weft::nn::gpt_stage<backend> stage(
-                weft::nn::gpt_config{.num_layers = c.layers, .d_model = c.d_model, .num_heads = c.heads,
+                cpu, weft::nn::gpt_config{.num_layers = c.layers, .d_model = c.d_model, .num_heads = c.heads,
                                      .vocab_size = c.vocab, .seq_len = c.seq_len, .seed = 1234},
                 {0, c.layers + 2});
             row r{c, {}, 0, std::nullopt, 0};

@@ -81,7 +81,7 @@ void train(Comm& world, const run_options& o) {
             throw weft::invalid_argument("--vocab", o.vocab,
                                          "the data holds token " + std::to_string(token) + "; use a larger --vocab");
 
-    const auto optimizer = weft::train::parse_optimizer_kind(o.optimizer);
+    const auto optimizer = weft::optim::parse_optimizer_kind(o.optimizer);
     engine_t engine(world, config, model,
                     {.batch_size = o.batch,
                      .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},

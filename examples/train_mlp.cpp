@@ -48,7 +48,7 @@ void train(Comm& world, const run_options& o) {
                                      .num_classes = o.classes, .seed = o.seed};
     const weft::train::engine_options options{
         .batch_size = o.batch,
-        .optimizer = {.kind = weft::train::parse_optimizer_kind(o.optimizer),
+        .optimizer = {.kind = weft::optim::parse_optimizer_kind(o.optimizer),
                       .lr = o.lr,
                       .weight_decay = o.weight_decay}};
     weft::train::engine<schedules, weft::shard::replicate, Comm, weft::exec::cpu> engine(world, config, model, options);

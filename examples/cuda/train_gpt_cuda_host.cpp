@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -123,12 +124,13 @@ gpt_cuda_host::gpt_cuda_host(const gpt_cuda_options& o) : impl_(std::make_unique
         if (std::filesystem::exists(companion, code)) {
             // Through optim::adamw, so the file is checked exactly as train_gpt checks it.
             weft::optim::adamw restored({.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
-            weft::io::load_optimizer_state(companion, m.registry, restored);
+            restored.import_state(weft::io::load_optimizer_state(companion, m.registry, "adamw",
+                                                                 weft::optim::adamw::state_names));
             optimizer_state state;
             state.step = restored.step_count();
             state.exp_avg.assign(restored.exp_avg().begin(), restored.exp_avg().end());
             state.exp_avg_sq.assign(restored.exp_avg_sq().begin(), restored.exp_avg_sq().end());
-            if (state.step == 0) {  // a fresh optimizer's file: zeros
+            if (state.step == 0) {  // a fresh optimizer's file: no moments, start from zeros
                 state.exp_avg.assign(m.registry.total_size(), 0.0f);
                 state.exp_avg_sq.assign(m.registry.total_size(), 0.0f);
             }
@@ -209,10 +211,10 @@ void gpt_cuda_host::save(std::span<const float> parameters, const optimizer_stat
     if (o.save.empty()) return;
     const weft::io::stage_parameters whole{impl_->registry, parameters};
     weft::io::save_checkpoint(o.save, std::span(&whole, 1));  // write_safetensors: atomic
-    // The companion through optim::adamw, in the format train_gpt writes and reads.
-    weft::optim::adamw adamw({.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
-    if (optimizer.step > 0) adamw.restore(optimizer.step, optimizer.exp_avg, optimizer.exp_avg_sq);
-    const weft::io::stage_optimizer stage{impl_->registry, adamw};
+    // The companion in the format train_gpt writes and reads (AdamW's state tensors).
+    const std::array<weft::optim::state_tensor_view<float>, 2> views{{{"exp_avg", optimizer.exp_avg},
+                                                                        {"exp_avg_sq", optimizer.exp_avg_sq}}};
+    const weft::io::stage_optimizer_state stage{impl_->registry, "adamw", optimizer.step, views};
     weft::io::save_optimizer_state(weft::train::optimizer_companion(o.save), std::span(&stage, 1));
     std::printf("saved %s and %s\n", o.save.c_str(), weft::train::optimizer_companion(o.save).string().c_str());
 }

@@ -54,6 +54,6 @@
 #include "weft/shard/zero_memory.hpp"
 
 #include "weft/train/engine.hpp"
-#include "weft/train/optimizer.hpp"
+#include "weft/optim/any_optimizer.hpp"
 #include "weft/train/step_log.hpp"
 #include "weft/data/synthetic_dataset.hpp"

@@ -35,6 +35,8 @@ void run_on_all_ranks(int world_size, Check check) {
 }  // namespace
 
 static_assert(weft::communicator<local>);
+// It moves host memory: the engine pairs it with host backends (exec::cpu) only.
+static_assert(std::is_same_v<local::memory_space, weft::host_space>);
 static_assert(!std::is_copy_constructible_v<local>);
 static_assert(!std::is_copy_constructible_v<local::request>);
 

@@ -28,6 +28,8 @@ void run_check(Check check) {
 }  // namespace
 
 static_assert(weft::communicator<mpi>);
+// Host buffers (weft does not assume a CUDA-aware MPI).
+static_assert(std::is_same_v<mpi::memory_space, weft::host_space>);
 static_assert(!std::is_copy_constructible_v<mpi>);
 static_assert(!std::is_copy_constructible_v<mpi::request>);
 

@@ -7,8 +7,9 @@
 
 #include "weft/exec/cpu.hpp"
 
-using backend = weft::exec::cpu_backend<double>;
-using matrix = backend::matrix;
+using backend_type = weft::exec::cpu_backend<double>;
+using matrix = backend_type::matrix;
+const backend_type backend;
 
 TEST_CASE("linear forward and both backward halves", "[exec][cpu]") {
     matrix x(2, 3);
@@ -16,7 +17,7 @@ TEST_CASE("linear forward and both backward halves", "[exec][cpu]") {
          4, 5, 6;
     const std::vector<double> w{1, 0, 0, 1, 1, 1};  // [3, 2] row-major
     const std::vector<double> b{0.5, -1};
-    const matrix y = backend::linear_forward(x, w, b, 3, 2);
+    const matrix y = backend.linear_forward(x, w, b, 3, 2);
     matrix expected(2, 2);
     expected << 1 + 3 + 0.5, 2 + 3 - 1,
                 4 + 6 + 0.5, 5 + 6 - 1;
@@ -28,10 +29,10 @@ TEST_CASE("linear forward and both backward halves", "[exec][cpu]") {
     matrix dx_expected(2, 3);
     dx_expected << 1, 2, 3,
                    3, 4, 7;
-    CHECK(backend::linear_backward_input(dy, w, 3, 2) == dx_expected);
+    CHECK(backend.linear_backward_input(dy, w, 3, 2) == dx_expected);
 
     std::vector<double> dw(6, 1.0), db(2, 1.0);  // accumulates onto what is there
-    backend::linear_backward_weight(x, dy, dw, db);
+    backend.linear_backward_weight(x, dy, dw, db);
     CHECK(dw == std::vector<double>{1 + 13, 1 + 18, 1 + 17, 1 + 24, 1 + 21, 1 + 30});
     CHECK(db == std::vector<double>{1 + 4, 1 + 6});
 }
@@ -39,22 +40,22 @@ TEST_CASE("linear forward and both backward halves", "[exec][cpu]") {
 TEST_CASE("linear kernels reject mismatched shapes", "[exec][cpu]") {
     const matrix x = matrix::Ones(2, 3);
     std::vector<double> w(6), b(2), wrong(5);
-    CHECK_THROWS_AS(backend::linear_forward(x, w, b, 4, 2), weft::error);
-    CHECK_THROWS_AS(backend::linear_forward(x, wrong, b, 3, 2), weft::error);
-    CHECK_THROWS_WITH(backend::linear_forward(x, w, wrong, 3, 2),
+    CHECK_THROWS_AS(backend.linear_forward(x, w, b, 4, 2), weft::error);
+    CHECK_THROWS_AS(backend.linear_forward(x, wrong, b, 3, 2), weft::error);
+    CHECK_THROWS_WITH(backend.linear_forward(x, w, wrong, 3, 2),
                       Catch::Contains("bias size") && Catch::Contains("must equal 2"));
-    CHECK_THROWS_AS(backend::linear_backward_input(matrix::Ones(2, 3), w, 3, 2), weft::error);
-    CHECK_THROWS_AS(backend::linear_backward_weight(x, matrix::Ones(3, 2), w, b), weft::error);
+    CHECK_THROWS_AS(backend.linear_backward_input(matrix::Ones(2, 3), w, 3, 2), weft::error);
+    CHECK_THROWS_AS(backend.linear_backward_weight(x, matrix::Ones(3, 2), w, b), weft::error);
 }
 
 TEST_CASE("gelu matches the tanh formula and its derivative", "[exec][cpu]") {
     matrix x(1, 3);
     x << 0, 1, -2;
-    const matrix y = backend::gelu_forward(x);
+    const matrix y = backend.gelu_forward(x);
     CHECK(y(0, 0) == 0.0);
     CHECK(y(0, 1) == Approx(0.8411919906082768).epsilon(1e-12));
     CHECK(y(0, 2) == Approx(-0.04540230591222).epsilon(1e-9));
-    const matrix d = backend::gelu_backward(x, matrix::Ones(1, 3));
+    const matrix d = backend.gelu_backward(x, matrix::Ones(1, 3));
     CHECK(d(0, 0) == Approx(0.5).epsilon(1e-12));
     CHECK(d(0, 1) == Approx(1.0829640838457826).epsilon(1e-9));
 }
@@ -65,7 +66,7 @@ TEST_CASE("layer norm normalizes rows and saves their statistics", "[exec][cpu]"
          -1, -1, 1, 1;
     const std::vector<double> gamma{1, 1, 2, 2}, beta{0, 0, 0, 1};
     matrix mean, rstd;
-    const matrix y = backend::layer_norm_forward(x, gamma, beta, 0.0, mean, rstd);
+    const matrix y = backend.layer_norm_forward(x, gamma, beta, 0.0, mean, rstd);
     CHECK(mean(0, 0) == 2.5);
     CHECK(mean(1, 0) == 0.0);
     CHECK(rstd(0, 0) == Approx(1 / std::sqrt(1.25)).epsilon(1e-14));
@@ -77,11 +78,11 @@ TEST_CASE("layer norm normalizes rows and saves their statistics", "[exec][cpu]"
     // With gamma = 1 the input gradient of a constant upstream gradient is zero:
     // shifting all features of a row does not change a normalized output.
     const std::vector<double> ones(4, 1.0);
-    const matrix dx = backend::layer_norm_backward_input(x, mean, rstd, ones, matrix::Ones(2, 4));
+    const matrix dx = backend.layer_norm_backward_input(x, mean, rstd, ones, matrix::Ones(2, 4));
     CHECK(dx.cwiseAbs().maxCoeff() < 1e-12);
 
     std::vector<double> dgamma(4, 0.0), dbeta(4, 0.0);
-    backend::layer_norm_backward_weight(x, mean, rstd, matrix::Ones(2, 4), dgamma, dbeta);
+    backend.layer_norm_backward_weight(x, mean, rstd, matrix::Ones(2, 4), dgamma, dbeta);
     CHECK(dbeta == std::vector<double>{2, 2, 2, 2});
     CHECK(dgamma[3] == Approx(1.5 / std::sqrt(1.25) + 1.0));
 }
@@ -91,17 +92,17 @@ TEST_CASE("cross entropy: mean loss, scaled gradient, label checks", "[exec][cpu
     logits(1, 2) = 1000;  // large values must not overflow
     const std::vector<std::int32_t> labels{1, 2};
     matrix d;
-    const double loss = backend::cross_entropy(logits, labels, 0.5, d);
+    const double loss = backend.cross_entropy(logits, labels, 0.5, d);
     CHECK(loss == Approx(std::log(4.0) / 2).epsilon(1e-12));
     CHECK(d(0, 1) == Approx(0.5 * (0.25 - 1) / 2));
     CHECK(d(0, 0) == Approx(0.5 * 0.25 / 2));
     CHECK(std::abs(d(1, 2)) < 1e-12);
     CHECK(std::abs(d.row(0).sum()) < 1e-15);
 
-    CHECK_THROWS_WITH(backend::cross_entropy(logits, std::vector<std::int32_t>{1, 4}, 1.0, d),
+    CHECK_THROWS_WITH(backend.cross_entropy(logits, std::vector<std::int32_t>{1, 4}, 1.0, d),
                       Catch::Contains("labels[1]") && Catch::Contains("[0, 4)"));
-    CHECK_THROWS_AS(backend::cross_entropy(logits, std::vector<std::int32_t>{-1, 0}, 1.0, d),
+    CHECK_THROWS_AS(backend.cross_entropy(logits, std::vector<std::int32_t>{-1, 0}, 1.0, d),
                     weft::error);
-    CHECK_THROWS_WITH(backend::cross_entropy(logits, std::vector<std::int32_t>{1}, 1.0, d),
+    CHECK_THROWS_WITH(backend.cross_entropy(logits, std::vector<std::int32_t>{1}, 1.0, d),
                       Catch::Contains("labels.size()"));
 }

@@ -2,6 +2,8 @@
 // tied tensors written once, AdamW state restored so training continues identically,
 // and a checkpoint that does not fit the model refused with both shapes named.
 #include "weft/io/checkpoint.hpp"
+#include "weft/optim/adamw.hpp"
+#include "weft/optim/sgd.hpp"
 
 #include <unistd.h>
 
@@ -21,7 +23,7 @@ using weft::io::load_checkpoint;
 using weft::io::load_optimizer_state;
 using weft::io::save_checkpoint;
 using weft::io::save_optimizer_state;
-using weft::io::stage_optimizer;
+using weft::io::stage_optimizer_state;
 using weft::io::stage_parameters;
 
 using weft_test::scratch_dir;
@@ -158,21 +160,21 @@ TEST_CASE("AdamW state round-trips and training continues identically") {
     };
     for (int s = 0; s < 3; ++s) take_step(original, params, s);
 
-    const std::vector<stage_optimizer> stages = {{registry, original}};
+    const auto views = original.state_views();
+    const std::vector<stage_optimizer_state> stages = {{registry, "adamw", original.step_count(), views}};
     save_optimizer_state(path, stages, {{"lr", "0.01"}});
     const auto file = weft::io::read_safetensors(path);
     CHECK(file.metadata().at("step") == "3");
+    CHECK(file.metadata().at("optimizer") == "adamw");
+    CHECK(file.metadata().at("state_tensors") == "exp_avg,exp_avg_sq");
     CHECK(file.metadata().at("lr") == "0.01");
     CHECK(file.contains("wte.weight.exp_avg"));
     CHECK(file.contains("wte.weight.exp_avg_sq"));
 
     weft::optim::adamw restored(options);
-    load_optimizer_state(path, registry, restored);
+    restored.import_state(load_optimizer_state(path, registry, "adamw", weft::optim::adamw::state_names));
     CHECK(restored.step_count() == 3);
-    CHECK(std::vector<float>(restored.exp_avg().begin(), restored.exp_avg().end()) ==
-          std::vector<float>(original.exp_avg().begin(), original.exp_avg().end()));
-    CHECK(std::vector<float>(restored.exp_avg_sq().begin(), restored.exp_avg_sq().end()) ==
-          std::vector<float>(original.exp_avg_sq().begin(), original.exp_avg_sq().end()));
+    CHECK(restored.export_state() == original.export_state());
 
     std::vector<float> resumed = params;
     for (int s = 3; s < 5; ++s) {
@@ -182,19 +184,52 @@ TEST_CASE("AdamW state round-trips and training continues identically") {
     CHECK(resumed == params);
 }
 
-TEST_CASE("a fresh optimizer saves zero moments and restores as fresh") {
+TEST_CASE("SGD's momentum round-trips and training continues identically") {
+    scratch_dir dir("ckpt_sgd");
+    const fs::path path = dir.path / "optimizer.safetensors";
+    const auto registry = first_stage();
+    const weft::optim::sgd_options options{.lr = 1e-2, .momentum = 0.9, .weight_decay = 0.1};
+    std::vector<float> params = fill(registry);
+    std::vector<float> grads(params.size());
+    weft::optim::sgd original(options);
+    const auto take_step = [&](weft::optim::sgd& optimizer, std::vector<float>& p, int step) {
+        for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = float(std::cos(double(i * 3 + step)));
+        optimizer.step(p, grads, registry);
+    };
+    for (int s = 0; s < 2; ++s) take_step(original, params, s);
+    const auto views = original.state_views();
+    save_optimizer_state(path, std::vector<stage_optimizer_state>{{registry, "sgd", original.step_count(), views}});
+    CHECK(weft::io::read_safetensors(path).contains("wte.weight.momentum_buffer"));
+
+    weft::optim::sgd restored(options);
+    restored.import_state(load_optimizer_state(path, registry, "sgd", weft::optim::sgd::state_names));
+    CHECK(restored.export_state() == original.export_state());
+    std::vector<float> resumed = params;
+    for (int s = 2; s < 4; ++s) {
+        take_step(original, params, s);
+        take_step(restored, resumed, s);
+    }
+    CHECK(resumed == params);
+    // AdamW refuses SGD's file, naming both.
+    CHECK_THROWS_WITH(load_optimizer_state(path, registry, "adamw", weft::optim::adamw::state_names),
+                      Catch::Contains("state of sgd") && Catch::Contains("this run uses adamw"));
+}
+
+TEST_CASE("a fresh optimizer writes no state tensors and restores as fresh") {
     scratch_dir dir("ckpt_adamw_fresh");
     const fs::path path = dir.path / "optimizer.safetensors";
     const auto registry = first_stage();
     weft::optim::adamw fresh({});
-    const std::vector<stage_optimizer> stages = {{registry, fresh}};
-    save_optimizer_state(path, stages);
+    const auto views = fresh.state_views();
+    save_optimizer_state(path, std::vector<stage_optimizer_state>{{registry, "adamw", 0, views}});
     const auto file = weft::io::read_safetensors(path);
     CHECK(file.metadata().at("step") == "0");
-    CHECK(file.find("wpe.weight.exp_avg").data == std::vector<std::byte>(4 * 12, std::byte(0)));
+    CHECK(file.metadata().at("state_tensors").empty());
+    CHECK_FALSE(file.contains("wpe.weight.exp_avg"));
     weft::optim::adamw loaded({});
-    load_optimizer_state(path, registry, loaded);
+    loaded.import_state(load_optimizer_state(path, registry, "adamw", weft::optim::adamw::state_names));
     CHECK(loaded.step_count() == 0);
+    CHECK(loaded.state_elements() == 0);
 }
 
 TEST_CASE("an optimizer file that does not fit is refused") {
@@ -203,20 +238,32 @@ TEST_CASE("an optimizer file that does not fit is refused") {
     const auto params = fill(registry);
     const std::vector<stage_parameters> stages = {{registry, params}};
     save_checkpoint(dir.path / "model.safetensors", stages);
-    weft::optim::adamw optimizer({});
-    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "model.safetensors", registry, optimizer),
+    const auto names = weft::optim::adamw::state_names;
+    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "model.safetensors", registry, "adamw", names),
                       Catch::Contains("no \"step\""));
 
     const std::vector<weft::io::tensor_record> none;
     weft::io::write_safetensors(dir.path / "bad_step.safetensors", none, {{"step", "-3"}});
-    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "bad_step.safetensors", registry, optimizer),
+    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "bad_step.safetensors", registry, "adamw", names),
                       Catch::Contains("\"-3\""));
+    // A file without the optimizer's name (written before it was recorded) is AdamW's moments.
     weft::io::write_safetensors(dir.path / "no_moments.safetensors", none, {{"step", "2"}});
-    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "no_moments.safetensors", registry, optimizer),
+    CHECK_THROWS_WITH(load_optimizer_state(dir.path / "no_moments.safetensors", registry, "adamw", names),
                       Catch::Contains("wte.weight.exp_avg") && Catch::Contains("missing"));
+
+    // A state whose tensors do not fit the optimizer is refused by import_state, naming them.
+    weft::optim::adamw optimizer({});
+    CHECK_THROWS_WITH(optimizer.import_state({2, {{"exp_avg", {1, 2}}}}),
+                      Catch::Contains("exp_avg_sq is missing"));
+    CHECK_THROWS_WITH(optimizer.import_state({2, {{"exp_avg", {1, 2}}, {"exp_avg_sq", {1}}}}),
+                      Catch::Contains("exp_avg_sq size = 1"));
+    CHECK_THROWS_WITH(optimizer.import_state({2, {{"exp_avg", {}}, {"exp_avg_sq", {}}, {"momentum_buffer", {}}}}),
+                      Catch::Contains("momentum_buffer") && Catch::Contains("valid: exp_avg, exp_avg_sq"));
     CHECK(optimizer.step_count() == 0);  // untouched by failed loads
 
+    const auto views = optimizer.state_views();
     CHECK_THROWS_WITH(save_optimizer_state(dir.path / "o.safetensors",
-                                           std::vector<stage_optimizer>{{registry, optimizer}}, {{"step", "1"}}),
+                                           std::vector<stage_optimizer_state>{{registry, "adamw", 0, views}},
+                                           {{"step", "1"}}),
                       Catch::Contains("reserved"));
 }

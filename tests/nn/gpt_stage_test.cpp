@@ -22,6 +22,10 @@ using weft_test::random_matrix;
 
 namespace {
 
+// The backend the stages compute on (it holds no state: one serves every test).
+weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
+weft::exec::cpu_backend<double>& cpu64 = weft_test::shared_backend<weft::exec::cpu_backend<double>>();
+
 const gpt_config tiny{.num_layers = 2, .d_model = 4, .num_heads = 2, .vocab_size = 7, .seq_len = 3};
 
 std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::string_view tag) {
@@ -63,15 +67,34 @@ TEST_CASE("gpt_stage::layout is the registry the stage builds, without its weigh
                                    unit_range{3, 4}}) {
         INFO("units [" << units.first << ", " << units.last << ")");
         const auto layout = gpt_stage<weft::exec::cpu>::layout(tiny, units);
-        const gpt_stage<weft::exec::cpu> stage(tiny, units);
+        const gpt_stage<weft::exec::cpu> stage(cpu, tiny, units);
         weft_test::check_same_layout(layout, stage.registry());
         CHECK(layout.total_size() == stage.parameters().size());
     }
     CHECK_THROWS_WITH(gpt_stage<weft::exec::cpu>::layout(tiny, {2, 2}), Catch::Contains("unit_range"));
 }
 
+TEST_CASE("a gpt stage borrows tensors of its layout, tp slices included, and refuses others", "[nn][gpt]") {
+        const gpt_stage<weft::exec::cpu> owner(cpu, tiny, {0, 4});
+    auto tensors = gpt_stage<weft::exec::cpu>::initial_tensors(tiny, {0, 4});
+    CHECK(tensors.registry() == owner.registry());
+    CHECK(bit_equal(std::span<const float>(tensors.parameters()), owner.parameters()));
+    const gpt_stage<weft::exec::cpu> borrower(cpu, tiny, {0, 4}, tensors);
+    CHECK(&borrower.tensors() == &tensors);
+    CHECK(borrower.parameters().data() == tensors.parameters().data());
+
+    // A tensor-parallel slice's initial tensors are that rank's layout.
+    auto slice = gpt_stage<weft::exec::cpu>::initial_tensors(tiny, {0, 4}, 1, 2);
+    CHECK(slice.registry() == gpt_stage<weft::exec::cpu>::layout(tiny, {0, 4}, 1, 2));
+    // Borrowed by a stage without that tp group, the slice is refused: the layouts differ.
+    CHECK_THROWS_WITH((gpt_stage<weft::exec::cpu>(cpu, tiny, {0, 4}, slice)),
+                      Catch::Contains("gpt_stage tensors") && Catch::Contains("tp rank 0 of 1"));
+    auto part = gpt_stage<weft::exec::cpu>::initial_tensors(tiny, {1, 4});
+    CHECK_THROWS_WITH((gpt_stage<weft::exec::cpu>(cpu, tiny, {0, 4}, part)), Catch::Contains("units [0, 4)"));
+}
+
 TEST_CASE("gpt stages register Hugging Face GPT-2 names and shapes", "[nn][gpt]") {
-    const gpt_stage<weft::exec::cpu> whole(tiny, {0, 4});
+    const gpt_stage<weft::exec::cpu> whole(cpu, tiny, {0, 4});
     std::vector<std::string> names;
     for (const auto& e : whole.registry().entries()) names.push_back(e.name);
     std::vector<std::string> expected{"wte.weight", "wpe.weight"};
@@ -100,7 +123,7 @@ TEST_CASE("gpt stages register Hugging Face GPT-2 names and shapes", "[nn][gpt]"
     CHECK(whole.is_last());
     CHECK(whole.output_width() == 7);
 
-    const gpt_stage<weft::exec::cpu> middle(tiny, {2, 3});
+    const gpt_stage<weft::exec::cpu> middle(cpu, tiny, {2, 3});
     CHECK_FALSE(middle.is_first());
     CHECK_FALSE(middle.is_last());
     CHECK(middle.input_width() == 4);
@@ -108,18 +131,18 @@ TEST_CASE("gpt stages register Hugging Face GPT-2 names and shapes", "[nn][gpt]"
     CHECK(middle.registry().entries().front().name == "h.1.ln_1.weight");
     CHECK(middle.registry().entries().size() == 12);
 
-    const gpt_stage<weft::exec::cpu> head(tiny, {3, 4});  // registers its own copy of wte
+    const gpt_stage<weft::exec::cpu> head(cpu, tiny, {3, 4});  // registers its own copy of wte
     CHECK(head.registry().contains("wte.weight"));
     CHECK_FALSE(head.registry().contains("wpe.weight"));
     CHECK(head.output_width() == 7);
-    const gpt_stage<weft::exec::cpu> embed(tiny, {0, 1});
+    const gpt_stage<weft::exec::cpu> embed(cpu, tiny, {0, 1});
     CHECK(embed.registry().entries().size() == 2);
     CHECK(embed.output_width() == 4);
 }
 
 TEST_CASE("gpt initialization is GPT-2's and does not depend on the partition", "[nn][gpt]") {
     const gpt_config config{.num_layers = 3, .d_model = 8, .num_heads = 2, .vocab_size = 11, .seq_len = 4, .seed = 77};
-    const gpt_stage<weft::exec::cpu> whole(config, {0, 5});
+    const gpt_stage<weft::exec::cpu> whole(cpu, config, {0, 5});
     const auto expect_normal = [&](const char* name, double std_dev) {
         INFO(name);
         const auto w = tensor(whole, name);
@@ -140,7 +163,7 @@ TEST_CASE("gpt initialization is GPT-2's and does not depend on the partition", 
             CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 1; }));
     }
     for (unit_range part : {unit_range{0, 2}, unit_range{2, 4}, unit_range{4, 5}}) {
-        const gpt_stage<weft::exec::cpu> stage(config, part);
+        const gpt_stage<weft::exec::cpu> stage(cpu, config, part);
         for (const auto& e : stage.registry().entries()) {
             INFO(e.name);
             CHECK(bit_equal(tensor(stage, e.name), tensor(whole, e.name)));
@@ -152,7 +175,7 @@ TEST_CASE("config validation names the field", "[nn][gpt]") {
     const auto fails_on = [](gpt_config c, const char* field) {
         INFO(field);
         CHECK_THROWS_WITH(c.validate(), Catch::Contains(field));
-        CHECK_THROWS_AS((gpt_stage<weft::exec::cpu>(c, {0, 1})), weft::error);
+        CHECK_THROWS_AS((gpt_stage<weft::exec::cpu>(cpu, c, {0, 1})), weft::error);
     };
     CHECK_NOTHROW(tiny.validate());
     CHECK(tiny.num_units() == 4);
@@ -178,17 +201,17 @@ TEST_CASE("config validation names the field", "[nn][gpt]") {
 
 TEST_CASE("whole gpt with loss: weight gradients match finite differences (tied wte)", "[nn][gpt][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    gpt_stage<backend> stage(tiny, {0, 4});
+    gpt_stage<backend> stage(cpu64, tiny, {0, 4});
     perturb(stage);
     const auto tokens = random_tokens(6, 7, "tokens");
     const auto targets = random_tokens(6, 7, "targets");
     const token_view batch{tokens, 2, 3};
     auto loss = [&] {
         gpt_stage<backend>::stash s;
-        return weft::nn::cross_entropy<backend>(stage.forward(batch, s), targets).loss;
+        return weft::nn::cross_entropy(cpu64, stage.forward(batch, s), targets).loss;
     };
     gpt_stage<backend>::stash s;
-    const auto ce = weft::nn::cross_entropy<backend>(stage.forward(batch, s), targets);
+    const auto ce = weft::nn::cross_entropy(cpu64, stage.forward(batch, s), targets);
     const auto dx = stage.backward_input(ce.dlogits, s);
     CHECK(dx.size() == 0);  // token ids have no gradient
     stage.backward_weight(s);
@@ -198,16 +221,16 @@ TEST_CASE("whole gpt with loss: weight gradients match finite differences (tied 
 
 TEST_CASE("gpt stage without the embedding: input and weight gradients", "[nn][gpt][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    gpt_stage<backend> stage(tiny, {1, 4});
+    gpt_stage<backend> stage(cpu64, tiny, {1, 4});
     perturb(stage);
     auto x = random_matrix<backend::matrix>(6, 4, "x");
     const auto targets = random_tokens(6, 7, "targets");
     auto loss = [&] {
         gpt_stage<backend>::stash s;
-        return weft::nn::cross_entropy<backend>(stage.forward(x, s), targets).loss;
+        return weft::nn::cross_entropy(cpu64, stage.forward(x, s), targets).loss;
     };
     gpt_stage<backend>::stash s;
-    const auto ce = weft::nn::cross_entropy<backend>(stage.forward(x, s), targets);
+    const auto ce = weft::nn::cross_entropy(cpu64, stage.forward(x, s), targets);
     const auto dx = stage.backward(ce.dlogits, s);
     const std::vector<double> grads(stage.gradients().begin(), stage.gradients().end());
     check_gradient(flat(x), std::span<const double>(dx.data(), std::size_t(dx.size())), loss, "dx");
@@ -216,7 +239,7 @@ TEST_CASE("gpt stage without the embedding: input and weight gradients", "[nn][g
 
 TEST_CASE("embedding-only gpt stage: wte and wpe gradients", "[nn][gpt][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    gpt_stage<backend> stage(tiny, {0, 1});
+    gpt_stage<backend> stage(cpu64, tiny, {0, 1});
     const auto tokens = random_tokens(6, 7, "tokens");
     const token_view batch{tokens, 2, 3};
     const auto r = random_matrix<backend::matrix>(6, 4, "r");
@@ -238,24 +261,25 @@ TEST_CASE("split gpt stages equal the whole model bit for bit", "[nn][gpt][split
     const auto targets = random_tokens(15, 13, "targets");
     const token_view batch{tokens, 3, 5};
 
-    gpt_stage<backend> whole(config, {0, 5});
+    gpt_stage<backend> whole(cpu, config, {0, 5});
     gpt_stage<backend>::stash s;
     const auto logits = whole.forward(batch, s);
-    const auto ce = weft::nn::cross_entropy<backend>(logits, targets, 0.5f);
+    const auto ce = weft::nn::cross_entropy(cpu, logits, targets, 0.5f);
     (void)whole.backward(ce.dlogits, s);
 
     const std::vector<std::vector<int>> splits{{0, 1, 5}, {0, 4, 5}, {0, 2, 5}, {0, 1, 3, 5}, {0, 1, 2, 3, 4, 5}};
     for (const auto& cuts : splits) {
         INFO("split at " << Catch::Detail::stringify(cuts));
         std::vector<gpt_stage<backend>> stages;
-        for (std::size_t i = 0; i + 1 < cuts.size(); ++i) stages.emplace_back(config, unit_range{cuts[i], cuts[i + 1]});
+        for (std::size_t i = 0; i + 1 < cuts.size(); ++i)
+            stages.emplace_back(cpu, config, unit_range{cuts[i], cuts[i + 1]});
         std::vector<gpt_stage<backend>::stash> stashes(stages.size());
         auto y = stages[0].forward(batch, stashes[0]);
         for (std::size_t i = 1; i < stages.size(); ++i) y = stages[i].forward(y, stashes[i]);
         REQUIRE(y.rows() == logits.rows());
         REQUIRE(y.cols() == logits.cols());
         CHECK(std::memcmp(y.data(), logits.data(), sizeof(float) * std::size_t(logits.size())) == 0);
-        const auto ce_split = weft::nn::cross_entropy<backend>(y, targets, 0.5f);
+        const auto ce_split = weft::nn::cross_entropy(cpu, y, targets, 0.5f);
         CHECK(ce_split.loss == ce.loss);
         auto d = ce_split.dlogits;
         for (std::size_t i = stages.size(); i-- > 0;) d = stages[i].backward_input(d, stashes[i]);
@@ -276,9 +300,9 @@ TEST_CASE("split gpt stages equal the whole model bit for bit", "[nn][gpt][split
         CHECK(bit_equal(std::span<const float>(wte), tensor_grad(whole, "wte.weight")));
     }
     // The two halves of the tied gradient are both there: the split parts differ.
-    gpt_stage<backend> first(config, {0, 1}), rest(config, {1, 5});
+    gpt_stage<backend> first(cpu, config, {0, 1}), rest(cpu, config, {1, 5});
     gpt_stage<backend>::stash s1, s2;
-    const auto dl = weft::nn::cross_entropy<backend>(rest.forward(first.forward(batch, s1), s2), targets).dlogits;
+    const auto dl = weft::nn::cross_entropy(cpu, rest.forward(first.forward(batch, s1), s2), targets).dlogits;
     (void)first.backward(rest.backward(dl, s2), s1);
     CHECK_FALSE(bit_equal(tensor_grad(first, "wte.weight"), tensor_grad(rest, "wte.weight")));
 }
@@ -286,7 +310,7 @@ TEST_CASE("split gpt stages equal the whole model bit for bit", "[nn][gpt][split
 TEST_CASE("causal mask: a later token never changes earlier positions' logits", "[nn][gpt]") {
     using backend = weft::exec::cpu;
     const gpt_config config{.num_layers = 2, .d_model = 8, .num_heads = 2, .vocab_size = 13, .seq_len = 6};
-    gpt_stage<backend> stage(config, {0, 4});
+    gpt_stage<backend> stage(cpu, config, {0, 4});
     perturb(stage);
     auto tokens = random_tokens(12, 13, "tokens");
     gpt_stage<backend>::stash s;
@@ -303,7 +327,7 @@ TEST_CASE("causal mask: a later token never changes earlier positions' logits", 
 
 TEST_CASE("the gpt stash shrinks after backward_input and empties after backward_weight", "[nn][gpt]") {
     using backend = weft::exec::cpu;
-    gpt_stage<backend> stage(tiny, {1, 3});
+    gpt_stage<backend> stage(cpu, tiny, {1, 3});
     const auto x = random_matrix<backend::matrix>(6, 4, "x");
     gpt_stage<backend>::stash s;
     CHECK(s.empty());
@@ -323,12 +347,13 @@ TEST_CASE("the gpt stash shrinks after backward_input and empties after backward
 
 TEST_CASE("misuse of a gpt stage is a clear error", "[nn][gpt]") {
     using backend = weft::exec::cpu;
-    CHECK_THROWS_WITH((gpt_stage<backend>(tiny, {2, 2})), Catch::Contains("unit_range") && Catch::Contains("[2, 2)"));
-    CHECK_THROWS_WITH((gpt_stage<backend>(tiny, {3, 5})), Catch::Contains("num_units = 4"));
+    CHECK_THROWS_WITH((gpt_stage<backend>(cpu, tiny, {2, 2})),
+                      Catch::Contains("unit_range") && Catch::Contains("[2, 2)"));
+    CHECK_THROWS_WITH((gpt_stage<backend>(cpu, tiny, {3, 5})), Catch::Contains("num_units = 4"));
 
     const std::vector<std::int32_t> tokens{1, 2, 3, 4, 5, 6};
-    gpt_stage<backend> first(tiny, {0, 2});
-    gpt_stage<backend> later(tiny, {2, 4});
+    gpt_stage<backend> first(cpu, tiny, {0, 2});
+    gpt_stage<backend> later(cpu, tiny, {2, 4});
     gpt_stage<backend>::stash s;
     CHECK_THROWS_WITH(first.forward(backend::matrix::Ones(3, 4), s), Catch::Contains("takes tokens"));
     CHECK_THROWS_WITH(later.forward(token_view{tokens, 2, 3}, s), Catch::Contains("only the first stage"));

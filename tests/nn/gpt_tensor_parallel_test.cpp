@@ -32,6 +32,8 @@ using weft::nn::token_view;
 using weft::nn::tp_group;
 using weft::nn::unit_range;
 using backend = weft::exec::cpu;
+// The backend the stages compute on (it holds no state: one serves every test).
+backend& cpu = weft_test::shared_backend<backend>();
 using matrix = backend::matrix;
 
 namespace {
@@ -107,7 +109,7 @@ rank_result run_stage(gpt_stage<backend>& stage, bool perturbed = true) {
 std::vector<rank_result> run_tp(int tp, unit_range units, bool perturbed = true) {
     std::vector<rank_result> results(static_cast<std::size_t>(tp));
     weft::comm::local::run(tp, [&](weft::comm::local& comm) {
-        gpt_stage<backend> stage(config, units, weft::nn::make_tp_group<float>(comm));
+        gpt_stage<backend> stage(cpu, config, units, weft::nn::make_tp_group<float>(comm));
         results[std::size_t(comm.rank())] = run_stage(stage, perturbed);
     });
     return results;
@@ -231,7 +233,7 @@ TEST_CASE("tp_group over weft::comm::local all-reduces and all-gathers", "[nn][t
 TEST_CASE("tensor-parallel gpt stages equal the tp = 1 stage", "[nn][gpt][tp]") {
     const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
     for (const unit_range units : stages) {
-        gpt_stage<backend> reference_stage(config, units);
+        gpt_stage<backend> reference_stage(cpu, config, units);
         const rank_result reference = run_stage(reference_stage);
         for (const int tp : {2, 4}) {
             INFO("units [" << units.first << ", " << units.last << "), tp = " << tp);
@@ -278,7 +280,7 @@ TEST_CASE("tensor-parallel gpt stages equal the tp = 1 stage", "[nn][gpt][tp]") 
 }
 
 TEST_CASE("tensor-parallel slices start as the tp = 1 tensors, exactly", "[nn][gpt][tp]") {
-    const gpt_stage<backend> whole(config, {0, 4});
+    const gpt_stage<backend> whole(cpu, config, {0, 4});
     for (const int tp : {2, 4}) {
         INFO("tp = " << tp);
         const auto ranks = run_tp(tp, {0, 4}, false);
@@ -308,7 +310,7 @@ TEST_CASE("gpt_stage::layout with tp rank and size is the tp stage's registry", 
                 INFO("units [" << units.first << ", " << units.last << "), rank " << rank << " of " << tp);
                 const auto layout = gpt_stage<backend>::layout(config, units, rank, tp);
                 // Building a stage does not communicate: a group with only rank and size will do.
-                const gpt_stage<backend> stage(config, units, tp_group<float>::without_communication(rank, tp));
+                const gpt_stage<backend> stage(cpu, config, units, tp_group<float>::without_communication(rank, tp));
                 weft_test::check_same_layout(layout, stage.registry());
                 CHECK(layout.total_size() == stage.parameters().size());
                 if (units.last == config.num_units())
@@ -331,13 +333,13 @@ TEST_CASE("gpt_stage::layout with tp rank and size is the tp stage's registry", 
 TEST_CASE("a tp size that does not divide num_heads is a clear error", "[nn][gpt][tp]") {
     CHECK_THROWS_AS(gpt_stage<backend>::layout(config, {0, 4}, 0, 3), weft::error);
     CHECK_THROWS_WITH(gpt_stage<backend>::layout(config, {1, 2}, 1, 3), Catch::Contains("num_heads"));
-    CHECK_THROWS_WITH((gpt_stage<backend>(config, {0, 4}, tp_group<float>::without_communication(0, 8))),
+    CHECK_THROWS_WITH((gpt_stage<backend>(cpu, config, {0, 4}, tp_group<float>::without_communication(0, 8))),
                       Catch::Contains("num_heads") && Catch::Contains("tp = 8"));
     CHECK_THROWS_WITH(gpt_stage<backend>::layout(config, {0, 4}, 2, 2), Catch::Contains("rank"));
 }
 
 TEST_CASE("a tp group of size 1 changes nothing, bit for bit", "[nn][gpt][tp]") {
-    gpt_stage<backend> plain(config, {0, 4});
+    gpt_stage<backend> plain(cpu, config, {0, 4});
     const rank_result want = run_stage(plain);
     const auto got = run_tp(1, {0, 4});
     CHECK(got[0].loss == want.loss);
@@ -348,14 +350,14 @@ TEST_CASE("a tp group of size 1 changes nothing, bit for bit", "[nn][gpt][tp]") 
 TEST_CASE("vocab-parallel cross-entropy equals cross_entropy on the whole logits", "[nn][tp]") {
     const auto logits = weft_test::random_matrix<matrix>(6, 50, "logits", 3.0);
     const auto labels = random_tokens(6, 50, "labels");
-    const auto want = weft::nn::cross_entropy<backend>(logits, labels, 0.25f);
+    const auto want = weft::nn::cross_entropy(cpu, logits, labels, 0.25f);
     std::vector<float> losses(4);
     matrix dlogits(6, 50);
     weft::comm::local::run(4, [&](weft::comm::local& comm) {
         const auto tp = weft::nn::make_tp_group<float>(comm);
         const index_range cols = split_range(50, tp.rank, tp.size);
         const matrix mine = logits.middleCols(cols.first, cols.size());
-        const auto got = weft::nn::vocab_parallel_cross_entropy<backend>(mine, labels, cols, 50, tp, 0.25f);
+        const auto got = weft::nn::vocab_parallel_cross_entropy(cpu, mine, labels, cols, 50, tp, 0.25f);
         losses[std::size_t(tp.rank)] = got.loss;
         dlogits.middleCols(cols.first, cols.size()) = got.dlogits;  // disjoint columns per rank
     });

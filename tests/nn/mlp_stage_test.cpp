@@ -18,6 +18,10 @@ using weft_test::random_matrix;
 
 namespace {
 
+// The backend the stages compute on (it holds no state: one serves every test).
+weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
+weft::exec::cpu_backend<double>& cpu64 = weft_test::shared_backend<weft::exec::cpu_backend<double>>();
+
 const mlp_config small{.input_dim = 3, .hidden_dim = 4, .num_blocks = 2, .num_classes = 3, .expansion = 2};
 const std::vector<std::int32_t> labels5{0, 2, 1, 1, 0};
 
@@ -44,14 +48,14 @@ TEST_CASE("mlp_stage::layout is the registry the stage builds, without its weigh
     for (const unit_range units : {unit_range{0, 4}, unit_range{0, 1}, unit_range{1, 3}, unit_range{3, 4}}) {
         INFO("units [" << units.first << ", " << units.last << ")");
         const auto layout = mlp_stage<weft::exec::cpu>::layout(small, units);
-        const mlp_stage<weft::exec::cpu> stage(small, units);
+        const mlp_stage<weft::exec::cpu> stage(cpu, small, units);
         weft_test::check_same_layout(layout, stage.registry());
         CHECK(layout.total_size() == stage.parameters().size());
     }
 }
 
 TEST_CASE("stages register global tensor names and shapes", "[nn][stage]") {
-    const mlp_stage<weft::exec::cpu> whole(small, {0, 4});
+    const mlp_stage<weft::exec::cpu> whole(cpu, small, {0, 4});
     std::vector<std::string> names;
     for (const auto& e : whole.registry().entries()) names.push_back(e.name);
     CHECK(names == std::vector<std::string>{
@@ -69,7 +73,7 @@ TEST_CASE("stages register global tensor names and shapes", "[nn][stage]") {
     CHECK(whole.input_width() == 3);
     CHECK(whole.output_width() == 3);
 
-    const mlp_stage<weft::exec::cpu> middle(small, {2, 3});
+    const mlp_stage<weft::exec::cpu> middle(cpu, small, {2, 3});
     CHECK_FALSE(middle.is_first());
     CHECK_FALSE(middle.is_last());
     CHECK(middle.input_width() == 4);
@@ -79,8 +83,8 @@ TEST_CASE("stages register global tensor names and shapes", "[nn][stage]") {
 }
 
 TEST_CASE("initial weights do not depend on the partition", "[nn][stage]") {
-    const mlp_stage<weft::exec::cpu> whole(small, {0, 4});
-    const mlp_stage<weft::exec::cpu> part(small, {2, 4});
+    const mlp_stage<weft::exec::cpu> whole(cpu, small, {0, 4});
+    const mlp_stage<weft::exec::cpu> part(cpu, small, {2, 4});
     for (const auto& e : part.registry().entries())
         CHECK(bit_equal(tensor(part, e.name), tensor(whole, e.name)));
     // Weight matrices are random with std 1/sqrt(fan_in); LayerNorm starts at (1, 0).
@@ -90,20 +94,20 @@ TEST_CASE("initial weights do not depend on the partition", "[nn][stage]") {
     CHECK(tensor(whole, "input.bias")[0] == 0.0f);
     mlp_config other = small;
     other.seed = 99;
-    const mlp_stage<weft::exec::cpu> reseeded(other, {0, 4});
+    const mlp_stage<weft::exec::cpu> reseeded(cpu, other, {0, 4});
     CHECK_FALSE(bit_equal(tensor(reseeded, "blocks.0.fc1.weight"), w));
 }
 
 TEST_CASE("whole model with loss: weight gradients match finite differences", "[nn][stage][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    mlp_stage<backend> stage(small, {0, 4});
+    mlp_stage<backend> stage(cpu64, small, {0, 4});
     const auto x = random_matrix<backend::matrix>(5, 3, "x");
     auto loss = [&] {
         mlp_stage<backend>::stash s;
-        return weft::nn::cross_entropy<backend>(stage.forward(x, s), labels5).loss;
+        return weft::nn::cross_entropy(cpu64, stage.forward(x, s), labels5).loss;
     };
     mlp_stage<backend>::stash s;
-    const auto ce = weft::nn::cross_entropy<backend>(stage.forward(x, s), labels5);
+    const auto ce = weft::nn::cross_entropy(cpu64, stage.forward(x, s), labels5);
     const auto dx = stage.backward_input(ce.dlogits, s);
     CHECK(dx.size() == 0);  // the first stage does not compute an input gradient
     stage.backward_weight(s);
@@ -113,14 +117,14 @@ TEST_CASE("whole model with loss: weight gradients match finite differences", "[
 
 TEST_CASE("stage without the input unit: input and weight gradients", "[nn][stage][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    mlp_stage<backend> stage(small, {1, 4});
+    mlp_stage<backend> stage(cpu64, small, {1, 4});
     auto x = random_matrix<backend::matrix>(5, 4, "x", 1.5);
     auto loss = [&] {
         mlp_stage<backend>::stash s;
-        return weft::nn::cross_entropy<backend>(stage.forward(x, s), labels5).loss;
+        return weft::nn::cross_entropy(cpu64, stage.forward(x, s), labels5).loss;
     };
     mlp_stage<backend>::stash s;
-    const auto ce = weft::nn::cross_entropy<backend>(stage.forward(x, s), labels5);
+    const auto ce = weft::nn::cross_entropy(cpu64, stage.forward(x, s), labels5);
     const auto dx = stage.backward_input(ce.dlogits, s);
     stage.backward_weight(s);
     const std::vector<double> grads(stage.gradients().begin(), stage.gradients().end());
@@ -130,7 +134,7 @@ TEST_CASE("stage without the input unit: input and weight gradients", "[nn][stag
 
 TEST_CASE("middle stage of blocks: input and weight gradients", "[nn][stage][gradient]") {
     using backend = weft::exec::cpu_backend<double>;
-    mlp_stage<backend> stage(small, {1, 3});
+    mlp_stage<backend> stage(cpu64, small, {1, 3});
     auto x = random_matrix<backend::matrix>(3, 4, "x");
     const auto r = random_matrix<backend::matrix>(3, 4, "r");
     auto loss = [&] {
@@ -151,22 +155,22 @@ TEST_CASE("chained stages equal the whole model bit for bit", "[nn][stage][split
     const auto x = random_matrix<backend::matrix>(8, 6, "x");
     const std::vector<std::int32_t> labels{0, 1, 2, 3, 4, 0, 1, 2};
 
-    mlp_stage<backend> whole(config, {0, 6});
+    mlp_stage<backend> whole(cpu, config, {0, 6});
     mlp_stage<backend>::stash s;
     const auto logits = whole.forward(x, s);
-    const auto ce = weft::nn::cross_entropy<backend>(logits, labels, 0.5f);
+    const auto ce = weft::nn::cross_entropy(cpu, logits, labels, 0.5f);
     (void)whole.backward(ce.dlogits, s);
 
     for (int k : {1, 3, 5}) {
         INFO("split at unit " << k);
-        mlp_stage<backend> a(config, {0, k});
-        mlp_stage<backend> b(config, {k, 6});
+        mlp_stage<backend> a(cpu, config, {0, k});
+        mlp_stage<backend> b(cpu, config, {k, 6});
         mlp_stage<backend>::stash sa, sb;
         const auto mid = a.forward(x, sa);
         const auto logits_split = b.forward(mid, sb);
         REQUIRE(logits_split.rows() == logits.rows());
         CHECK(std::memcmp(logits_split.data(), logits.data(), sizeof(float) * std::size_t(logits.size())) == 0);
-        const auto ce_split = weft::nn::cross_entropy<backend>(logits_split, labels, 0.5f);
+        const auto ce_split = weft::nn::cross_entropy(cpu, logits_split, labels, 0.5f);
         CHECK(ce_split.loss == ce.loss);
         const auto dmid = b.backward_input(ce_split.dlogits, sb);
         (void)a.backward_input(dmid, sa);
@@ -189,10 +193,10 @@ TEST_CASE("split backward in any order across micro-batches accumulates the same
     const std::vector<std::int32_t> l0{0, 1, 2, 0}, l1{2, 2, 1, 0};
 
     auto run = [&](int order) {
-        mlp_stage<backend> stage(config, {0, 4});
+        mlp_stage<backend> stage(cpu, config, {0, 4});
         mlp_stage<backend>::stash s0, s1;
-        const auto d0 = weft::nn::cross_entropy<backend>(stage.forward(x0, s0), l0, 0.5f).dlogits;
-        const auto d1 = weft::nn::cross_entropy<backend>(stage.forward(x1, s1), l1, 0.5f).dlogits;
+        const auto d0 = weft::nn::cross_entropy(cpu, stage.forward(x0, s0), l0, 0.5f).dlogits;
+        const auto d1 = weft::nn::cross_entropy(cpu, stage.forward(x1, s1), l1, 0.5f).dlogits;
         if (order == 0) {  // full backward, micro-batch order (1F1B / GPipe)
             (void)stage.backward(d0, s0);
             (void)stage.backward(d1, s1);
@@ -219,7 +223,7 @@ TEST_CASE("split backward in any order across micro-batches accumulates the same
 
 TEST_CASE("the stash shrinks after backward_input and empties after backward_weight", "[nn][stage]") {
     using backend = weft::exec::cpu;
-    mlp_stage<backend> stage(small, {1, 3});
+    mlp_stage<backend> stage(cpu, small, {1, 3});
     const auto x = random_matrix<backend::matrix>(4, 4, "x");
     mlp_stage<backend>::stash s;
     CHECK(s.empty());
@@ -238,14 +242,15 @@ TEST_CASE("the stash shrinks after backward_input and empties after backward_wei
 
 TEST_CASE("misuse of a stage is a clear error", "[nn][stage]") {
     using backend = weft::exec::cpu;
-    CHECK_THROWS_WITH((mlp_stage<backend>(small, {2, 2})), Catch::Contains("unit_range") && Catch::Contains("[2, 2)"));
-    CHECK_THROWS_WITH((mlp_stage<backend>(small, {3, 5})), Catch::Contains("num_units = 4"));
-    CHECK_THROWS_AS((mlp_stage<backend>(small, {-1, 2})), weft::error);
+    CHECK_THROWS_WITH((mlp_stage<backend>(cpu, small, {2, 2})),
+                      Catch::Contains("unit_range") && Catch::Contains("[2, 2)"));
+    CHECK_THROWS_WITH((mlp_stage<backend>(cpu, small, {3, 5})), Catch::Contains("num_units = 4"));
+    CHECK_THROWS_AS((mlp_stage<backend>(cpu, small, {-1, 2})), weft::error);
     mlp_config bad = small;
     bad.hidden_dim = 0;
-    CHECK_THROWS_WITH((mlp_stage<backend>(bad, {0, 1})), Catch::Contains("hidden_dim"));
+    CHECK_THROWS_WITH((mlp_stage<backend>(cpu, bad, {0, 1})), Catch::Contains("hidden_dim"));
 
-    mlp_stage<backend> stage(small, {1, 3});
+    mlp_stage<backend> stage(cpu, small, {1, 3});
     mlp_stage<backend>::stash s;
     CHECK_THROWS_WITH(stage.forward(backend::matrix::Ones(2, 3), s), Catch::Contains("x.cols() = 3"));
     CHECK_THROWS_WITH(stage.backward_input(backend::matrix::Ones(2, 4), s), Catch::Contains("call forward first"));
@@ -256,4 +261,33 @@ TEST_CASE("misuse of a stage is a clear error", "[nn][stage]") {
     CHECK_THROWS_WITH(stage.backward_input(backend::matrix::Ones(3, 4), s), Catch::Contains("shape must be 2x4"));
     (void)stage.backward_input(backend::matrix::Ones(2, 4), s);
     CHECK_THROWS_AS(stage.backward_input(backend::matrix::Ones(2, 4), s), weft::error);
+}
+
+TEST_CASE("a stage computes with borrowed tensors and refuses tensors of another layout", "[nn][stage]") {
+        const mlp_stage<weft::exec::cpu> owner(cpu, small, {0, 4});
+    // initial_tensors draws exactly what an owning stage draws.
+    auto tensors = mlp_stage<weft::exec::cpu>::initial_tensors(small, {0, 4});
+    CHECK(tensors.registry() == owner.registry());
+    CHECK(bit_equal(std::span<const float>(tensors.parameters()), owner.parameters()));
+
+    mlp_stage<weft::exec::cpu> borrower(cpu, small, {0, 4}, tensors);
+    CHECK(&borrower.tensors() == &tensors);
+    CHECK(&borrower.backend() == &cpu);
+    const weft::exec::cpu::matrix x = random_matrix<weft::exec::cpu::matrix>(5, 3, "x");
+    mlp_stage<weft::exec::cpu>::stash s1, s2;
+    const auto before = borrower.forward(x, s1);
+    // The stage reads the tensors it was given, not a copy: changing them changes its output.
+    tensors.parameters()[0] += 1.0f;
+    const auto after = borrower.forward(x, s2);
+    CHECK_FALSE(bit_equal(std::span<const float>(before.data(), std::size_t(before.size())),
+                          std::span<const float>(after.data(), std::size_t(after.size()))));
+    // Weight gradients land in the borrowed buffer.
+    (void)borrower.backward(after, s2);
+    bool any_gradient = false;
+    for (const float g : tensors.gradients()) any_gradient = any_gradient || g != 0.0f;
+    CHECK(any_gradient);
+
+    auto other = mlp_stage<weft::exec::cpu>::initial_tensors(small, {0, 3});
+    CHECK_THROWS_WITH((mlp_stage<weft::exec::cpu>(cpu, small, {0, 4}, other)),
+                      Catch::Contains("mlp_stage tensors") && Catch::Contains("units [0, 4)"));
 }

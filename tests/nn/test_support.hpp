@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "shared_backend.hpp"
 #include "weft/core/rng.hpp"
 #include "weft/nn/parameter_registry.hpp"
 

@@ -1,6 +1,8 @@
 // A tiny end-to-end training loop on one stage: the loss must fall with either optimizer.
 #include <catch2/catch.hpp>
 
+#include "shared_backend.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -38,7 +40,7 @@ dataset make_data(int rows, int dim, int classes) {
 template <class Optimizer>
 std::pair<float, float> train(Optimizer opt, int steps) {
     const weft::nn::mlp_config config{.input_dim = 8, .hidden_dim = 16, .num_blocks = 2, .num_classes = 4};
-    weft::nn::mlp_stage<backend> model(config, {0, config.num_units()});
+    weft::nn::mlp_stage<backend> model(weft_test::shared_backend<backend>(), config, {0, config.num_units()});
     const auto data = make_data(32, 8, 4);
     // Two micro-batches of 16 rows each, gradients scaled by 1/2 as the engine does.
     float first = 0, last = 0;
@@ -49,7 +51,7 @@ std::pair<float, float> train(Optimizer opt, int steps) {
             const backend::matrix x = data.x.middleRows(mb * 16, 16);
             const std::span<const std::int32_t> labels(data.labels.data() + mb * 16, 16);
             weft::nn::mlp_stage<backend>::stash s;
-            const auto ce = weft::nn::cross_entropy<backend>(model.forward(x, s), labels, 0.5f);
+            const auto ce = weft::nn::cross_entropy(model.backend(), model.forward(x, s), labels, 0.5f);
             (void)model.backward(ce.dlogits, s);
             loss += ce.loss / 2;
         }

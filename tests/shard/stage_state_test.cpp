@@ -17,16 +17,15 @@ namespace {
 
 // A stand-in stage: two tensors (one decays, one does not) of 11 elements in all, so
 // that 4 ranks get ranges of 3 with one padding element.
-class toy_stage : public weft::nn::flat_parameters<float> {
-public:
-    toy_stage() {
-        layer_registry().add("w", {3, 3});
-        layer_registry().add("b", {2});
-        allocate();
-        auto p = parameters();
-        for (std::size_t i = 0; i < p.size(); ++i) p[i] = 0.1f * float(i + 1);
-    }
-};
+weft::nn::flat_parameters<float> toy_stage() {
+    weft::nn::parameter_registry registry;
+    registry.add("w", {3, 3});
+    registry.add("b", {2});
+    weft::nn::flat_parameters<float> stage(std::move(registry));
+    auto p = stage.parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] = 0.1f * float(i + 1);
+    return stage;
+}
 
 struct outcome {
     std::vector<float> parameters;
@@ -38,7 +37,7 @@ struct outcome {
 std::vector<outcome> run(int zero, int ranks) {
     std::vector<outcome> out(static_cast<std::size_t>(ranks));
     weft::comm::local::run(ranks, [&](weft::comm::local& group) {
-        toy_stage stage;
+        auto stage = toy_stage();
         weft::optim::adamw adamw({.lr = 0.01, .weight_decay = 0.1});
         weft::shard::stage_state<float, weft::comm::local> state(stage, group, zero, /*bucket_elements=*/4);
         for (int step = 0; step < 2; ++step) {
@@ -100,7 +99,7 @@ TEST_CASE("a ZeRO-3 stage used without UNSHARD is an error, not a read of freed 
     std::atomic<bool> released{true};
     try {
         weft::comm::local::run(2, [&](weft::comm::local& group) {
-            toy_stage stage;
+            auto stage = toy_stage();
             weft::shard::stage_state<float, weft::comm::local> state(stage, group, 3);
             if (!stage.parameters().empty()) released = false;
             state.begin_step();

@@ -28,16 +28,20 @@ void collect(engine_t& engine, held_state& into, std::mutex& lock) {
     const std::lock_guard guard(lock);
     for (const int s : engine.local_stages()) {
         const auto& stage = engine.stage(s);
-        const auto* adamw = engine.stage_optimizer(s).adamw();
-        into.steps = adamw->step_count();
+        const auto& optimizer = engine.stage_optimizer(s);
+        into.steps = optimizer.step_count();
+        const auto state = optimizer.state_views();
+        REQUIRE(state.size() == 2);
+        REQUIRE(state[0].name == "exp_avg");
+        REQUIRE(state[1].name == "exp_avg_sq");
         for (const auto& info : stage.registry().entries()) {
             const auto part = [&](auto values) {
                 return std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(info.offset),
                                           values.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
             };
             into.parameters[info.name] = part(stage.parameters());
-            into.exp_avg[info.name] = part(adamw->exp_avg());
-            into.exp_avg_sq[info.name] = part(adamw->exp_avg_sq());
+            into.exp_avg[info.name] = part(state[0].values);
+            into.exp_avg_sq[info.name] = part(state[1].values);
         }
     }
 }

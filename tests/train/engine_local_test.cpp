@@ -142,3 +142,14 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
     CHECK_THROWS_WITH(weft::train::partition_from_counts({8}, 8, 2), Catch::Contains("partition size = 1"));
     CHECK_THROWS_WITH(weft::train::partition_from_counts({0, 8}, 8, 2), Catch::Contains("partition entry = 0"));
 }
+
+TEST_CASE("the engine holds its backend object and every stage computes on it") {
+    weft::comm::local::run(2, [](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
+            world, parallel_config({.pp = 2, .microbatches = 4, .chunks = 2, .schedule = schedule_kind::interleaved,
+                                    .world_size = 2}),
+            test_model(), test_options());
+        REQUIRE(engine.local_stages().size() == 2);
+        for (const int s : engine.local_stages()) CHECK(&engine.stage(s).backend() == &engine.backend());
+    });
+}

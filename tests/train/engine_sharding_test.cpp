@@ -47,7 +47,7 @@ weft::nn::gpt_config model() {
 
 weft::train::engine_options options() {
     return {.batch_size = batch_rows,
-            .optimizer = {.kind = weft::train::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1},
+            .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1},
             .bucket_elements = 500};
 }
 

@@ -53,7 +53,7 @@ weft::nn::gpt_config matrix_model() {
 // lr-sized differences.
 weft::train::engine_options matrix_options() {
     return {.batch_size = batch_rows,
-            .optimizer = {.kind = weft::train::optimizer_kind::sgd, .lr = 1e-1, .weight_decay = 0.1, .momentum = 0.9},
+            .optimizer = {.kind = weft::optim::optimizer_kind::sgd, .lr = 1e-1, .weight_decay = 0.1, .momentum = 0.9},
             // Small buckets, so that replicate's bucketing is exercised even on this model.
             .bucket_elements = 1000};
 }

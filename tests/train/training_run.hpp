@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "relative_difference.hpp"
+#include "shared_backend.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"
@@ -21,6 +22,9 @@
 #include "weft/data/synthetic_dataset.hpp"
 
 namespace weft_test {
+
+// The backend the stages compute on (it holds no state: one serves every test).
+inline weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
 
 using all_schedules = weft::sched::all_schedules;
 
@@ -33,7 +37,7 @@ inline weft::nn::mlp_config test_model() {
 }
 
 inline weft::train::engine_options test_options() {
-    return {.batch_size = batch_size, .optimizer = {.kind = weft::train::optimizer_kind::adamw, .lr = 1e-2,
+    return {.batch_size = batch_size, .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2,
                                                     .weight_decay = 0.1}};
 }
 
@@ -88,7 +92,7 @@ inline run_result single_process_run(int microbatches) {
 // model, the textbook loop. Checks that the engine trains the model, not just itself.
 inline run_result plain_loop_run() {
     const auto model = test_model();
-    weft::nn::mlp_stage<weft::exec::cpu> stage(model, {0, model.num_units()});
+    weft::nn::mlp_stage<weft::exec::cpu> stage(cpu, model, {0, model.num_units()});
     weft::optim::adamw optimizer({.lr = 1e-2, .weight_decay = 0.1});
     const weft::data::synthetic_dataset data(model.input_dim, model.num_classes, 7);
     run_result result;
@@ -98,7 +102,7 @@ inline run_result plain_loop_run() {
             Eigen::Map<const weft::exec::cpu::matrix>(batch.inputs.data(), batch.rows, batch.input_dim);
         weft::nn::mlp_stage<weft::exec::cpu>::stash stash;
         const auto logits = stage.forward(x, stash);
-        const auto loss = weft::nn::cross_entropy<weft::exec::cpu>(logits, batch.labels, 1.0f);
+        const auto loss = weft::nn::cross_entropy(cpu, logits, batch.labels, 1.0f);
         static_cast<void>(stage.backward_input(loss.dlogits, stash));  // the first stage's input grad is unused
         stage.backward_weight(stash);
         optimizer.step(stage.parameters(), stage.gradients(), stage.registry());

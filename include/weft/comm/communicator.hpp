@@ -1,6 +1,7 @@
-// The communicator concept: what the engine needs from a communication backend
-// (byte-level point-to-point, typed collectives, splitting into groups), so that
-// local threads, MPI and NCCL are interchangeable policies.
+// The communicator concept: what the engine needs from a communication backend (the memory
+// space it moves, byte-level point-to-point, typed collectives, splitting into groups), so
+// that local threads, MPI and NCCL are interchangeable policies. It is composed of small
+// named concepts; require_communicator names the first one a type misses.
 #pragma once
 
 #include <concepts>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 
 namespace weft::comm {
 
@@ -32,45 +34,97 @@ inline constexpr int max_tag = 32767;
 //   and return a request; the buffers belong to it until wait(). Every rank starts its
 //   collectives, blocking or not, in the same order.
 // * split(color, key) works like MPI_Comm_split with color >= 0.
+// Rank, size and the memory space whose buffers it moves.
 template <class C>
-concept communicator =
-    std::movable<C> && requires(C& c, const C& cc, std::span<const std::byte> out,
-                                std::span<std::byte> in, std::span<float> f,
-                                std::span<double> d, std::span<const float> cf,
-                                std::span<const double> cd, int i) {
-        { cc.rank() } -> std::same_as<int>;
-        { cc.size() } -> std::same_as<int>;
-        typename C::request;
-        { c.isend(out, i, i) } -> std::same_as<typename C::request>;
-        { c.irecv(in, i, i) } -> std::same_as<typename C::request>;
-        requires requires(typename C::request& r) { r.wait(); };
-        c.allreduce_sum(f);
-        c.allreduce_sum(d);
-        c.allgather(cf, f);
-        c.allgather(cd, d);
-        c.reduce_scatter_sum(cf, f);
-        c.reduce_scatter_sum(cd, d);
+concept ranked = std::movable<C> && requires(const C& c) {
+    typename C::memory_space;
+    { c.rank() } -> std::same_as<int>;
+    { c.size() } -> std::same_as<int>;
+} && memory_space<typename C::memory_space>;
+
+// Tagged, non-blocking byte messages completed by a move-only request.
+template <class C>
+concept point_to_point = ranked<C> && requires(C& c, std::span<const std::byte> out, std::span<std::byte> in, int i) {
+    typename C::request;
+    { c.isend(out, i, i) } -> std::same_as<typename C::request>;
+    { c.irecv(in, i, i) } -> std::same_as<typename C::request>;
+    requires requires(typename C::request& r) { r.wait(); };
+};
+
+// The blocking collectives, for float and double, plus broadcast and barrier.
+template <class C>
+concept collectives = ranked<C> && requires(C& c, std::span<float> f, std::span<double> d,
+                                            std::span<const float> cf, std::span<const double> cd,
+                                            std::span<std::byte> bytes, int i) {
+    c.allreduce_sum(f);
+    c.allreduce_sum(d);
+    c.allgather(cf, f);
+    c.allgather(cd, d);
+    c.reduce_scatter_sum(cf, f);
+    c.reduce_scatter_sum(cd, d);
+    c.broadcast(bytes, i);
+    c.barrier();
+};
+
+// The non-blocking collectives the engine overlaps with compute.
+template <class C>
+concept nonblocking_collectives = point_to_point<C> &&
+    requires(C& c, std::span<float> f, std::span<double> d, std::span<const float> cf, std::span<const double> cd) {
         { c.iallreduce_sum(f) } -> std::same_as<typename C::request>;
         { c.iallreduce_sum(d) } -> std::same_as<typename C::request>;
         { c.iallgather(cf, f) } -> std::same_as<typename C::request>;
         { c.iallgather(cd, d) } -> std::same_as<typename C::request>;
         { c.ireduce_scatter_sum(cf, f) } -> std::same_as<typename C::request>;
         { c.ireduce_scatter_sum(cd, d) } -> std::same_as<typename C::request>;
-        c.broadcast(in, i);
-        c.barrier();
-        { c.split(i, i) } -> std::same_as<C>;
     };
 
-// Instantiate (e.g. as a base or member) where a policy is taken, so that a type
-// which is not a communicator yields this one message rather than a page of
+// Sub-groups, as MPI_Comm_split.
+template <class C>
+concept splittable = ranked<C> && requires(C& c, int i) {
+    { c.split(i, i) } -> std::same_as<C>;
+};
+
+template <class C>
+concept communicator =
+    ranked<C> && point_to_point<C> && collectives<C> && nonblocking_collectives<C> && splittable<C>;
+
+namespace detail {
+// The first part of the interface C lacks, as a failed static_assert; true otherwise.
+template <class C>
+constexpr bool diagnose_communicator() {
+    if constexpr (!ranked<C>)
+        static_assert(ranked<C>,
+                      "weft: this type does not model weft::communicator: it needs rank(), size(), a "
+                      "`memory_space` (weft::host_space or weft::device_space) and must be movable "
+                      "(weft::comm::ranked); see weft/comm/communicator.hpp");
+    else if constexpr (!point_to_point<C>)
+        static_assert(point_to_point<C>,
+                      "weft: this type does not model weft::communicator: it needs isend and irecv returning a "
+                      "`request` with wait() (weft::comm::point_to_point); see weft/comm/communicator.hpp");
+    else if constexpr (!collectives<C>)
+        static_assert(collectives<C>,
+                      "weft: this type does not model weft::communicator: it needs allreduce_sum, allgather, "
+                      "reduce_scatter_sum (float and double), broadcast and barrier (weft::comm::collectives); see "
+                      "weft/comm/communicator.hpp");
+    else if constexpr (!nonblocking_collectives<C>)
+        static_assert(nonblocking_collectives<C>,
+                      "weft: this type does not model weft::communicator: it needs iallreduce_sum, iallgather and "
+                      "ireduce_scatter_sum returning a request (weft::comm::nonblocking_collectives); see "
+                      "weft/comm/communicator.hpp");
+    else if constexpr (!splittable<C>)
+        static_assert(splittable<C>,
+                      "weft: this type does not model weft::communicator: it needs split(color, key) returning the "
+                      "same type (weft::comm::splittable); see weft/comm/communicator.hpp");
+    return true;
+}
+}  // namespace detail
+
+// Instantiate (e.g. as a base or member) where a policy is taken, so that a type which is
+// not a communicator yields one message naming what it lacks rather than a page of
 // substitution failures.
 template <class C>
 struct require_communicator {
-    static_assert(communicator<C>,
-                  "weft: this type does not model weft::communicator (it needs rank(), size(), "
-                  "a request type with wait(), isend, irecv, allreduce_sum, allgather, "
-                  "reduce_scatter_sum and their non-blocking i-forms, broadcast, barrier "
-                  "and split); see weft/comm/communicator.hpp");
+    static_assert(detail::diagnose_communicator<C>());
 };
 
 namespace detail {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
 namespace weft::comm {
@@ -320,6 +321,9 @@ inline void local_complete(local_round& round, const local_group& group) {
 
 class local {
 public:
+    // What it moves: threads of one process exchange host memory.
+    using memory_space = weft::host_space;
+
     // The handle of a non-blocking operation. Sends are buffered and complete at once;
     // a receive or a non-blocking collective completes in wait(). Destroying a request
     // that was not waited for cancels its receive (the buffer is never written

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
 namespace weft::comm {
@@ -49,6 +50,9 @@ inline int mpi_count(std::size_t count, std::string_view parameter) {
 
 class mpi {
 public:
+    // What it moves: buffers are host memory (weft does not assume a CUDA-aware MPI).
+    using memory_space = weft::host_space;
+
     // A non-blocking MPI operation. Destroying a request that was not waited for:
     // a receive is cancelled (MPI_Cancel, then MPI_Wait), so its buffer is never written
     // afterwards; a send or a collective is waited for, because MPI has no safe way to

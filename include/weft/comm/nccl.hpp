@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
 #if defined(WEFT_HAS_MPI)
@@ -335,6 +336,9 @@ public:
 // split or flush(): post both sides of an exchange before waiting on either.
 class nccl {
 public:
+    // What it moves: every buffer is device memory on this rank's GPU.
+    using memory_space = weft::device_space;
+
     class request {
     public:
         request() = default;

@@ -1,6 +1,8 @@
-// The compute_backend concept: what nn/ layers need from a backend (a matrix type
-// and static kernels), so that a CUDA backend can replace the Eigen one without
-// touching any layer.
+// The compute_backend concept: what nn/ layers, the models and the engine call on a
+// backend object (a matrix type in one memory space and the kernels of the MLP and
+// GPT-2), so that a CUDA backend holding its stream and handles can replace the Eigen one
+// without touching any layer. It is composed of small named concepts, one per group of
+// kernels, and require_compute_backend names the first group a type lacks.
 #pragma once
 
 #include <concepts>
@@ -8,34 +10,145 @@
 #include <span>
 #include <string_view>
 
+#include "weft/core/memory_space.hpp"
+
 namespace weft::exec {
 
-// Kernels take weights as spans into a stage's flat parameter buffer and
-// activations as Backend::matrix (rows = samples). Weight-gradient kernels
-// accumulate (+=) into spans of the flat gradient buffer.
+// A name for messages, a scalar type, and the memory space its matrices live in.
 template <class B>
-concept compute_backend =
-    requires {
-        { B::name } -> std::convertible_to<std::string_view>;
-        typename B::scalar;
-        typename B::matrix;
-    } && std::floating_point<typename B::scalar> &&
-    requires(const typename B::matrix& x, typename B::matrix& out,
-             std::span<const typename B::scalar> w, std::span<typename B::scalar> dw,
-             std::span<const std::int32_t> labels, typename B::scalar s, int n) {
-        { B::rows(x) } -> std::convertible_to<int>;
-        { B::cols(x) } -> std::convertible_to<int>;
-        { B::add(x, x) } -> std::same_as<typename B::matrix>;
-        { B::linear_forward(x, w, w, n, n) } -> std::same_as<typename B::matrix>;
-        { B::linear_backward_input(x, w, n, n) } -> std::same_as<typename B::matrix>;
-        B::linear_backward_weight(x, x, dw, dw);
-        { B::gelu_forward(x) } -> std::same_as<typename B::matrix>;
-        { B::gelu_backward(x, x) } -> std::same_as<typename B::matrix>;
-        { B::layer_norm_forward(x, w, w, s, out, out) } -> std::same_as<typename B::matrix>;
-        { B::layer_norm_backward_input(x, x, x, w, x) } -> std::same_as<typename B::matrix>;
-        B::layer_norm_backward_weight(x, x, x, x, dw, dw);
-        { B::cross_entropy(x, labels, s, out) } -> std::same_as<typename B::scalar>;
+concept backend_identity = requires {
+    { B::name } -> std::convertible_to<std::string_view>;
+    typename B::scalar;
+    typename B::memory_space;
+} && std::floating_point<typename B::scalar> && memory_space<typename B::memory_space> && std::movable<B>;
+
+// Activations are B::matrix: rows = samples (or tokens), row-major. The engine builds
+// matrices of a given shape to receive into and reads their storage as bytes to send, so
+// construction, data() and size() are part of the interface, as are rows and columns.
+template <class B>
+concept backend_matrices = backend_identity<B> &&
+    std::default_initializable<typename B::matrix> && std::movable<typename B::matrix> &&
+    std::constructible_from<typename B::matrix, int, int> &&
+    requires(const B& b, typename B::matrix& m, const typename B::matrix& cm) {
+        { m.data() } -> std::convertible_to<typename B::scalar*>;
+        { cm.data() } -> std::convertible_to<const typename B::scalar*>;
+        { cm.size() } -> std::integral;
+        { b.rows(cm) } -> std::convertible_to<int>;
+        { b.cols(cm) } -> std::convertible_to<int>;
     };
+
+// Kernels take weights as spans into a stage's flat parameter buffer; weight-gradient
+// kernels accumulate (+=) into spans of the flat gradient buffer.
+template <class B>
+concept linear_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& x, std::span<const typename B::scalar> w,
+             std::span<typename B::scalar> dw, int n) {
+        { b.linear_forward(x, w, w, n, n) } -> std::same_as<typename B::matrix>;
+        { b.linear_backward_input(x, w, n, n) } -> std::same_as<typename B::matrix>;
+        b.linear_backward_weight(x, x, dw, dw);
+        // x W^T for a W stored [out, in] (GPT-2's LM head, tied to the [vocab, width] embedding).
+        { b.transposed_linear_forward(x, w, n, n) } -> std::same_as<typename B::matrix>;
+        { b.transposed_linear_backward_input(x, w, n, n) } -> std::same_as<typename B::matrix>;
+        b.transposed_linear_backward_weight(x, x, dw);
+    };
+
+template <class B>
+concept elementwise_kernels = backend_matrices<B> && requires(B& b, const typename B::matrix& x) {
+    { b.add(x, x) } -> std::same_as<typename B::matrix>;
+    { b.gelu_forward(x) } -> std::same_as<typename B::matrix>;
+    { b.gelu_backward(x, x) } -> std::same_as<typename B::matrix>;
+};
+
+template <class B>
+concept normalization_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& x, typename B::matrix& out, std::span<const typename B::scalar> w,
+             std::span<typename B::scalar> dw, typename B::scalar eps) {
+        { b.layer_norm_forward(x, w, w, eps, out, out) } -> std::same_as<typename B::matrix>;
+        { b.layer_norm_backward_input(x, x, x, w, x) } -> std::same_as<typename B::matrix>;
+        b.layer_norm_backward_weight(x, x, x, x, dw, dw);
+    };
+
+template <class B>
+concept loss_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& logits, typename B::matrix& dlogits,
+             std::span<const std::int32_t> labels, typename B::scalar scale) {
+        { b.cross_entropy(logits, labels, scale, dlogits) } -> std::same_as<typename B::scalar>;
+    };
+
+// GPT-2's token and position embedding.
+template <class B>
+concept embedding_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& dy, std::span<const std::int32_t> tokens,
+             std::span<const typename B::scalar> w, std::span<typename B::scalar> dw, int n) {
+        { b.embedding_forward(tokens, w, w, n, n, n) } -> std::same_as<typename B::matrix>;
+        b.embedding_backward_weight(tokens, dy, dw, dw, n, n);
+    };
+
+// GPT-2's causal multi-head self-attention core (no weights).
+template <class B>
+concept attention_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& qkv, typename B::matrix& probs, int n) {
+        { b.causal_attention_forward(qkv, n, n, probs) } -> std::same_as<typename B::matrix>;
+        { b.causal_attention_backward(qkv, qkv, qkv, n, n) } -> std::same_as<typename B::matrix>;
+    };
+
+template <class B>
+concept compute_backend = backend_identity<B> && backend_matrices<B> && linear_kernels<B> &&
+                          elementwise_kernels<B> && normalization_kernels<B> && loss_kernels<B> &&
+                          embedding_kernels<B> && attention_kernels<B>;
+
+namespace detail {
+// The first group of the interface B lacks, as a failed static_assert; true otherwise.
+template <class B>
+constexpr bool diagnose_compute_backend() {
+    if constexpr (!backend_identity<B>)
+        static_assert(backend_identity<B>,
+                      "weft: this type does not model weft::compute_backend: it needs a static `name`, a "
+                      "floating-point `scalar`, a `memory_space` (weft::host_space or weft::device_space) and "
+                      "must be movable (weft::exec::backend_identity); see weft/exec/compute_backend.hpp");
+    else if constexpr (!backend_matrices<B>)
+        static_assert(backend_matrices<B>,
+                      "weft: this type does not model weft::compute_backend: its `matrix` must be "
+                      "default-constructible, movable, constructible from (rows, cols), with data() and size(), "
+                      "and the backend needs rows(m) and cols(m) (weft::exec::backend_matrices); see "
+                      "weft/exec/compute_backend.hpp");
+    else if constexpr (!linear_kernels<B>)
+        static_assert(linear_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks the linear kernels "
+                      "(linear_forward/_backward_input/_backward_weight and their transposed_ forms; "
+                      "weft::exec::linear_kernels); see weft/exec/compute_backend.hpp");
+    else if constexpr (!elementwise_kernels<B>)
+        static_assert(elementwise_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks add, gelu_forward or "
+                      "gelu_backward (weft::exec::elementwise_kernels); see weft/exec/compute_backend.hpp");
+    else if constexpr (!normalization_kernels<B>)
+        static_assert(normalization_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks the layer_norm kernels "
+                      "(weft::exec::normalization_kernels); see weft/exec/compute_backend.hpp");
+    else if constexpr (!loss_kernels<B>)
+        static_assert(loss_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks cross_entropy "
+                      "(weft::exec::loss_kernels); see weft/exec/compute_backend.hpp");
+    else if constexpr (!embedding_kernels<B>)
+        static_assert(embedding_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks embedding_forward or "
+                      "embedding_backward_weight (weft::exec::embedding_kernels); see "
+                      "weft/exec/compute_backend.hpp");
+    else if constexpr (!attention_kernels<B>)
+        static_assert(attention_kernels<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks causal_attention_forward "
+                      "or causal_attention_backward (weft::exec::attention_kernels); see "
+                      "weft/exec/compute_backend.hpp");
+    return true;  // the static_assert that failed, if any, is the message
+}
+}  // namespace detail
+
+// Instantiate where a backend is taken (the engine does): a type that is not a backend
+// stops the build with one message naming the first group of the interface it lacks.
+template <class B>
+struct require_compute_backend {
+    static_assert(detail::diagnose_compute_backend<B>());
+};
 
 }  // namespace weft::exec
 

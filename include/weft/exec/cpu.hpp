@@ -1,6 +1,7 @@
-// The CPU compute backend: Eigen row-major matrices (rows = samples) and the
-// kernels nn/ layers call. float for training, double for gradient checks.
-// Every kernel is single-threaded and runs in a fixed order, so results are bit-reproducible.
+// The CPU compute backend: an object whose member kernels nn/ layers call on Eigen row-major
+// matrices in host memory (rows = samples). float for training, double for gradient checks.
+// Every kernel is single-threaded and runs in a fixed order, so results are bit-reproducible;
+// the object holds no state yet, and is where a thread pool or scratch memory would live.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <Eigen/Dense>
 
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/exec/compute_backend.hpp"
 
 namespace weft::exec {
@@ -24,6 +26,7 @@ template <class Scalar>
 struct cpu_backend {
     static constexpr std::string_view name = "cpu";
     using scalar = Scalar;
+    using memory_space = host_space;
     using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 private:
@@ -46,17 +49,17 @@ private:
     }
 
 public:
-    static int rows(const matrix& x) { return static_cast<int>(x.rows()); }
-    static int cols(const matrix& x) { return static_cast<int>(x.cols()); }
+    [[nodiscard]] int rows(const matrix& x) const { return static_cast<int>(x.rows()); }
+    [[nodiscard]] int cols(const matrix& x) const { return static_cast<int>(x.cols()); }
 
-    static matrix add(const matrix& a, const matrix& b) {
+    [[nodiscard]] matrix add(const matrix& a, const matrix& b) const {
         require_shape(b, a.rows(), a.cols(), "add: b");
         return a + b;
     }
 
     // y = x W + b with W stored [in, out] so the flat buffer reads like the math.
-    static matrix linear_forward(const matrix& x, std::span<const Scalar> w,
-                                 std::span<const Scalar> b, int in, int out) {
+    [[nodiscard]] matrix linear_forward(const matrix& x, std::span<const Scalar> w,
+                                 std::span<const Scalar> b, int in, int out) const {
         require_shape(x, x.rows(), in, "linear_forward: x");
         require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
         require_size(b.size(), std::size_t(out), "linear_forward: bias size");
@@ -66,8 +69,8 @@ public:
     }
 
     // dX = dY W^T
-    static matrix linear_backward_input(const matrix& dy, std::span<const Scalar> w, int in,
-                                        int out) {
+    [[nodiscard]] matrix linear_backward_input(const matrix& dy, std::span<const Scalar> w, int in,
+                                        int out) const {
         require_shape(dy, dy.rows(), out, "linear_backward_input: dy");
         require_size(w.size(), std::size_t(in) * std::size_t(out),
                      "linear_backward_input: weight size");
@@ -75,8 +78,8 @@ public:
     }
 
     // dW += X^T dY, db += column sums of dY
-    static void linear_backward_weight(const matrix& x, const matrix& dy, std::span<Scalar> dw,
-                                       std::span<Scalar> db) {
+    void linear_backward_weight(const matrix& x, const matrix& dy, std::span<Scalar> dw,
+                                       std::span<Scalar> db) const {
         require_shape(dy, x.rows(), dy.cols(), "linear_backward_weight: dy");
         const auto in = x.cols();
         const auto out = dy.cols();
@@ -93,12 +96,12 @@ public:
     // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(k (x + 0.044715 x^3)))
     // Eigen's array tanh is vectorized for float (a rational approximation within a few ulp
     // of std::tanh); a scalar std::tanh per element took a fifth of a small GPT step.
-    static matrix gelu_forward(const matrix& x) {
+    [[nodiscard]] matrix gelu_forward(const matrix& x) const {
         const auto v = x.array();
         return (Scalar(0.5) * v * (Scalar(1) + (gelu_k * (v + gelu_c * v * v * v)).tanh())).matrix();
     }
 
-    static matrix gelu_backward(const matrix& x, const matrix& dy) {
+    [[nodiscard]] matrix gelu_backward(const matrix& x, const matrix& dy) const {
         require_shape(dy, x.rows(), x.cols(), "gelu_backward: dy");
         const auto v = x.array();
         const matrix t = (gelu_k * (v + gelu_c * v * v * v)).tanh().matrix();  // once, used twice below
@@ -108,9 +111,9 @@ public:
     }
 
     // Per-row layer norm. mean and rstd (rows x 1) are saved for both backward halves.
-    static matrix layer_norm_forward(const matrix& x, std::span<const Scalar> gamma,
+    [[nodiscard]] matrix layer_norm_forward(const matrix& x, std::span<const Scalar> gamma,
                                      std::span<const Scalar> beta, Scalar eps, matrix& mean,
-                                     matrix& rstd) {
+                                     matrix& rstd) const {
         const auto n = x.cols();
         require_size(gamma.size(), std::size_t(n), "layer_norm_forward: weight size");
         require_size(beta.size(), std::size_t(n), "layer_norm_forward: bias size");
@@ -132,9 +135,9 @@ public:
     }
 
     // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * gamma
-    static matrix layer_norm_backward_input(const matrix& x, const matrix& mean,
+    [[nodiscard]] matrix layer_norm_backward_input(const matrix& x, const matrix& mean,
                                             const matrix& rstd, std::span<const Scalar> gamma,
-                                            const matrix& dy) {
+                                            const matrix& dy) const {
         const auto n = x.cols();
         require_shape(dy, x.rows(), n, "layer_norm_backward_input: dy");
         require_shape(mean, x.rows(), 1, "layer_norm_backward_input: mean");
@@ -152,9 +155,9 @@ public:
     }
 
     // dgamma += sum_rows(dy * xhat), dbeta += sum_rows(dy)
-    static void layer_norm_backward_weight(const matrix& x, const matrix& mean, const matrix& rstd,
+    void layer_norm_backward_weight(const matrix& x, const matrix& mean, const matrix& rstd,
                                            const matrix& dy, std::span<Scalar> dgamma,
-                                           std::span<Scalar> dbeta) {
+                                           std::span<Scalar> dbeta) const {
         const auto n = x.cols();
         require_shape(dy, x.rows(), n, "layer_norm_backward_weight: dy");
         require_shape(mean, x.rows(), 1, "layer_norm_backward_weight: mean");
@@ -174,8 +177,8 @@ public:
 
     // Mean softmax cross-entropy over rows; dlogits = scale * d(mean loss)/d(logits).
     // Returns the unscaled mean loss. Labels are class ids in [0, cols).
-    static Scalar cross_entropy(const matrix& logits, std::span<const std::int32_t> labels,
-                                Scalar scale, matrix& dlogits) {
+    [[nodiscard]] Scalar cross_entropy(const matrix& logits, std::span<const std::int32_t> labels,
+                                Scalar scale, matrix& dlogits) const {
         const auto rows_n = logits.rows();
         const auto classes = logits.cols();
         require_size(labels.size(), std::size_t(rows_n), "cross_entropy: labels.size()");
@@ -202,8 +205,8 @@ public:
     // ---- GPT kernels --------------------------------------------------------------
 
     // Row n = wte[tokens[n]] + wpe[n % seq_len]: tokens are whole sequences, row-major.
-    static matrix embedding_forward(std::span<const std::int32_t> tokens, std::span<const Scalar> wte,
-                                    std::span<const Scalar> wpe, int vocab, int width, int seq_len) {
+    [[nodiscard]] matrix embedding_forward(std::span<const std::int32_t> tokens, std::span<const Scalar> wte,
+                                    std::span<const Scalar> wpe, int vocab, int width, int seq_len) const {
         require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0, "embedding_forward: tokens.size()",
                 tokens.size(), "must be a positive multiple of seq_len = " + std::to_string(seq_len));
         require_size(wte.size(), std::size_t(vocab) * std::size_t(width), "embedding_forward: wte size");
@@ -220,9 +223,9 @@ public:
     // dwte[v] += sum of dy rows whose token is v, dwpe[t] += sum of dy rows at position t.
     // Each touched row is summed apart (in position order) and added once, so a tied
     // wte's two contributions meet in one rounding whichever is added first.
-    static void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
+    void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
                                           std::span<Scalar> dwte, std::span<Scalar> dwpe, int vocab,
-                                          int seq_len) {
+                                          int seq_len) const {
         const auto width = dy.cols();
         require_shape(dy, Eigen::Index(tokens.size()), width, "embedding_backward_weight: dy");
         require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0,
@@ -251,7 +254,7 @@ public:
 
     // y = x W^T with W stored [out, in] (PyTorch's nn.Linear layout, no bias): the LM head
     // tied to the token embedding [vocab, width].
-    static matrix transposed_linear_forward(const matrix& x, std::span<const Scalar> w, int out, int in) {
+    [[nodiscard]] matrix transposed_linear_forward(const matrix& x, std::span<const Scalar> w, int out, int in) const {
         require_shape(x, x.rows(), in, "transposed_linear_forward: x");
         require_size(w.size(), std::size_t(out) * std::size_t(in), "transposed_linear_forward: weight size");
         matrix y(x.rows(), out);
@@ -260,8 +263,8 @@ public:
     }
 
     // dX = dY W
-    static matrix transposed_linear_backward_input(const matrix& dy, std::span<const Scalar> w, int out,
-                                                   int in) {
+    [[nodiscard]] matrix transposed_linear_backward_input(const matrix& dy, std::span<const Scalar> w, int out,
+                                                   int in) const {
         require_shape(dy, dy.rows(), out, "transposed_linear_backward_input: dy");
         require_size(w.size(), std::size_t(out) * std::size_t(in),
                      "transposed_linear_backward_input: weight size");
@@ -271,7 +274,7 @@ public:
     }
 
     // dW += dY^T X, formed apart and added in one rounding (see linear_backward_weight).
-    static void transposed_linear_backward_weight(const matrix& x, const matrix& dy, std::span<Scalar> dw) {
+    void transposed_linear_backward_weight(const matrix& x, const matrix& dy, std::span<Scalar> dw) const {
         require_shape(dy, x.rows(), dy.cols(), "transposed_linear_backward_weight: dy");
         require_size(dw.size(), std::size_t(dy.cols() * x.cols()), "transposed_linear_backward_weight: weight size");
         matrix dw_batch(dy.cols(), x.cols());
@@ -284,7 +287,7 @@ public:
     // Returns softmax(q k^T / sqrt(d) + causal mask) v per (sequence, head), heads
     // concatenated; saves the probabilities (seqs*heads*seq_len x seq_len, zero above
     // the diagonal) for backward.
-    static matrix causal_attention_forward(const matrix& qkv, int seq_len, int heads, matrix& probs) {
+    [[nodiscard]] matrix causal_attention_forward(const matrix& qkv, int seq_len, int heads, matrix& probs) const {
         const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_forward");
         matrix y(qkv.rows(), a.width);
         probs.resize(a.seqs * a.heads * a.t, a.t);
@@ -310,8 +313,8 @@ public:
     }
 
     // Gradient of causal_attention_forward with respect to qkv, from its probabilities.
-    static matrix causal_attention_backward(const matrix& qkv, const matrix& probs, const matrix& dy,
-                                            int seq_len, int heads) {
+    [[nodiscard]] matrix causal_attention_backward(const matrix& qkv, const matrix& probs, const matrix& dy,
+                                            int seq_len, int heads) const {
         const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_backward");
         require_shape(probs, a.seqs * a.heads * a.t, a.t, "causal_attention_backward: probs");
         require_shape(dy, qkv.rows(), a.width, "causal_attention_backward: dy");

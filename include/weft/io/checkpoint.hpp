@@ -1,8 +1,10 @@
 // Checkpoints as safetensors files keyed by the parameter registry's global names,
 // so a model saved under one pipeline split loads under another and opens in Python;
-// AdamW's moments and step count go to a companion file with the same names.
+// the optimizer's state tensors (optim/optimizer_state.hpp: AdamW's moments, SGD's momentum)
+// and step count go to a companion file under "<parameter>.<state name>".
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -19,8 +21,8 @@
 #include "weft/core/dtype.hpp"
 #include "weft/core/error.hpp"
 #include "weft/nn/parameter_registry.hpp"
-#include "weft/optim/adamw.hpp"
 #include "weft/io/safetensors.hpp"
+#include "weft/optim/optimizer_state.hpp"
 
 namespace weft::io {
 
@@ -30,14 +32,21 @@ struct stage_parameters {
     std::span<const float> values;
 };
 
-// The optimizer of one stage this process holds, with the registry its moments follow.
-struct stage_optimizer {
+// The optimizer state of one stage this process holds, with the registry its tensors follow:
+// each tensor covers the whole registry, or is empty (before the first step, or a buffer
+// the optimizer does not keep, such as SGD's momentum without momentum).
+struct stage_optimizer_state {
     const nn::parameter_registry& registry;
-    const optim::adamw& optimizer;
+    std::string_view optimizer;  // "adamw", "sgd": recorded, and checked when loading
+    std::uint64_t steps = 0;
+    std::span<const optim::state_tensor_view<float>> tensors;
 };
 
-// Metadata key under which the optimizer file records AdamW's step count.
+// Metadata keys of the optimizer file: the step count, the optimizer's name, and the state
+// tensors it holds (comma-separated; a name not listed was empty when saved).
 inline constexpr std::string_view optimizer_step_key = "step";
+inline constexpr std::string_view optimizer_name_key = "optimizer";
+inline constexpr std::string_view optimizer_tensors_key = "state_tensors";
 
 namespace detail {
 
@@ -173,71 +182,100 @@ inline void load_checkpoint(const std::filesystem::path& path, const nn::paramet
     load_checkpoint(read_safetensors(path), registry, params);
 }
 
-// Writes AdamW's moments as "<name>.exp_avg" / "<name>.exp_avg_sq" and its step count as
-// metadata "step". Moments must cover the whole registry (not a ZeRO shard); before the
-// first step they are written as zeros.
-inline void save_optimizer_state(const std::filesystem::path& path, std::span<const stage_optimizer> stages,
+// Writes every stage's state tensors as "<name>.<state name>" (e.g. "h.0.ln_1.weight.exp_avg")
+// and the step count, the optimizer and the tensors written as metadata. Tensors must cover
+// the whole registry (not a ZeRO range); empty ones (before the first step, or not kept)
+// are not written.
+inline void save_optimizer_state(const std::filesystem::path& path, std::span<const stage_optimizer_state> stages,
                                  const safetensors_metadata& metadata = {}) {
-    require(!metadata.contains(std::string(optimizer_step_key)), "metadata key", optimizer_step_key,
-            "is reserved for the optimizer's step count");
+    for (const std::string_view key : {optimizer_step_key, optimizer_name_key, optimizer_tensors_key})
+        require(!metadata.contains(std::string(key)), "metadata key", key,
+                "is reserved for the optimizer state file's own records");
+    require(!stages.empty(), "optimizer state stages", 0, "must hold at least one stage");
     detail::f32_tensor_collector tensors;
-    std::uint64_t steps = 0;
+    const stage_optimizer_state& first = stages.front();
+    std::vector<std::string_view> written;
     for (std::size_t s = 0; s < stages.size(); ++s) {
-        const stage_optimizer& stage = stages[s];
-        const std::uint64_t stage_steps = stage.optimizer.step_count();
-        if (s == 0) steps = stage_steps;
-        require(stage_steps == steps, "step count of stage " + std::to_string(s), stage_steps,
-                "must equal stage 0's " + std::to_string(steps));
+        const stage_optimizer_state& stage = stages[s];
+        require(stage.steps == first.steps, "step count of stage " + std::to_string(s), stage.steps,
+                "must equal stage 0's " + std::to_string(first.steps));
+        require(stage.optimizer == first.optimizer, "optimizer of stage " + std::to_string(s), stage.optimizer,
+                "must equal stage 0's " + std::string(first.optimizer));
         const std::size_t total = stage.registry.total_size();
-        std::vector<float> zeros;
-        std::span<const float> m = stage.optimizer.exp_avg();
-        std::span<const float> v = stage.optimizer.exp_avg_sq();
-        if (stage_steps == 0) {
-            zeros.assign(total, 0.0f);
-            m = v = zeros;
-        }
-        require(m.size() == total && v.size() == total, "optimizer moments of stage " + std::to_string(s), m.size(),
-                "must cover the registry's " + std::to_string(total) + " elements (sharded state is not supported)");
-        for (const nn::parameter_info& info : stage.registry.entries()) {
-            detail::require_whole(info);
-            tensors.add(info.name + ".exp_avg", info.shape, m.subspan(info.offset, info.size), s);
-            tensors.add(info.name + ".exp_avg_sq", info.shape, v.subspan(info.offset, info.size), s);
+        for (const auto& tensor : stage.tensors) {
+            if (tensor.values.empty()) continue;
+            require(tensor.values.size() == total, "optimizer state " + std::string(tensor.name) + " of stage " +
+                    std::to_string(s), tensor.values.size(),
+                    "must cover the registry's " + std::to_string(total) + " elements (gather a ZeRO range first)");
+            if (std::find(written.begin(), written.end(), tensor.name) == written.end())
+                written.push_back(tensor.name);
+            for (const nn::parameter_info& info : stage.registry.entries()) {
+                detail::require_whole(info);
+                tensors.add(info.name + "." + std::string(tensor.name), info.shape,
+                            tensor.values.subspan(info.offset, info.size), s);
+            }
         }
     }
+    std::string written_list;
+    for (const auto name : written) written_list += (written_list.empty() ? "" : ",") + std::string(name);
     safetensors_metadata all = metadata;
-    all.emplace(optimizer_step_key, std::to_string(steps));
+    all.emplace(optimizer_step_key, std::to_string(first.steps));
+    all.emplace(optimizer_name_key, first.optimizer);
+    all.emplace(optimizer_tensors_key, written_list);
     write_safetensors(path, tensors.records(), all);
 }
 
-// Restores one stage's AdamW state (moments and step count) from an optimizer file.
-inline void load_optimizer_state(const safetensors_file& file, const nn::parameter_registry& registry,
-                                 optim::adamw& optimizer) {
-    const auto it = file.metadata().find(std::string(optimizer_step_key));
-    if (it == file.metadata().end())
+// One stage's optimizer state from an optimizer file: for each of `names` (the optimizer's
+// state tensors, in its order), the whole-registry buffer, or an empty one when the file did
+// not write it. Refuses a file of another optimizer, naming both. Files written before the
+// optimizer was recorded hold AdamW's moments and load as such.
+[[nodiscard]] inline optim::optimizer_state<float> load_optimizer_state(const safetensors_file& file,
+                                                                        const nn::parameter_registry& registry,
+                                                                        std::string_view optimizer,
+                                                                        std::span<const std::string_view> names) {
+    const std::string where = "\"" + file.path().string() + "\"";
+    const auto step_it = file.metadata().find(std::string(optimizer_step_key));
+    if (step_it == file.metadata().end())
         throw invalid_argument("safetensors file", file.path().string(),
                                "has no \"step\" in __metadata__ (is it an optimizer state file?)");
     std::uint64_t steps = 0;
     std::size_t used = 0;
     try {
-        steps = std::stoull(it->second, &used);
+        steps = std::stoull(step_it->second, &used);
     } catch (const std::exception&) {
         used = 0;
     }
-    if (used == 0 || used != it->second.size() || it->second.front() == '-')
-        throw invalid_argument("metadata step of \"" + file.path().string() + "\"", it->second,
-                               "must be a non-negative integer");
-    std::vector<float> m = detail::read_f32_buffer(file, registry, ".exp_avg");
-    std::vector<float> v = detail::read_f32_buffer(file, registry, ".exp_avg_sq");
-    if (steps == 0) {  // restore() keeps a fresh optimizer's empty moments
-        m.clear();
-        v.clear();
+    if (used == 0 || used != step_it->second.size() || step_it->second.front() == '-')
+        throw invalid_argument("metadata step of " + where, step_it->second, "must be a non-negative integer");
+    const auto name_it = file.metadata().find(std::string(optimizer_name_key));
+    const std::string saved_by = name_it == file.metadata().end() ? "adamw" : name_it->second;
+    require(saved_by == optimizer, "optimizer state file " + where, "state of " + saved_by,
+            "must be " + std::string(optimizer) + " state: this run uses " + std::string(optimizer));
+    const auto list_it = file.metadata().find(std::string(optimizer_tensors_key));
+    const std::string written = list_it == file.metadata().end() ? "exp_avg,exp_avg_sq" : list_it->second;
+    auto listed = [&](std::string_view name) {
+        std::size_t from = 0;
+        while (from <= written.size()) {
+            const std::size_t comma = std::min(written.find(',', from), written.size());
+            if (std::string_view(written).substr(from, comma - from) == name) return true;
+            from = comma + 1;
+        }
+        return false;
+    };
+    optim::optimizer_state<float> state{steps, {}};
+    for (const std::string_view name : names) {
+        std::vector<float> values;
+        if (listed(name)) values = detail::read_f32_buffer(file, registry, "." + std::string(name));
+        state.tensors.push_back({std::string(name), std::move(values)});
     }
-    optimizer.restore(steps, std::move(m), std::move(v));
+    return state;
 }
 
-inline void load_optimizer_state(const std::filesystem::path& path, const nn::parameter_registry& registry,
-                                 optim::adamw& optimizer) {
-    load_optimizer_state(read_safetensors(path), registry, optimizer);
+[[nodiscard]] inline optim::optimizer_state<float> load_optimizer_state(const std::filesystem::path& path,
+                                                                        const nn::parameter_registry& registry,
+                                                                        std::string_view optimizer,
+                                                                        std::span<const std::string_view> names) {
+    return load_optimizer_state(read_safetensors(path), registry, optimizer, names);
 }
 
 }  // namespace weft::io

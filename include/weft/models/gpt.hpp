@@ -45,8 +45,9 @@ struct gpt {
         return {{"wte.weight", {0, c.num_units() - 1}}};
     }
 
+    // Token ids stay where the batch is; the first stage reads them (GPT has no input matrix).
     template <class Backend>
-    static nn::token_view first_input(const batch& b, int first, int count) {
+    static nn::token_view first_input(Backend& /*backend*/, const batch& b, int first, int count) {
         return {rows_of(b.inputs, b, first, count), count, b.seq_len};
     }
 
@@ -59,9 +60,9 @@ struct gpt {
                                                   int count, typename Backend::scalar scale) {
         const auto targets = rows_of(b.targets, b, first, count);
         if (last_stage.tp().size > 1)
-            return nn::vocab_parallel_cross_entropy<Backend>(logits, targets, last_stage.vocab_rows(),
-                                                             last_stage.config().vocab_size, last_stage.tp(), scale);
-        return nn::cross_entropy<Backend>(logits, targets, scale);
+            return nn::vocab_parallel_cross_entropy(last_stage.backend(), logits, targets, last_stage.vocab_rows(),
+                                                    last_stage.config().vocab_size, last_stage.tp(), scale);
+        return nn::cross_entropy(last_stage.backend(), logits, targets, scale);
     }
 
 private:

@@ -48,26 +48,26 @@ public:
           seq_len_(seq_len) {}
 
     // x: [sequences * seq_len, width], token-major.
-    [[nodiscard]] matrix forward(std::span<const scalar> params, const matrix& x, saved& s) const {
-        s.qkv = c_attn_.forward(params, x);
-        s.att = Backend::causal_attention_forward(s.qkv, seq_len_, heads_, s.probs);
-        return c_proj_.forward(params, s.att);
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, const matrix& x, saved& s) const {
+        s.qkv = c_attn_.forward(backend, params, x);
+        s.att = backend.causal_attention_forward(s.qkv, seq_len_, heads_, s.probs);
+        return c_proj_.forward(backend, params, s.att);
     }
 
     // Takes dy by value and keeps it (as s.d_out) for backward_weight: pass an rvalue to avoid a copy.
-    [[nodiscard]] matrix backward_input(std::span<const scalar> params, matrix dy, saved& s) const {
+    [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
-        const matrix d_att = c_proj_.backward_input(params, s.d_out);
-        s.d_qkv = Backend::causal_attention_backward(s.qkv, s.probs, d_att, seq_len_, heads_);
+        const matrix d_att = c_proj_.backward_input(backend, params, s.d_out);
+        s.d_qkv = backend.causal_attention_backward(s.qkv, s.probs, d_att, seq_len_, heads_);
         s.qkv = matrix();
         s.probs = matrix();
-        return c_attn_.backward_input(params, s.d_qkv);
+        return c_attn_.backward_input(backend, params, s.d_qkv);
     }
 
     // x is the forward input.
-    void backward_weight(std::span<scalar> grads, const matrix& x, const saved& s) const {
-        c_proj_.backward_weight(grads, s.att, s.d_out);
-        c_attn_.backward_weight(grads, x, s.d_qkv);
+    void backward_weight(Backend& backend, std::span<scalar> grads, const matrix& x, const saved& s) const {
+        c_proj_.backward_weight(backend, grads, s.att, s.d_out);
+        c_attn_.backward_weight(backend, grads, x, s.d_qkv);
     }
 
 private:

@@ -20,12 +20,12 @@ struct cross_entropy_result {
 
 // labels[r] is the class id of row r, in [0, logits.cols()).
 template <compute_backend Backend>
-[[nodiscard]] cross_entropy_result<Backend> cross_entropy(const typename Backend::matrix& logits,
+[[nodiscard]] cross_entropy_result<Backend> cross_entropy(Backend& backend, const typename Backend::matrix& logits,
                                                           std::span<const std::int32_t> labels,
                                                           typename Backend::scalar scale = 1) {
     require(std::isfinite(double(scale)), "cross_entropy: scale", scale, "must be finite");
     cross_entropy_result<Backend> result{};
-    result.loss = Backend::cross_entropy(logits, labels, scale, result.dlogits);
+    result.loss = backend.cross_entropy(logits, labels, scale, result.dlogits);
     return result;
 }
 

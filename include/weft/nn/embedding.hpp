@@ -48,21 +48,21 @@ public:
     // The vocabulary rows of wte this rank holds ([0, vocab) without tensor parallelism).
     [[nodiscard]] index_range vocab_rows() const { return rows_; }
 
-    [[nodiscard]] matrix forward(std::span<const scalar> params, std::span<const std::int32_t> tokens,
-                                 saved& s) const {
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params,
+                                 std::span<const std::int32_t> tokens, saved& s) const {
         s.tokens.assign(tokens.begin(), tokens.end());
         if (tp_.size == 1)
-            return Backend::embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
+            return backend.embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
         return parallel_forward(params, tokens);
     }
     // Nothing upstream of token ids: only keeps dy for backward_weight.
-    void backward_input(matrix dy, saved& s) const { s.d_out = std::move(dy); }
-    void backward_weight(std::span<scalar> grads, const saved& s) const {
+    void backward_input(Backend& /*backend*/, matrix dy, saved& s) const { s.d_out = std::move(dy); }
+    void backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
         if (tp_.size == 1) {
-            Backend::embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
+            backend.embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
             return;
         }
-        parallel_backward_weight(grads, s);
+        parallel_backward_weight(backend, grads, s);
     }
 
 private:
@@ -110,13 +110,13 @@ private:
     // dy is replicated, so every rank takes its own wte rows from it with no communication,
     // and wpe's gradient (computed alike on every rank) is the same on all of them. Summed
     // in the order the CPU kernel uses: per token, its rows in position order, added once.
-    void parallel_backward_weight(std::span<scalar> grads, const saved& s) const {
+    void parallel_backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
         const auto& tokens = s.tokens;
         const auto w = std::size_t(width_);
         check_tokens(tokens, "embedding backward_weight");
-        require(std::size_t(Backend::rows(s.d_out)) == tokens.size() && Backend::cols(s.d_out) == width_,
-                "embedding backward_weight: dy", std::to_string(Backend::rows(s.d_out)) + "x" +
-                std::to_string(Backend::cols(s.d_out)),
+        require(std::size_t(backend.rows(s.d_out)) == tokens.size() && backend.cols(s.d_out) == width_,
+                "embedding backward_weight: dy", std::to_string(backend.rows(s.d_out)) + "x" +
+                std::to_string(backend.cols(s.d_out)),
                 "shape must be " + std::to_string(tokens.size()) + "x" + std::to_string(width_));
         const auto dy = detail::elements(s.d_out);
         std::vector<std::size_t> order;

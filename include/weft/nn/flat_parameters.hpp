@@ -1,13 +1,15 @@
-// A stage's trainable state in one place: the registry of its named tensors, and one flat
+// A stage's trainable tensors as one value: the registry of its named tensors, and one flat
 // buffer each for their values and their gradients in the registry's layout. Optimizers,
-// checkpoints and gradient reductions work on these buffers, so every model's stage keeps
-// them the same way by deriving from this class.
+// checkpoints, gradient reductions and layout switches work on these buffers; a stage's
+// layers only know offsets into them, so the same tensors can be built, moved between
+// owners and handed to a stage that computes with them.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -18,6 +20,14 @@ namespace weft::nn {
 template <class Scalar>
 class flat_parameters {
 public:
+    flat_parameters() = default;
+    // Zero-filled buffers sized to the registry.
+    explicit flat_parameters(parameter_registry registry) : registry_(std::move(registry)) {
+        padded_size_ = registry_.total_size();
+        allocate_parameters();
+        allocate_gradients();
+    }
+
     // The registry's elements; empty while released (see below).
     [[nodiscard]] std::span<Scalar> parameters() { return std::span<Scalar>(params_).first(held(params_)); }
     [[nodiscard]] std::span<const Scalar> parameters() const {
@@ -43,6 +53,7 @@ public:
     }
     [[nodiscard]] std::size_t padded_size() const { return padded_size_; }
     [[nodiscard]] std::span<Scalar> padded_parameters() { return params_; }
+    [[nodiscard]] std::span<const Scalar> padded_parameters() const { return params_; }
     [[nodiscard]] std::span<Scalar> padded_gradients() { return grads_; }
     [[nodiscard]] bool holds_parameters() const { return !params_.empty(); }
     [[nodiscard]] bool holds_gradients() const { return !grads_.empty(); }
@@ -51,16 +62,6 @@ public:
     // Zero-filled, padded; the caller fills the parameters (e.g. by an all-gather).
     void allocate_parameters() { params_.assign(padded_size_, Scalar(0)); }
     void allocate_gradients() { grads_.assign(padded_size_, Scalar(0)); }
-
-protected:
-    // Layers register their tensors here while the stage is built...
-    [[nodiscard]] parameter_registry& layer_registry() { return registry_; }
-    // ...and then the buffers are sized to the registry, zero-filled.
-    void allocate() {
-        padded_size_ = registry_.total_size();
-        allocate_parameters();
-        allocate_gradients();
-    }
 
 private:
     [[nodiscard]] std::size_t held(const std::vector<Scalar>& buffer) const {

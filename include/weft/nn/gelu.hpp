@@ -10,10 +10,10 @@ template <compute_backend Backend>
 struct gelu {
     using matrix = typename Backend::matrix;
 
-    [[nodiscard]] static matrix forward(const matrix& x) { return Backend::gelu_forward(x); }
+    [[nodiscard]] static matrix forward(Backend& backend, const matrix& x) { return backend.gelu_forward(x); }
     // x is the forward input, dy the gradient of the output.
-    [[nodiscard]] static matrix backward_input(const matrix& x, const matrix& dy) {
-        return Backend::gelu_backward(x, dy);
+    [[nodiscard]] static matrix backward_input(Backend& backend, const matrix& x, const matrix& dy) {
+        return backend.gelu_backward(x, dy);
     }
 };
 

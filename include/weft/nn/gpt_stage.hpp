@@ -1,6 +1,12 @@
 // One pipeline stage of GPT-2: the units [first, last) (0 = embedding, 1..L = blocks,
-// L+1 = head) with parameters and gradients in flat buffers under Hugging Face names,
-// forward, and backward split into an input half (I) and a weight half (W).
+// L+1 = head) computing on a backend object with tensors held in flat buffers under Hugging
+// Face names (nn::flat_parameters), forward, and backward split into an input half (I) and a
+// weight half (W).
+//
+// The stage either owns its tensors (drawn at construction) or borrows them: the engine's
+// training state holds every stage's tensors as one value, and a stage built over them
+// computes with them without owning them, so the state can be saved, moved to another
+// layout and handed to a new stage.
 //
 // Tied weights: the LM head is wte^T. A stage holding both unit 0 and unit L+1 registers
 // "wte.weight" once and adds both contributions to its gradient. A stage holding only one
@@ -24,6 +30,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -45,7 +52,7 @@
 namespace weft::nn {
 
 template <compute_backend Backend>
-class gpt_stage : public flat_parameters<typename Backend::scalar> {
+class gpt_stage {
 public:
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
@@ -73,20 +80,29 @@ public:
         }
     };
 
-    // `tp`: this rank's tensor-parallel group (default: none). Every element is drawn by its
-    // global index, so the tp ranks' slices together equal the unsplit stage's tensors. The
-    // communicator behind `tp` must outlive the stage.
-    gpt_stage(const gpt_config& config, unit_range units, tp_group<scalar> tp = {})
-        : config_(config),
-          units_(units),
-          tp_(std::move(tp)),
-          layers_(build_layers(this->layer_registry(), config, units, tp_)) {
-        this->allocate();
-        gpt_initialize(registry(), parameters(), config.seed, config.num_layers);
-    }
+    // Owns its tensors, drawn from config.seed. `tp`: this rank's tensor-parallel group
+    // (default: none). Every element is drawn by its global index, so the tp ranks' slices
+    // together equal the unsplit stage's tensors. `backend` and the communicator behind `tp`
+    // must outlive the stage.
+    gpt_stage(Backend& backend, const gpt_config& config, unit_range units, tp_group<scalar> tp = {})
+        : gpt_stage(backend, config, units, std::make_unique<flat_parameters<scalar>>(initial_tensors(
+                                                 config, units, tp.rank, tp.size)),
+                    nullptr, tp) {}
+
+    // Computes with `tensors`, which it does not own (they must outlive the stage); their
+    // registry must be this stage's layout on this tp rank. Nothing is drawn or overwritten.
+    gpt_stage(Backend& backend, const gpt_config& config, unit_range units, flat_parameters<scalar>& tensors,
+              tp_group<scalar> tp = {})
+        : gpt_stage(backend, config, units, nullptr, &tensors, std::move(tp)) {}
+
+    gpt_stage(const gpt_stage&) = delete;
+    gpt_stage& operator=(const gpt_stage&) = delete;
+    gpt_stage(gpt_stage&&) noexcept = default;
+    gpt_stage& operator=(gpt_stage&&) noexcept = default;
+    ~gpt_stage() = default;
 
     // The registry (names, global shapes, splits, flat offsets) a stage over `units` has on
-    // tp rank `tp_rank` of `tp_size`, without its weights: what the CUDA model and
+    // tp rank `tp_rank` of `tp_size`, without its weights: what the CUDA trainer and
     // checkpoint tools take when drawing the initial weights (seconds for GPT-2 124M) is not
     // needed. Built by the constructor's own code.
     [[nodiscard]] static parameter_registry layout(const gpt_config& config, unit_range units, int tp_rank = 0,
@@ -98,6 +114,16 @@ public:
         return registry;
     }
 
+    // The tensors a stage over `units` starts training from on tp rank `tp_rank` of
+    // `tp_size`: the layout, with weights drawn from config.seed and zero gradients.
+    [[nodiscard]] static flat_parameters<scalar> initial_tensors(const gpt_config& config, unit_range units,
+                                                                 int tp_rank = 0, int tp_size = 1) {
+        flat_parameters<scalar> tensors(layout(config, units, tp_rank, tp_size));
+        gpt_initialize(tensors.registry(), tensors.parameters(), config.seed, config.num_layers);
+        return tensors;
+    }
+
+    [[nodiscard]] Backend& backend() const { return *backend_; }
     [[nodiscard]] const gpt_config& config() const { return config_; }
     [[nodiscard]] unit_range units() const { return units_; }
     [[nodiscard]] bool is_first() const { return units_.first == 0; }
@@ -133,7 +159,7 @@ public:
                                        "must be a token id in [0, vocab_size = " +
                                            std::to_string(config_.vocab_size) + ")");
         begin(s, tokens.rows * tokens.seq_len);
-        return run_forward(layers_.embed.forward(parameters(), tokens.tokens, s.embed), s);
+        return run_forward(layers_.embed.forward(*backend_, parameters(), tokens.tokens, s.embed), s);
     }
 
     // Non-first stages. x is [rows * seq_len, d_model].
@@ -142,13 +168,13 @@ public:
                 "[" + std::to_string(units_.first) + ", " + std::to_string(units_.last) + ")",
                 "the first stage (holding unit 0) takes tokens (a token_view), not activations");
         check_empty(s);
-        require(Backend::cols(x) == input_width(), "forward: x.cols()", Backend::cols(x),
+        require(backend_->cols(x) == input_width(), "forward: x.cols()", backend_->cols(x),
                 "must equal d_model = " + std::to_string(input_width()));
-        require(Backend::rows(x) >= 1 && Backend::rows(x) % config_.seq_len == 0, "forward: x.rows()",
-                Backend::rows(x),
+        require(backend_->rows(x) >= 1 && backend_->rows(x) % config_.seq_len == 0, "forward: x.rows()",
+                backend_->rows(x),
                 "must be a positive multiple of gpt_config.seq_len = " + std::to_string(config_.seq_len) +
                     " (rows * seq_len tokens, whole sequences)");
-        begin(s, Backend::rows(x));
+        begin(s, backend_->rows(x));
         return run_forward(x, s);
     }
 
@@ -160,16 +186,16 @@ public:
         require(s.state == stash::phase::forwarded, "backward_input: stash",
                 s.empty() ? "empty" : "already past backward_input",
                 "must hold this micro-batch's forward (call forward first)");
-        require(Backend::rows(dy) == s.rows && Backend::cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(Backend::rows(dy)) + "x" + std::to_string(Backend::cols(dy)),
+        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
                 "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
         const auto p = parameters();
         matrix d = std::move(dy);
-        if (is_last()) d = layers_.head.backward_input(p, std::move(d), s.head);
+        if (is_last()) d = layers_.head.backward_input(*backend_, p, std::move(d), s.head);
         for (std::size_t i = layers_.blocks.size(); i-- > 0;)
-            d = layers_.blocks[i].backward_input(p, std::move(d), s.blocks[i]);
+            d = layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
         if (is_first()) {
-            layers_.embed.backward_input(std::move(d), s.embed);
+            layers_.embed.backward_input(*backend_, std::move(d), s.embed);
             d = matrix();
         }
         s.state = stash::phase::input_done;
@@ -183,10 +209,10 @@ public:
                 s.empty() ? "empty" : "not past backward_input",
                 "must have run backward_input for this micro-batch first");
         const auto g = gradients();
-        if (is_first()) layers_.embed.backward_weight(g, s.embed);
+        if (is_first()) layers_.embed.backward_weight(*backend_, g, s.embed);
         for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
-            layers_.blocks[i].backward_weight(g, s.blocks[i]);
-        if (is_last()) layers_.head.backward_weight(g, s.head);
+            layers_.blocks[i].backward_weight(*backend_, g, s.blocks[i]);
+        if (is_last()) layers_.head.backward_weight(*backend_, g, s.head);
         s = stash{};
     }
 
@@ -197,13 +223,33 @@ public:
         return dx;
     }
 
-    // parameters(), gradients(), zero_gradients() and registry() come from flat_parameters;
-    // named here so member functions can call them unqualified (the base is dependent).
-    using flat_parameters<scalar>::parameters;
-    using flat_parameters<scalar>::gradients;
-    using flat_parameters<scalar>::registry;
+    // The tensors the stage computes with (owned or borrowed).
+    [[nodiscard]] flat_parameters<scalar>& tensors() { return *tensors_; }
+    [[nodiscard]] const flat_parameters<scalar>& tensors() const { return *tensors_; }
+    [[nodiscard]] std::span<scalar> parameters() { return tensors_->parameters(); }
+    [[nodiscard]] std::span<const scalar> parameters() const { return tensors_->parameters(); }
+    [[nodiscard]] std::span<scalar> gradients() { return tensors_->gradients(); }
+    [[nodiscard]] std::span<const scalar> gradients() const { return tensors_->gradients(); }
+    void zero_gradients() { tensors_->zero_gradients(); }
+    [[nodiscard]] const parameter_registry& registry() const { return tensors_->registry(); }
 
 private:
+    gpt_stage(Backend& backend, const gpt_config& config, unit_range units,
+              std::unique_ptr<flat_parameters<scalar>> owned, flat_parameters<scalar>* borrowed, tp_group<scalar> tp)
+        : backend_(&backend),
+          config_(config),
+          units_(units),
+          tp_(std::move(tp)),
+          owned_(std::move(owned)),
+          tensors_(owned_ ? owned_.get() : borrowed) {
+        parameter_registry registry;
+        layers_ = build_layers(registry, config, units, tp_);
+        require(registry == tensors_->registry(), "gpt_stage tensors", "a different layout",
+                "must have this stage's registry (units [" + std::to_string(units.first) + ", " +
+                    std::to_string(units.last) + "), tp rank " + std::to_string(tp_.rank) + " of " +
+                    std::to_string(tp_.size) + "): build them with gpt_stage::initial_tensors or ::layout");
+    }
+
     static void check_empty(const stash& s) {
         require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
     }
@@ -214,8 +260,8 @@ private:
     matrix run_forward(matrix y, stash& s) const {
         const auto p = parameters();
         for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
-            y = layers_.blocks[i].forward(p, std::move(y), s.blocks[i]);
-        if (is_last()) y = layers_.head.forward(p, std::move(y), s.head);
+            y = layers_.blocks[i].forward(*backend_, p, std::move(y), s.blocks[i]);
+        if (is_last()) y = layers_.head.forward(*backend_, p, std::move(y), s.head);
         s.state = stash::phase::forwarded;
         return y;
     }
@@ -252,9 +298,12 @@ private:
         return out;
     }
 
+    Backend* backend_;
     gpt_config config_;
     unit_range units_;
     tp_group<scalar> tp_;
+    std::unique_ptr<flat_parameters<scalar>> owned_;  // null when the tensors are borrowed
+    flat_parameters<scalar>* tensors_;
     layers layers_;
 };
 

@@ -35,19 +35,19 @@ public:
         for (auto& b : bias(params)) b = scalar(0);
     }
 
-    [[nodiscard]] matrix forward(std::span<const scalar> params, const matrix& x, matrix& mean,
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, const matrix& x, matrix& mean,
                                  matrix& rstd) const {
-        return Backend::layer_norm_forward(x, weight(params), bias(params), scalar(eps), mean, rstd);
+        return backend.layer_norm_forward(x, weight(params), bias(params), scalar(eps), mean, rstd);
     }
-    [[nodiscard]] matrix backward_input(std::span<const scalar> params, const matrix& x,
+    [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& x,
                                         const matrix& mean, const matrix& rstd,
                                         const matrix& dy) const {
-        return Backend::layer_norm_backward_input(x, mean, rstd, weight(params), dy);
+        return backend.layer_norm_backward_input(x, mean, rstd, weight(params), dy);
     }
     // Accumulates into the gradient buffer (same layout as the parameters).
-    void backward_weight(std::span<scalar> grads, const matrix& x, const matrix& mean,
+    void backward_weight(Backend& backend, std::span<scalar> grads, const matrix& x, const matrix& mean,
                          const matrix& rstd, const matrix& dy) const {
-        Backend::layer_norm_backward_weight(x, mean, rstd, dy, weight(grads), bias(grads));
+        backend.layer_norm_backward_weight(x, mean, rstd, dy, weight(grads), bias(grads));
     }
 
 private:

@@ -79,11 +79,11 @@ public:
         for (auto& b : bias(params)) b = scalar(0);
     }
 
-    [[nodiscard]] matrix forward(std::span<const scalar> params, const matrix& x) const {
-        if (mode_ != linear_parallel::row) return Backend::linear_forward(x, weight(params), bias(params), in_, out_);
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, const matrix& x) const {
+        if (mode_ != linear_parallel::row) return backend.linear_forward(x, weight(params), bias(params), in_, out_);
         // Partial products of this rank's input columns, summed over the group, then the
         // (replicated) bias once: adding it on every rank before the sum would count it tp times.
-        matrix y = Backend::linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
+        matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
         const auto values = detail::elements(y);
         tp_.allreduce_sum(values);
         const auto b = bias(params);
@@ -91,8 +91,8 @@ public:
             for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
         return y;
     }
-    [[nodiscard]] matrix backward_input(std::span<const scalar> params, const matrix& dy) const {
-        matrix dx = Backend::linear_backward_input(dy, weight(params), in_, out_);
+    [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& dy) const {
+        matrix dx = backend.linear_backward_input(dy, weight(params), in_, out_);
         // Column-parallel: each rank's dX is the part through its own output columns; the
         // input was replicated, so its gradient is the sum (Megatron's "f" backward).
         if (mode_ == linear_parallel::column) tp_.allreduce_sum(detail::elements(dx));
@@ -100,8 +100,8 @@ public:
     }
     // Accumulates into the gradient buffer (same layout as the parameters). A row-parallel
     // bias's gradient is the column sum of the replicated dY: the same on every rank.
-    void backward_weight(std::span<scalar> grads, const matrix& x, const matrix& dy) const {
-        Backend::linear_backward_weight(x, dy, weight(grads), bias(grads));
+    void backward_weight(Backend& backend, std::span<scalar> grads, const matrix& x, const matrix& dy) const {
+        backend.linear_backward_weight(x, dy, weight(grads), bias(grads));
     }
 
 private:

@@ -63,23 +63,23 @@ public:
     // The vocabulary rows of wte this rank holds: its columns of the logits.
     [[nodiscard]] index_range vocab_rows() const { return rows_; }
 
-    [[nodiscard]] matrix forward(std::span<const scalar> params, matrix x, saved& s) const {
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, matrix x, saved& s) const {
         s.x = std::move(x);
-        s.normed = ln_f_.forward(params, s.x, s.mean, s.rstd);
-        return Backend::transposed_linear_forward(s.normed, wte(params), rows_.size(), width_);
+        s.normed = ln_f_.forward(backend, params, s.x, s.mean, s.rstd);
+        return backend.transposed_linear_forward(s.normed, wte(params), rows_.size(), width_);
     }
 
-    [[nodiscard]] matrix backward_input(std::span<const scalar> params, matrix dy, saved& s) const {
+    [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
-        s.d_normed = Backend::transposed_linear_backward_input(s.d_out, wte(params), rows_.size(), width_);
+        s.d_normed = backend.transposed_linear_backward_input(s.d_out, wte(params), rows_.size(), width_);
         // Each rank's part is through its own vocabulary columns; ln_f's output fed all of them.
         if (tp_.size > 1) tp_.allreduce_sum(detail::elements(s.d_normed));
-        return ln_f_.backward_input(params, s.x, s.mean, s.rstd, s.d_normed);
+        return ln_f_.backward_input(backend, params, s.x, s.mean, s.rstd, s.d_normed);
     }
 
-    void backward_weight(std::span<scalar> grads, const saved& s) const {
-        Backend::transposed_linear_backward_weight(s.normed, s.d_out, wte(grads));
-        ln_f_.backward_weight(grads, s.x, s.mean, s.rstd, s.d_normed);
+    void backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
+        backend.transposed_linear_backward_weight(s.normed, s.d_out, wte(grads));
+        ln_f_.backward_weight(backend, grads, s.x, s.mean, s.rstd, s.d_normed);
     }
 
 private:

@@ -1,11 +1,13 @@
-// One pipeline stage of the MLP model: the units [first, last) with their parameters
-// and gradients in flat buffers, forward, and backward split into an input half
-// (I, on the critical path) and a weight half (W, schedulable into bubbles).
+// One pipeline stage of the MLP model: the units [first, last) computing on a backend object
+// with their parameters and gradients in flat buffers (nn::flat_parameters, owned or
+// borrowed as gpt_stage explains), forward, and backward split into an input half (I, on
+// the critical path) and a weight half (W, schedulable into bubbles).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,7 +26,7 @@
 namespace weft::nn {
 
 template <compute_backend Backend>
-class mlp_stage : public flat_parameters<typename Backend::scalar> {
+class mlp_stage {
 public:
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
@@ -58,15 +60,21 @@ public:
         }
     };
 
-    mlp_stage(const mlp_config& config, unit_range units)
-        : config_(config), units_(units), units_list_(build_units(this->layer_registry(), config, units)) {
-        this->allocate();
-        for (const unit& layer : units_list_) {
-            if (layer.kind != unit_kind::input) layer.ln.initialize(parameters());
-            layer.fc1.initialize(parameters(), config.seed);
-            if (layer.kind == unit_kind::block) layer.fc2.initialize(parameters(), config.seed);
-        }
-    }
+    // Owns its tensors, drawn from config.seed. `backend` must outlive the stage.
+    mlp_stage(Backend& backend, const mlp_config& config, unit_range units)
+        : mlp_stage(backend, config, units, std::make_unique<flat_parameters<scalar>>(initial_tensors(config, units)),
+                    nullptr) {}
+
+    // Computes with `tensors`, which it does not own (they must outlive the stage); their
+    // registry must be this stage's layout. Nothing is drawn or overwritten.
+    mlp_stage(Backend& backend, const mlp_config& config, unit_range units, flat_parameters<scalar>& tensors)
+        : mlp_stage(backend, config, units, nullptr, &tensors) {}
+
+    mlp_stage(const mlp_stage&) = delete;
+    mlp_stage& operator=(const mlp_stage&) = delete;
+    mlp_stage(mlp_stage&&) noexcept = default;
+    mlp_stage& operator=(mlp_stage&&) noexcept = default;
+    ~mlp_stage() = default;
 
     // The registry (names, shapes, flat offsets) a stage over `units` has, without drawing
     // its weights; built by the constructor's own code.
@@ -76,6 +84,21 @@ public:
         return registry;
     }
 
+    // The tensors a stage over `units` starts training from: the layout, with weights
+    // drawn from config.seed and zero gradients.
+    [[nodiscard]] static flat_parameters<scalar> initial_tensors(const mlp_config& config, unit_range units) {
+        parameter_registry registry;
+        const std::vector<unit> layers = build_units(registry, config, units);
+        flat_parameters<scalar> tensors(std::move(registry));
+        for (const unit& layer : layers) {
+            if (layer.kind != unit_kind::input) layer.ln.initialize(tensors.parameters());
+            layer.fc1.initialize(tensors.parameters(), config.seed);
+            if (layer.kind == unit_kind::block) layer.fc2.initialize(tensors.parameters(), config.seed);
+        }
+        return tensors;
+    }
+
+    [[nodiscard]] Backend& backend() const { return *backend_; }
     [[nodiscard]] const mlp_config& config() const { return config_; }
     [[nodiscard]] unit_range units() const { return units_; }
     [[nodiscard]] bool is_first() const { return units_.first == 0; }
@@ -87,11 +110,11 @@ public:
     // which must be empty (a fresh stash or one released by backward_weight).
     [[nodiscard]] matrix forward(const matrix& x, stash& s) const {
         require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
-        require(Backend::rows(x) >= 1, "forward: x.rows()", Backend::rows(x), "must be at least 1");
-        require(Backend::cols(x) == input_width(), "forward: x.cols()", Backend::cols(x),
+        require(backend_->rows(x) >= 1, "forward: x.rows()", backend_->rows(x), "must be at least 1");
+        require(backend_->cols(x) == input_width(), "forward: x.cols()", backend_->cols(x),
                 "must equal the stage input width " + std::to_string(input_width()));
         s.units.assign(units_list_.size(), {});
-        s.rows = Backend::rows(x);
+        s.rows = backend_->rows(x);
         const auto p = parameters();
         matrix y = x;
         for (std::size_t i = 0; i < units_list_.size(); ++i) {
@@ -100,17 +123,17 @@ public:
             saved.x = std::move(y);
             switch (layer.kind) {
                 case unit_kind::input:
-                    y = layer.fc1.forward(p, saved.x);
+                    y = layer.fc1.forward(*backend_, p, saved.x);
                     break;
                 case unit_kind::block:
-                    saved.normed = layer.ln.forward(p, saved.x, saved.mean, saved.rstd);
-                    saved.pre_act = layer.fc1.forward(p, saved.normed);
-                    saved.act = gelu<Backend>::forward(saved.pre_act);
-                    y = Backend::add(saved.x, layer.fc2.forward(p, saved.act));
+                    saved.normed = layer.ln.forward(*backend_, p, saved.x, saved.mean, saved.rstd);
+                    saved.pre_act = layer.fc1.forward(*backend_, p, saved.normed);
+                    saved.act = gelu<Backend>::forward(*backend_, saved.pre_act);
+                    y = backend_->add(saved.x, layer.fc2.forward(*backend_, p, saved.act));
                     break;
                 case unit_kind::head:
-                    saved.normed = layer.ln.forward(p, saved.x, saved.mean, saved.rstd);
-                    y = layer.fc1.forward(p, saved.normed);
+                    saved.normed = layer.ln.forward(*backend_, p, saved.x, saved.mean, saved.rstd);
+                    y = layer.fc1.forward(*backend_, p, saved.normed);
                     break;
             }
         }
@@ -126,8 +149,8 @@ public:
         require(s.state == stash::phase::forwarded, "backward_input: stash",
                 s.empty() ? "empty" : "already past backward_input",
                 "must hold this micro-batch's forward (call forward first)");
-        require(Backend::rows(dy) == s.rows && Backend::cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(Backend::rows(dy)) + "x" + std::to_string(Backend::cols(dy)),
+        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
                 "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
         const auto p = parameters();
         matrix d = std::move(dy);
@@ -140,17 +163,17 @@ public:
                     d = matrix();
                     break;
                 case unit_kind::block: {
-                    const matrix d_act = layer.fc2.backward_input(p, saved.d_out);
-                    saved.d_pre_act = gelu<Backend>::backward_input(saved.pre_act, d_act);
+                    const matrix d_act = layer.fc2.backward_input(*backend_, p, saved.d_out);
+                    saved.d_pre_act = gelu<Backend>::backward_input(*backend_, saved.pre_act, d_act);
                     saved.pre_act = matrix();  // backward_weight needs act, not pre_act
-                    saved.d_normed = layer.fc1.backward_input(p, saved.d_pre_act);
-                    d = Backend::add(saved.d_out, layer.ln.backward_input(p, saved.x, saved.mean,
+                    saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_pre_act);
+                    d = backend_->add(saved.d_out, layer.ln.backward_input(*backend_, p, saved.x, saved.mean,
                                                                           saved.rstd, saved.d_normed));
                     break;
                 }
                 case unit_kind::head:
-                    saved.d_normed = layer.fc1.backward_input(p, saved.d_out);
-                    d = layer.ln.backward_input(p, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_out);
+                    d = layer.ln.backward_input(*backend_, p, saved.x, saved.mean, saved.rstd, saved.d_normed);
                     break;
             }
         }
@@ -170,16 +193,16 @@ public:
             const auto& saved = s.units[i];
             switch (layer.kind) {
                 case unit_kind::input:
-                    layer.fc1.backward_weight(g, saved.x, saved.d_out);
+                    layer.fc1.backward_weight(*backend_, g, saved.x, saved.d_out);
                     break;
                 case unit_kind::block:
-                    layer.fc2.backward_weight(g, saved.act, saved.d_out);
-                    layer.fc1.backward_weight(g, saved.normed, saved.d_pre_act);
-                    layer.ln.backward_weight(g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    layer.fc2.backward_weight(*backend_, g, saved.act, saved.d_out);
+                    layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_pre_act);
+                    layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
                     break;
                 case unit_kind::head:
-                    layer.fc1.backward_weight(g, saved.normed, saved.d_out);
-                    layer.ln.backward_weight(g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                    layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_out);
+                    layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
                     break;
             }
         }
@@ -193,11 +216,15 @@ public:
         return dx;
     }
 
-    // parameters(), gradients(), zero_gradients() and registry() come from flat_parameters;
-    // named here so member functions can call them unqualified (the base is dependent).
-    using flat_parameters<scalar>::parameters;
-    using flat_parameters<scalar>::gradients;
-    using flat_parameters<scalar>::registry;
+    // The tensors the stage computes with (owned or borrowed).
+    [[nodiscard]] flat_parameters<scalar>& tensors() { return *tensors_; }
+    [[nodiscard]] const flat_parameters<scalar>& tensors() const { return *tensors_; }
+    [[nodiscard]] std::span<scalar> parameters() { return tensors_->parameters(); }
+    [[nodiscard]] std::span<const scalar> parameters() const { return tensors_->parameters(); }
+    [[nodiscard]] std::span<scalar> gradients() { return tensors_->gradients(); }
+    [[nodiscard]] std::span<const scalar> gradients() const { return tensors_->gradients(); }
+    void zero_gradients() { tensors_->zero_gradients(); }
+    [[nodiscard]] const parameter_registry& registry() const { return tensors_->registry(); }
 
 private:
     enum class unit_kind { input, block, head };
@@ -239,8 +266,25 @@ private:
         return out;
     }
 
+    mlp_stage(Backend& backend, const mlp_config& config, unit_range units,
+              std::unique_ptr<flat_parameters<scalar>> owned, flat_parameters<scalar>* borrowed)
+        : backend_(&backend),
+          config_(config),
+          units_(units),
+          owned_(std::move(owned)),
+          tensors_(owned_ ? owned_.get() : borrowed) {
+        parameter_registry registry;
+        units_list_ = build_units(registry, config, units);
+        require(registry == tensors_->registry(), "mlp_stage tensors", "a different layout",
+                "must have this stage's registry (units [" + std::to_string(units.first) + ", " +
+                    std::to_string(units.last) + ")): build them with mlp_stage::initial_tensors or ::layout");
+    }
+
+    Backend* backend_;
     mlp_config config_;
     unit_range units_;
+    std::unique_ptr<flat_parameters<scalar>> owned_;  // null when the tensors are borrowed
+    flat_parameters<scalar>* tensors_;
     std::vector<unit> units_list_;
 };
 

@@ -63,6 +63,8 @@ struct parameter_info {
     std::size_t size = 0;    // number of elements this rank holds (product of local_shape())
     tensor_split split{};    // which part of the global tensor this rank holds
 
+    friend bool operator==(const parameter_info&, const parameter_info&) = default;
+
     // Elements of the whole (global) tensor.
     [[nodiscard]] std::size_t global_size() const {
         std::size_t n = 1;
@@ -153,6 +155,11 @@ public:
     [[nodiscard]] std::size_t total_size() const { return total_size_; }
     [[nodiscard]] bool contains(std::string_view name) const {
         return index_.contains(std::string(name));
+    }
+
+    // Same tensors, shapes, splits and offsets, in the same order.
+    friend bool operator==(const parameter_registry& a, const parameter_registry& b) {
+        return a.entries_ == b.entries_;
     }
 
     [[nodiscard]] const parameter_info& find(std::string_view name) const {

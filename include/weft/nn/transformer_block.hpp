@@ -64,34 +64,34 @@ public:
     }
 
     // Takes x by value and keeps it: pass an rvalue to avoid a copy.
-    [[nodiscard]] matrix forward(std::span<const scalar> params, matrix x, saved& s) const {
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, matrix x, saved& s) const {
         s.x = std::move(x);
-        s.ln_1 = ln_1_.forward(params, s.x, s.mean_1, s.rstd_1);
-        s.x_mid = Backend::add(s.x, attn_.forward(params, s.ln_1, s.attn));
-        s.ln_2 = ln_2_.forward(params, s.x_mid, s.mean_2, s.rstd_2);
-        s.pre_act = c_fc_.forward(params, s.ln_2);
-        s.act = gelu<Backend>::forward(s.pre_act);
-        return Backend::add(s.x_mid, c_proj_.forward(params, s.act));
+        s.ln_1 = ln_1_.forward(backend, params, s.x, s.mean_1, s.rstd_1);
+        s.x_mid = backend.add(s.x, attn_.forward(backend, params, s.ln_1, s.attn));
+        s.ln_2 = ln_2_.forward(backend, params, s.x_mid, s.mean_2, s.rstd_2);
+        s.pre_act = c_fc_.forward(backend, params, s.ln_2);
+        s.act = gelu<Backend>::forward(backend, s.pre_act);
+        return backend.add(s.x_mid, c_proj_.forward(backend, params, s.act));
     }
 
-    [[nodiscard]] matrix backward_input(std::span<const scalar> params, matrix dy, saved& s) const {
+    [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
-        const matrix d_act = c_proj_.backward_input(params, s.d_out);
-        s.d_pre_act = gelu<Backend>::backward_input(s.pre_act, d_act);
+        const matrix d_act = c_proj_.backward_input(backend, params, s.d_out);
+        s.d_pre_act = gelu<Backend>::backward_input(backend, s.pre_act, d_act);
         s.pre_act = matrix();
-        s.d_ln_2 = c_fc_.backward_input(params, s.d_pre_act);
-        matrix d_mid = Backend::add(s.d_out, ln_2_.backward_input(params, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2));
+        s.d_ln_2 = c_fc_.backward_input(backend, params, s.d_pre_act);
+        matrix d_mid = backend.add(s.d_out, ln_2_.backward_input(backend, params, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2));
         // attention keeps d_mid (its output gradient); the residual path reads it back from there.
-        s.d_ln_1 = attn_.backward_input(params, std::move(d_mid), s.attn);
-        return Backend::add(s.attn.d_out, ln_1_.backward_input(params, s.x, s.mean_1, s.rstd_1, s.d_ln_1));
+        s.d_ln_1 = attn_.backward_input(backend, params, std::move(d_mid), s.attn);
+        return backend.add(s.attn.d_out, ln_1_.backward_input(backend, params, s.x, s.mean_1, s.rstd_1, s.d_ln_1));
     }
 
-    void backward_weight(std::span<scalar> grads, const saved& s) const {
-        c_proj_.backward_weight(grads, s.act, s.d_out);
-        c_fc_.backward_weight(grads, s.ln_2, s.d_pre_act);
-        ln_2_.backward_weight(grads, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2);
-        attn_.backward_weight(grads, s.ln_1, s.attn);
-        ln_1_.backward_weight(grads, s.x, s.mean_1, s.rstd_1, s.d_ln_1);
+    void backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
+        c_proj_.backward_weight(backend, grads, s.act, s.d_out);
+        c_fc_.backward_weight(backend, grads, s.ln_2, s.d_pre_act);
+        ln_2_.backward_weight(backend, grads, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2);
+        attn_.backward_weight(backend, grads, s.ln_1, s.attn);
+        ln_1_.backward_weight(backend, grads, s.x, s.mean_1, s.rstd_1, s.d_ln_1);
     }
 
 private:

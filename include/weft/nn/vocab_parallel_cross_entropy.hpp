@@ -27,15 +27,16 @@ namespace weft::nn {
 // logits), this rank's columns only. Every rank of the group must call it with the same
 // rows and labels (two collectives).
 template <compute_backend Backend>
-[[nodiscard]] cross_entropy_result<Backend> vocab_parallel_cross_entropy(const typename Backend::matrix& logits,
+[[nodiscard]] cross_entropy_result<Backend> vocab_parallel_cross_entropy(Backend& backend,
+                                                                         const typename Backend::matrix& logits,
                                                                          std::span<const std::int32_t> labels,
                                                                          index_range vocab_rows, int vocab_size,
                                                                          const tp_group<typename Backend::scalar>& tp,
                                                                          typename Backend::scalar scale = 1) {
     using scalar = typename Backend::scalar;
     require(std::isfinite(double(scale)), "vocab_parallel_cross_entropy: scale", scale, "must be finite");
-    const int rows = Backend::rows(logits);
-    const int cols = Backend::cols(logits);
+    const int rows = backend.rows(logits);
+    const int cols = backend.cols(logits);
     require(rows >= 1, "vocab_parallel_cross_entropy: logits.rows()", rows, "must be positive");
     require(labels.size() == std::size_t(rows), "vocab_parallel_cross_entropy: labels.size()", labels.size(),
             "must equal logits.rows() = " + std::to_string(rows));

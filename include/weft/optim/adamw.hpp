@@ -4,12 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "weft/core/error.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
+#include "weft/optim/optimizer_state.hpp"
 
 namespace weft::optim {
 
@@ -97,16 +100,22 @@ public:
     [[nodiscard]] std::span<const Scalar> exp_avg_sq() const { return v_; }
     [[nodiscard]] std::size_t state_elements() const { return m_.size() + v_.size(); }
 
-    // Puts back a saved state (from a checkpoint): the moments in the layout step()
-    // is called with, and the number of steps taken, which drives bias correction.
-    void restore(std::uint64_t step_count, std::vector<Scalar> exp_avg, std::vector<Scalar> exp_avg_sq) {
-        require(exp_avg_sq.size() == exp_avg.size(), "adamw restore: exp_avg_sq.size()", exp_avg_sq.size(),
-                "must equal exp_avg.size() = " + std::to_string(exp_avg.size()));
-        require(step_count == 0 || !exp_avg.empty(), "adamw restore: exp_avg.size()", exp_avg.size(),
-                "must be non-zero after " + std::to_string(step_count) + " steps");
-        m_ = std::move(exp_avg);
-        v_ = std::move(exp_avg_sq);
-        steps_ = step_count;
+    // The state as named tensors (PyTorch's names), in the layout step() is called with.
+    static constexpr std::array<std::string_view, 2> state_names{"exp_avg", "exp_avg_sq"};
+    [[nodiscard]] std::array<state_tensor_view<Scalar>, 2> state_views() const {
+        return {{{state_names[0], m_}, {state_names[1], v_}}};
+    }
+    [[nodiscard]] optimizer_state<Scalar> export_state() const { return copy_state<Scalar>(steps_, state_views()); }
+
+    // Puts back a saved state (a checkpoint, or a layout switch): both moments in the layout
+    // step() is called with (the next step checks their size), and the number of steps
+    // taken, which drives bias correction. At steps = 0 the first step starts them afresh.
+    void import_state(optimizer_state<Scalar> state) {
+        const std::uint64_t steps = state.steps;
+        auto [m, v] = detail::take_state_tensors("adamw", std::move(state), state_names);
+        m_ = std::move(m);
+        v_ = std::move(v);
+        steps_ = steps;
     }
 
 private:

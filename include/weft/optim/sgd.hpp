@@ -3,16 +3,19 @@
 // Weight decay applies to 2-D+ tensors only, as for AdamW.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/core/error.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
+#include "weft/optim/optimizer_state.hpp"
 
 namespace weft::optim {
 
@@ -76,6 +79,24 @@ public:
     [[nodiscard]] std::span<Scalar> momentum_buffer() { return momentum_buffer_; }
     [[nodiscard]] std::span<const Scalar> momentum_buffer() const { return momentum_buffer_; }
     [[nodiscard]] std::size_t state_elements() const { return momentum_buffer_.size(); }
+
+    // The state as named tensors (PyTorch's name), in the layout step() is called with.
+    static constexpr std::array<std::string_view, 1> state_names{"momentum_buffer"};
+    [[nodiscard]] std::array<state_tensor_view<Scalar>, 1> state_views() const {
+        return {{{state_names[0], momentum_buffer_}}};
+    }
+    [[nodiscard]] optimizer_state<Scalar> export_state() const { return copy_state<Scalar>(steps_, state_views()); }
+
+    // Puts back a saved state: the momentum buffer in the layout step() is called with (the
+    // next step checks its size; empty without momentum) and the number of steps taken.
+    void import_state(optimizer_state<Scalar> state) {
+        const std::uint64_t steps = state.steps;
+        auto [buffer] = detail::take_state_tensors("sgd", std::move(state), state_names);
+        require(options_.momentum > 0 || buffer.empty(), "sgd state: momentum_buffer size", buffer.size(),
+                "must be 0: this sgd has no momentum (momentum = 0)");
+        momentum_buffer_ = std::move(buffer);
+        steps_ = steps;
+    }
 
 private:
     sgd_options options_;

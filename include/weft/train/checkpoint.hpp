@@ -1,8 +1,9 @@
 // Checkpoints of a running engine: save() gathers every stage of the first data-parallel
-// replica (its ZeRO ranges first) to its first pipeline rank, which writes one safetensors file with the
-// model's global tensor names (a tied tensor once) and, for AdamW, a companion file
-// with the moments; load() lets every rank fill its own stages from such files, so a
-// checkpoint taken under one layout (pipeline, data-parallel, ZeRO stage) loads under any other.
+// replica (its ZeRO ranges and tensor-parallel slices first) to its first pipeline rank,
+// which writes one safetensors file with the model's global tensor names (a tied tensor
+// once) and a companion file with the optimizer's state tensors; load() lets every rank
+// fill its own stages from such files, so a checkpoint taken under one layout (pipeline,
+// data and tensor parallel, ZeRO stage) loads under any other.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/io/checkpoint.hpp"
 #include "weft/io/safetensors.hpp"
+#include "weft/optim/optimizer_state.hpp"
 
 namespace weft::train {
 
@@ -42,18 +44,42 @@ void receive_floats(Comm& comm, std::span<float> values, int source) {
     auto request = comm.irecv(std::as_writable_bytes(values), source, checkpoint_tag);
     request.wait();
 }
+// Counts cross as 64-bit integers: a float would lose steps past 2^24.
+template <class Comm>
+void send_count(Comm& comm, std::uint64_t count, int dest) {
+    auto request = comm.isend(std::as_bytes(std::span<const std::uint64_t>(&count, 1)), dest, checkpoint_tag);
+    request.wait();
+}
+template <class Comm>
+[[nodiscard]] std::uint64_t receive_count(Comm& comm, int source) {
+    std::uint64_t count = 0;
+    auto request = comm.irecv(std::as_writable_bytes(std::span<std::uint64_t>(&count, 1)), source, checkpoint_tag);
+    request.wait();
+    return count;
+}
+// A vector of any length (an optimizer state tensor may be empty): its length, then its values.
+template <class Comm>
+void send_vector(Comm& comm, const std::vector<float>& values, int dest) {
+    send_count(comm, values.size(), dest);
+    if (!values.empty()) send_floats(comm, std::span<const float>(values), dest);
+}
+template <class Comm>
+[[nodiscard]] std::vector<float> receive_vector(Comm& comm, int source) {
+    std::vector<float> values(static_cast<std::size_t>(receive_count(comm, source)));
+    if (!values.empty()) receive_floats(comm, std::span<float>(values), source);
+    return values;
+}
 
 }  // namespace detail
 
-// A stage's parameters and AdamW moments over its whole, unsplit layout: gathered from
+// A stage's parameters and optimizer state over its whole, unsplit layout: gathered from
 // the data-parallel group when ZeRO shards them, and assembled from the tensor-parallel
 // group's slices. Collective over both groups.
 struct full_stage_state {
     int index = 0;
     nn::parameter_registry registry;  // the stage's layout without tensor parallelism
     std::vector<float> parameters;
-    std::vector<float> exp_avg, exp_avg_sq;  // AdamW only; zeros before the first step
-    std::uint64_t steps = 0;
+    optim::optimizer_state<float> optimizer;  // each tensor whole, or empty (not kept yet)
 };
 
 namespace detail {
@@ -73,8 +99,10 @@ void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
     }
     const nn::parameter_registry whole =
         Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(full.index)]);
-    for (std::vector<float>* values : {&full.parameters, &full.exp_avg, &full.exp_avg_sq}) {
-        if (values->empty()) continue;  // SGD: no moments
+    std::vector<std::vector<float>*> buffers{&full.parameters};
+    for (auto& tensor : full.optimizer.tensors) buffers.push_back(&tensor.values);
+    for (std::vector<float>* values : buffers) {
+        if (values->empty()) continue;  // a state tensor not kept (yet)
         // Slices differ in length (uneven vocabulary pieces): all-gather them padded.
         std::vector<float> mine(longest, 0.0f);
         std::copy(values->begin(), values->end(), mine.begin());
@@ -103,26 +131,33 @@ template <class Engine>
     std::vector<full_stage_state> out;
     engine.with_full_parameters([&](int s, const auto& stage) {
         out.push_back({s, stage.registry(), std::vector<float>(stage.parameters().begin(), stage.parameters().end()),
-                       {}, {}, 0});
+                       {}});
     });
     for (auto& full : out) {
-        auto* opt = engine.stage_optimizer(full.index).adamw();
-        if (opt == nullptr) continue;
-        full.steps = opt->step_count();
+        const auto& optimizer = engine.stage_optimizer(full.index);
         const auto& sharding = engine.stage_sharding(full.index);
         const auto& range = sharding.shard();
-        for (auto [moment, target] :
-             {std::pair{opt->exp_avg(), &full.exp_avg}, std::pair{opt->exp_avg_sq(), &full.exp_avg_sq}}) {
+        full.optimizer.steps = optimizer.step_count();
+        for (const auto& view : optimizer.state_views()) {
+            std::vector<float> whole;
             if (sharding.zero_stage() == 0) {
-                target->assign(moment.begin(), moment.end());
+                whole.assign(view.values.begin(), view.values.end());
             } else {
-                // This rank's range, zero-padded to the common range length, then all of them.
-                std::vector<float> mine(range.size, 0.0f);
-                std::copy(moment.begin(), moment.end(), mine.begin());
-                target->assign(range.padded, 0.0f);
-                engine.data_group().allgather(std::span<const float>(mine), std::span<float>(*target));
+                // A tensor no rank holds (before the first step, or SGD's momentum without
+                // momentum) stays empty; a rank whose range is all padding holds an empty range
+                // of a kept tensor. The group agrees which case it is before gathering.
+                double held[1] = {static_cast<double>(view.values.size())};
+                engine.data_group().allreduce_sum(std::span<double>(held));
+                if (held[0] > 0) {
+                    // This rank's range, zero-padded to the common range length, then all of them.
+                    std::vector<float> mine(range.size, 0.0f);
+                    std::copy(view.values.begin(), view.values.end(), mine.begin());
+                    whole.assign(range.padded, 0.0f);
+                    engine.data_group().allgather(std::span<const float>(mine), std::span<float>(whole));
+                    whole.resize(range.total);
+                }
             }
-            target->resize(range.total, 0.0f);  // a fresh optimizer has no moments yet: zeros
+            full.optimizer.tensors.push_back({std::string(view.name), std::move(whole)});
         }
     }
     if (engine.config().tp() > 1)
@@ -130,9 +165,9 @@ template <class Engine>
     return out;
 }
 
-// Collective over the world. Writes `path` (and its optimizer companion when the engine
-// runs AdamW) from pipeline rank 0 of data-parallel replica 0; other replicas hold the
-// same values (ZeRO ranges are gathered first). Files are written atomically.
+// Collective over the world. Writes `path` and its optimizer companion from pipeline rank
+// 0 of data-parallel replica 0; other replicas hold the same values (ZeRO ranges are
+// gathered first). Files are written atomically.
 template <class Engine>
 void save(Engine& engine, const std::filesystem::path& path) {
     static_assert(std::is_same_v<typename Engine::scalar, float>, "checkpoints store F32 tensors");
@@ -142,94 +177,73 @@ void save(Engine& engine, const std::filesystem::path& path) {
     auto& pipeline = engine.pipeline_group();
     const auto& program = engine.program();
     const bool writer = pipeline.rank() == 0;
-    const bool adamw = engine.stage_optimizer(engine.local_stages().front()).adamw() != nullptr;
-    // Stages of other ranks, received on the writer only: their layout and full state.
-    std::vector<nn::parameter_registry> remote;
-    std::vector<full_stage_state> remote_state;
+    const auto& optimizer = engine.stage_optimizer(engine.local_stages().front());
+    // Stages of other ranks, received on the writer only: their full state.
+    std::vector<full_stage_state> remote;
     for (int s = 0; s < program.num_stages; ++s) {
         const int owner = program.stage_rank[static_cast<std::size_t>(s)];
         if (owner == pipeline.rank()) {
             if (writer) continue;
             const auto& full = *std::find_if(local.begin(), local.end(), [&](const auto& f) { return f.index == s; });
             detail::send_floats(pipeline, std::span<const float>(full.parameters), 0);
-            if (adamw) {
-                const float step[1] = {static_cast<float>(full.steps)};
-                detail::send_floats(pipeline, std::span<const float>(full.exp_avg), 0);
-                detail::send_floats(pipeline, std::span<const float>(full.exp_avg_sq), 0);
-                detail::send_floats(pipeline, std::span<const float>(step), 0);
-            }
+            detail::send_count(pipeline, full.optimizer.steps, 0);
+            for (const auto& tensor : full.optimizer.tensors) detail::send_vector(pipeline, tensor.values, 0);
         } else if (writer) {
-            remote.push_back(
-                Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]));
-            const std::size_t size = remote.back().total_size();
-            full_stage_state full{s, remote.back(), std::vector<float>(size), {}, {}, 0};
+            full_stage_state full{
+                s, Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]), {},
+                {}};
+            full.parameters.resize(full.registry.total_size());
             detail::receive_floats(pipeline, std::span<float>(full.parameters), owner);
-            if (adamw) {
-                full.exp_avg.resize(size);
-                full.exp_avg_sq.resize(size);
-                float step[1] = {0};
-                detail::receive_floats(pipeline, std::span<float>(full.exp_avg), owner);
-                detail::receive_floats(pipeline, std::span<float>(full.exp_avg_sq), owner);
-                detail::receive_floats(pipeline, std::span<float>(step), owner);
-                full.steps = static_cast<std::uint64_t>(step[0]);
-            }
-            remote_state.push_back(std::move(full));
+            full.optimizer.steps = detail::receive_count(pipeline, owner);
+            for (const auto name : optimizer.state_names())
+                full.optimizer.tensors.push_back({std::string(name), detail::receive_vector(pipeline, owner)});
+            remote.push_back(std::move(full));
         }
     }
     if (!writer) return;
     std::vector<io::stage_parameters> stages;
-    for (const auto& full : local) stages.push_back({full.registry, std::span<const float>(full.parameters)});
-    for (std::size_t i = 0; i < remote.size(); ++i)
-        stages.push_back({remote[i], std::span<const float>(remote_state[i].parameters)});
-    io::save_checkpoint(path, stages);
-    if (!adamw) return;
-    // Every stage's moments go into an optimizer restored from the full state.
-    std::vector<optim::adamw> restored;
-    restored.reserve(local.size() + remote.size());
-    for (auto* list : {&local, &remote_state})
-        for (auto& full : *list) {
-            restored.emplace_back(optim::adamw_options{});
-            restored.back().restore(full.steps, std::move(full.exp_avg), std::move(full.exp_avg_sq));
+    std::vector<std::vector<optim::state_tensor_view<float>>> views;
+    std::vector<io::stage_optimizer_state> optimizers;
+    views.reserve(local.size() + remote.size());
+    for (const auto* list : {&local, &remote})
+        for (const auto& full : *list) {
+            stages.push_back({full.registry, std::span<const float>(full.parameters)});
+            auto& tensors = views.emplace_back();
+            for (const auto& t : full.optimizer.tensors) tensors.push_back({t.name, t.values});
+            optimizers.push_back({full.registry, optimizer.name(), full.optimizer.steps, tensors});
         }
-    std::vector<io::stage_optimizer> optimizers;
-    for (std::size_t i = 0; i < local.size(); ++i)
-        optimizers.push_back({local[i].registry, restored[i]});
-    for (std::size_t i = 0; i < remote.size(); ++i) optimizers.push_back({remote[i], restored[local.size() + i]});
+    io::save_checkpoint(path, stages);
     io::save_optimizer_state(optimizer_companion(path), optimizers);
 }
 
 // Not collective: every rank fills its own stages (under ZeRO, its range of them) from
-// `path`, and their AdamW moments from the companion file when it exists (a missing
-// companion starts the moments fresh).
+// `path`, and their optimizer state from the companion file when it exists (a missing
+// companion starts the optimizer fresh). A companion of another optimizer is refused.
 template <class Engine>
 void load(Engine& engine, const std::filesystem::path& path) {
     const io::safetensors_file weights = io::read_safetensors(path);
     const auto companion_path = optimizer_companion(path);
     const bool has_optimizer = std::filesystem::exists(companion_path);
-    const io::safetensors_file moments = has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
+    const io::safetensors_file companion = has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
     for (const int s : engine.local_stages()) {
         engine.overwrite_parameters(
             s, [&](auto& stage) { io::load_checkpoint(weights, stage.registry(), stage.parameters()); });
         if (!has_optimizer) continue;
-        auto* opt = engine.stage_optimizer(s).adamw();
-        require(opt != nullptr, "optimizer state file", companion_path.string(),
-                "holds AdamW moments but this run uses SGD; remove the file or use --optimizer adamw");
-        const auto& registry = engine.stage(s).registry();
+        auto& optimizer = engine.stage_optimizer(s);
+        const auto names = optimizer.state_names();
+        optim::optimizer_state<float> state =
+            io::load_optimizer_state(companion, engine.stage(s).registry(), optimizer.name(), names);
         const auto& sharding = engine.stage_sharding(s);
-        if (sharding.zero_stage() == 0) {
-            io::load_optimizer_state(moments, registry, *opt);
-            continue;
+        if (sharding.zero_stage() != 0) {
+            // Under ZeRO the optimizer keeps its state for this rank's range only.
+            const auto& range = sharding.shard();
+            for (auto& tensor : state.tensors) {
+                if (tensor.values.empty()) continue;
+                const auto first = tensor.values.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
+                tensor.values = std::vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
+            }
         }
-        // Under ZeRO the optimizer keeps moments for this rank's range only.
-        optim::adamw full(opt->options());
-        io::load_optimizer_state(moments, registry, full);
-        const auto& range = sharding.shard();
-        auto slice = [&](std::span<const float> moment) {
-            if (moment.empty()) return std::vector<float>{};
-            const auto first = moment.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
-            return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
-        };
-        opt->restore(full.step_count(), slice(full.exp_avg()), slice(full.exp_avg_sq()));
+        optimizer.import_state(std::move(state));
     }
 }
 

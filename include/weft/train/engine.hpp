@@ -20,6 +20,7 @@
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/process_grid.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/core/parallel_config.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/partition.hpp"
@@ -34,14 +35,14 @@
 #include "weft/train/activation_stash.hpp"
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
-#include "weft/train/optimizer.hpp"
+#include "weft/optim/any_optimizer.hpp"
 #include "weft/train/step_log.hpp"
 
 namespace weft::train {
 
 struct engine_options {
     int batch_size = 32;         // global batch: rows (samples, or sequences) per step over all replicas
-    optimizer_options optimizer{};
+    optim::optimizer_options optimizer{};
     int recv_lookahead = 4;      // how many actions ahead RECVs are posted
     // Elements per data-parallel all-reduce bucket (shard::replicate).
     std::size_t bucket_elements = shard::default_bucket_elements;
@@ -84,6 +85,10 @@ class engine {
     static_assert(std::is_same_v<typename Backend::scalar, float> || std::is_same_v<typename Backend::scalar, double>,
                   "weft::engine: the backend's scalar must be float or double");
     static_assert(sizeof(models::require_pipeline_model<Model, Backend>) > 0);
+    static_assert(accessible_from<typename Comm::memory_space, typename Backend::memory_space>,
+                  "weft::engine: the communicator cannot reach the compute backend's memory (e.g. comm::nccl moves "
+                  "device memory, exec::cpu computes in host memory); pair a host communicator (comm::local, "
+                  "comm::mpi) with a host backend and comm::nccl with a device backend");
 
 public:
     using schedules = sched::any_of_t<Schedules>;
@@ -94,20 +99,21 @@ public:
     using stage_type = typename Model::template stage<Backend>;
     // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
     static constexpr bool tensor_parallel_model =
-        requires(const model_config& c, nn::unit_range u) { stage_type(c, u, nn::tp_group<scalar>{}); };
+        requires(Backend& b, const model_config& c, nn::unit_range u) { stage_type(b, c, u, nn::tp_group<scalar>{}); };
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
     // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
     engine(Comm& world, const parallel_config& config, const model_config& model,
-           const engine_options& options)
+           const engine_options& options, Backend backend = Backend{})
         : engine(world, config, model, options,
-                 generate_checked(config)) {}
+                 generate_checked(config), std::move(backend)) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
     engine(Comm& world, const parallel_config& config, const model_config& model,
-           const engine_options& options, const sched::program& compute_only)
-        : world_(&world),
+           const engine_options& options, const sched::program& compute_only, Backend backend = Backend{})
+        : backend_(std::make_unique<Backend>(std::move(backend))),
+          world_(&world),
           config_(config),
           model_(model),
           options_(options),
@@ -151,11 +157,11 @@ public:
         for (int s = 0; s < program_.num_stages; ++s)
             if (program_.stage_rank[s] == pipeline_rank()) {
                 auto& stage = stages_.emplace(s, local_stage{make_stage(units_[s]),
-                                                             make_optimizer<scalar>(options.optimizer), nullptr})
+                                                             optim::any_optimizer<scalar>(options.optimizer), nullptr})
                                   .first->second;
                 // The state points into the map node, which never moves.
                 stage.sharding = std::make_unique<shard::stage_state<scalar, Comm>>(
-                    stage.model, grid_->data(), config.zero_stage(), options.bucket_elements);
+                    stage.model.tensors(), grid_->data(), config.zero_stage(), options.bucket_elements);
             }
         tie_parameters();
     }
@@ -174,7 +180,7 @@ public:
         for (auto& [index, stage] : stages_) stage.sharding->finish_reduce();
         for (auto& [index, stage] : stages_) {
             stage.sharding->step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
-                stage.stepper->step(params, grads, stage.model.registry(), offset);
+                stage.optimizer.step(params, grads, stage.model.registry(), offset);
             });
         }
         // Every rank reports the same loss: last-stage ranks contribute their replica's mean
@@ -201,9 +207,11 @@ public:
         return out;
     }
     [[nodiscard]] const stage_type& stage(int index) const { return find_stage(index).model; }
+    // The compute backend object the stages run on.
+    [[nodiscard]] Backend& backend() { return *backend_; }
     // For loading checkpoints: the stage's parameters may be overwritten between steps.
     [[nodiscard]] stage_type& mutable_stage(int index) { return find_stage(index).model; }
-    [[nodiscard]] train::optimizer<scalar>& stage_optimizer(int index) { return *find_stage(index).stepper; }
+    [[nodiscard]] optim::any_optimizer<scalar>& stage_optimizer(int index) { return find_stage(index).optimizer; }
     // The model units each stage holds, by global stage index.
     [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
     [[nodiscard]] const model_config& model() const { return model_; }
@@ -223,7 +231,7 @@ public:
         memory_report report;
         for (const auto& [index, stage] : stages_) {
             auto now = stage.sharding->held_now();
-            now.optimizer_state = optimizer_state_bytes(*stage.stepper);
+            now.optimizer_state = optimizer_state_bytes(stage.optimizer);
             report.between_steps = report.between_steps + now;
             auto peak = stage.sharding->peak();
             peak.optimizer_state = now.optimizer_state;
@@ -327,9 +335,9 @@ private:
 
     stage_type make_stage(nn::unit_range units) {
         if constexpr (tensor_parallel_model)
-            return stage_type(model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
+            return stage_type(*backend_, model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
         else
-            return stage_type(model_, units);
+            return stage_type(*backend_, model_, units);
     }
 
     static sched::program generate_checked(const parallel_config& config) {
@@ -341,13 +349,13 @@ private:
 
     struct local_stage {
         stage_type model;
-        std::unique_ptr<train::optimizer<scalar>> stepper;  // this stage's optimizer and its state
+        optim::any_optimizer<scalar> optimizer;  // this stage's optimizer and its state
         // How the stage's state is spread over the data-parallel group (Sharding's ZeRO stage).
         std::unique_ptr<shard::stage_state<scalar, Comm>> sharding;
     };
 
-    static std::size_t optimizer_state_bytes(const train::optimizer<scalar>& stepper) {
-        return stepper.state_elements() * sizeof(scalar);
+    static std::size_t optimizer_state_bytes(const optim::any_optimizer<scalar>& optimizer) {
+        return optimizer.state_elements() * sizeof(scalar);
     }
     struct in_flight_recv {
         matrix buffer;
@@ -472,7 +480,8 @@ private:
         auto& stash = state.stash.insert(stage_index, mb, typename stage_type::stash{});
         matrix output =
             stage.is_first()
-                ? stage.forward(Model::template first_input<Backend>(*state.batch, first_row(mb), rows_per_microbatch_),
+                ? stage.forward(Model::template first_input<Backend>(*backend_, *state.batch, first_row(mb),
+                                                                  rows_per_microbatch_),
                                 stash)
                 : stage.forward(take(state.outputs, stage_index - 1, mb, "F needs the previous stage's output"), stash);
         if (stage.is_last()) {
@@ -558,6 +567,8 @@ private:
     }
     const local_stage& find_stage(int index) const { return const_cast<engine*>(this)->find_stage(index); }
 
+    // On the heap: stages hold a pointer to it, which must not change when the engine moves.
+    std::unique_ptr<Backend> backend_;
     Comm* world_;
     parallel_config config_;
     model_config model_;

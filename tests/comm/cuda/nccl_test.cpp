@@ -32,6 +32,8 @@ using weft::comm::nccl;
 using weft_test::expect;
 
 static_assert(weft::communicator<nccl>);
+// Device buffers: an engine pairing nccl with the host-memory exec::cpu does not compile.
+static_assert(std::is_same_v<nccl::memory_space, weft::device_space>);
 static_assert(!std::is_copy_constructible_v<nccl>);
 static_assert(!std::is_copy_constructible_v<nccl::request>);
 static_assert(std::is_nothrow_move_constructible_v<nccl::request>);

@@ -14,8 +14,8 @@ namespace weft_test {
 
 namespace {
 
-using cpu = weft::exec::cpu;
-using matrix = cpu::matrix;
+using matrix = weft::exec::cpu::matrix;
+const weft::exec::cpu cpu;
 
 matrix to_matrix(const vec& v, int rows, int cols) {
     return Eigen::Map<const matrix>(v.data(), rows, cols);
@@ -27,30 +27,30 @@ vec to_vec(const matrix& m) {
 }  // namespace
 
 vec linear_forward(const vec& x, const vec& w, const vec& b, int rows, int in, int out) {
-    return to_vec(cpu::linear_forward(to_matrix(x, rows, in), w, b, in, out));
+    return to_vec(cpu.linear_forward(to_matrix(x, rows, in), w, b, in, out));
 }
 
 vec linear_backward_input(const vec& dy, const vec& w, int rows, int in, int out) {
-    return to_vec(cpu::linear_backward_input(to_matrix(dy, rows, out), w, in, out));
+    return to_vec(cpu.linear_backward_input(to_matrix(dy, rows, out), w, in, out));
 }
 
 void linear_backward_weight(const vec& x, const vec& dy, int rows, int in, int out, vec& dw, vec& db) {
     dw.assign(std::size_t(in) * std::size_t(out), 0.0f);
     db.assign(std::size_t(out), 0.0f);
-    cpu::linear_backward_weight(to_matrix(x, rows, in), to_matrix(dy, rows, out), dw, db);
+    cpu.linear_backward_weight(to_matrix(x, rows, in), to_matrix(dy, rows, out), dw, db);
 }
 
 vec gelu_forward(const vec& x) {
-    return to_vec(cpu::gelu_forward(to_matrix(x, 1, int(x.size()))));
+    return to_vec(cpu.gelu_forward(to_matrix(x, 1, int(x.size()))));
 }
 
 vec gelu_backward(const vec& x, const vec& dy) {
-    return to_vec(cpu::gelu_backward(to_matrix(x, 1, int(x.size())), to_matrix(dy, 1, int(dy.size()))));
+    return to_vec(cpu.gelu_backward(to_matrix(x, 1, int(x.size())), to_matrix(dy, 1, int(dy.size()))));
 }
 
 vec layer_norm_forward(const vec& x, const vec& gamma, const vec& beta, int rows, int cols, vec& mean, vec& rstd) {
     matrix m, r;
-    const vec y = to_vec(cpu::layer_norm_forward(to_matrix(x, rows, cols), gamma, beta, 1e-5f, m, r));
+    const vec y = to_vec(cpu.layer_norm_forward(to_matrix(x, rows, cols), gamma, beta, 1e-5f, m, r));
     mean = to_vec(m);
     rstd = to_vec(r);
     return y;
@@ -58,7 +58,7 @@ vec layer_norm_forward(const vec& x, const vec& gamma, const vec& beta, int rows
 
 vec layer_norm_backward_input(const vec& x, const vec& mean, const vec& rstd, const vec& gamma, const vec& dy, int rows,
                               int cols) {
-    return to_vec(cpu::layer_norm_backward_input(to_matrix(x, rows, cols), to_matrix(mean, rows, 1),
+    return to_vec(cpu.layer_norm_backward_input(to_matrix(x, rows, cols), to_matrix(mean, rows, 1),
                                                  to_matrix(rstd, rows, 1), gamma, to_matrix(dy, rows, cols)));
 }
 
@@ -66,14 +66,14 @@ void layer_norm_backward_weight(const vec& x, const vec& mean, const vec& rstd, 
                                 vec& dgamma, vec& dbeta) {
     dgamma.assign(std::size_t(cols), 0.0f);
     dbeta.assign(std::size_t(cols), 0.0f);
-    cpu::layer_norm_backward_weight(to_matrix(x, rows, cols), to_matrix(mean, rows, 1), to_matrix(rstd, rows, 1),
+    cpu.layer_norm_backward_weight(to_matrix(x, rows, cols), to_matrix(mean, rows, 1), to_matrix(rstd, rows, 1),
                                     to_matrix(dy, rows, cols), dgamma, dbeta);
 }
 
 float cross_entropy(const vec& logits, const std::vector<std::int32_t>& labels, int rows, int classes, float scale,
                     vec& dlogits) {
     matrix d;
-    const float loss = cpu::cross_entropy(to_matrix(logits, rows, classes), labels, scale, d);
+    const float loss = cpu.cross_entropy(to_matrix(logits, rows, classes), labels, scale, d);
     dlogits = to_vec(d);
     return loss;
 }
@@ -165,12 +165,12 @@ vec attention_backward(const vec& qkv, const vec& dout, int batch, int seq, int 
 
 vec embedding_forward(const std::vector<std::int32_t>& tokens, const vec& wte, const vec& wpe, int vocab, int width,
                       int seq_len) {
-    return to_vec(cpu::embedding_forward(tokens, wte, wpe, vocab, width, seq_len));
+    return to_vec(cpu.embedding_forward(tokens, wte, wpe, vocab, width, seq_len));
 }
 
 void embedding_backward(const std::vector<std::int32_t>& tokens, const vec& dy, int vocab, int width, int seq_len,
                         vec& dwte, vec& dwpe) {
-    cpu::embedding_backward_weight(tokens, to_matrix(dy, int(tokens.size()), width), dwte, dwpe, vocab, seq_len);
+    cpu.embedding_backward_weight(tokens, to_matrix(dy, int(tokens.size()), width), dwte, dwpe, vocab, seq_len);
 }
 
 vec adamw(const vec& params, const std::vector<vec>& grads, int rows, int cols, double lr, double weight_decay) {

@@ -16,7 +16,8 @@ namespace weft_test {
 using backend = weft::exec::cpu;
 
 struct gpt_reference::impl {
-    explicit impl(const weft::nn::gpt_config& config) : stage(config, {0, config.num_units()}) {}
+    explicit impl(const weft::nn::gpt_config& config) : stage(cpu, config, {0, config.num_units()}) {}
+    backend cpu;  // before the stage, which computes on it
     weft::nn::gpt_stage<backend> stage;
     std::optional<weft::optim::adamw> optimizer;
 };
@@ -45,7 +46,7 @@ float gpt_reference::forward_backward(const std::vector<std::int32_t>& inputs, c
     weft::nn::gpt_stage<backend>::stash stash;
     const weft::nn::token_view tokens{inputs, sequences, stage.config().seq_len};
     const backend::matrix logits = stage.forward(tokens, stash);
-    const auto loss = weft::nn::cross_entropy<backend>(logits, targets, 1.0f);
+    const auto loss = weft::nn::cross_entropy(impl_->cpu, logits, targets, 1.0f);
     static_cast<void>(stage.backward(loss.dlogits, stash));  // the first stage's input gradient is empty
     return loss.loss;
 }
