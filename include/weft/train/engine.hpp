@@ -84,6 +84,7 @@ class engine {
     static_assert(std::is_same_v<typename Backend::scalar, float> || std::is_same_v<typename Backend::scalar, double>,
                   "weft::engine: the backend's scalar must be float or double");
     static_assert(sizeof(models::require_pipeline_model<Model, Backend>) > 0);
+    static_assert(sizeof(sched::require_schedule_set<Schedules>) > 0);
 
 public:
     using schedules = sched::any_of_t<Schedules>;
@@ -97,11 +98,12 @@ public:
         requires(const model_config& c, nn::unit_range u) { stage_type(c, u, nn::tp_group<scalar>{}); };
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
-    // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
+    // The schedule is config.schedule(), or the set's first when none is chosen (config()
+    // then reports that one), generated for (pp, microbatches, chunks).
     engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options)
-        : engine(world, config, model, options,
-                 generate_checked(config)) {}
+        : engine(world, with_schedule_chosen(config), model, options,
+                 generate_checked(with_schedule_chosen(config))) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
@@ -330,6 +332,14 @@ private:
             return stage_type(model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
         else
             return stage_type(model_, units);
+    }
+
+    // The config with its schedule filled in, checked again against that schedule's layout.
+    static parallel_config with_schedule_chosen(const parallel_config& config) {
+        if (config.schedule().chosen()) return config;
+        parallel_options options = config.options();
+        options.schedule = schedules::default_kind();
+        return parallel_config(options);
     }
 
     static sched::program generate_checked(const parallel_config& config) {
