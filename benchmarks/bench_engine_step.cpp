@@ -18,7 +18,7 @@ constexpr int timed_steps = 10;
 
 void bench_step(benchmark::State& state) {
     const int pp = static_cast<int>(state.range(0));
-    const auto schedule = state.range(1) == 0 ? weft::schedule_kind::gpipe : weft::schedule_kind::one_f_one_b;
+    const auto schedule = state.range(1) == 0 ? weft::sched::gpipe::kind : weft::sched::one_f_one_b::kind;
     const int microbatches = 8;
     const int batch = 256;
     const weft::nn::mlp_config model{.input_dim = 64, .hidden_dim = 256, .num_blocks = 6, .num_classes = 16};

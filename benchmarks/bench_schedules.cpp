@@ -13,7 +13,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/cost_model.hpp"
-#include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/schedule_params.hpp"
 #include "weft/sched/simulate.hpp"
 
@@ -173,16 +173,16 @@ struct variant {
     limit_rule limit;
 };
 constexpr std::array<variant, 10> section_a_variants{{
-    {"gpipe", schedule_kind::gpipe, 1, limit_rule::none},
-    {"1f1b", schedule_kind::one_f_one_b, 1, limit_rule::none},
-    {"interleaved v=2", schedule_kind::interleaved, 2, limit_rule::none},
-    {"looped-bfs v=2", schedule_kind::looped_bfs, 2, limit_rule::none},
-    {"zb-h1", schedule_kind::zb_h1, 1, limit_rule::none},
-    {"zb-h2", schedule_kind::zb_h2, 1, limit_rule::none},
-    {"zbv", schedule_kind::zbv, 2, limit_rule::none},
-    {"dualpipev", schedule_kind::dualpipev, 2, limit_rule::none},
-    {"zb-auto limit p", schedule_kind::zb_auto, 1, limit_rule::p},
-    {"zb-auto limit 2p-1", schedule_kind::zb_auto, 1, limit_rule::two_p_minus_1},
+    {"gpipe", ws::gpipe::kind, 1, limit_rule::none},
+    {"1f1b", ws::one_f_one_b::kind, 1, limit_rule::none},
+    {"interleaved v=2", ws::interleaved::kind, 2, limit_rule::none},
+    {"looped-bfs v=2", ws::looped_bfs::kind, 2, limit_rule::none},
+    {"zb-h1", ws::zb_h1::kind, 1, limit_rule::none},
+    {"zb-h2", ws::zb_h2::kind, 1, limit_rule::none},
+    {"zbv", ws::zbv::kind, 2, limit_rule::none},
+    {"dualpipev", ws::dualpipev::kind, 2, limit_rule::none},
+    {"zb-auto limit p", ws::zb_auto::kind, 1, limit_rule::p},
+    {"zb-auto limit 2p-1", ws::zb_auto::kind, 1, limit_rule::two_p_minus_1},
 }};
 
 struct section_a_result {
@@ -225,21 +225,19 @@ struct column {
     int paper;  // paper_column, or -1 for weft-only columns
 };
 constexpr std::array<column, 8> section_b_columns{{
-    {"1F1B", schedule_kind::one_f_one_b, 1, limit_rule::none, col_1f1b},
-    {"1F1B-I", schedule_kind::interleaved, 0, limit_rule::none, col_1f1b_i},
-    {"ZB-H1", schedule_kind::zb_h1, 1, limit_rule::none, col_zb_h1},
-    {"ZB-H2", schedule_kind::zb_h2, 1, limit_rule::none, col_zb_h2},
-    {"ZB-1p", schedule_kind::zb_auto, 1, limit_rule::p, col_zb_1p},
-    {"ZB-2p", schedule_kind::zb_auto, 1, limit_rule::two_p, col_zb_2p},
-    {"zbv", schedule_kind::zbv, 2, limit_rule::none, -1},
-    {"dualpipev", schedule_kind::dualpipev, 2, limit_rule::none, -1},
+    {"1F1B", ws::one_f_one_b::kind, 1, limit_rule::none, col_1f1b},
+    {"1F1B-I", ws::interleaved::kind, 0, limit_rule::none, col_1f1b_i},
+    {"ZB-H1", ws::zb_h1::kind, 1, limit_rule::none, col_zb_h1},
+    {"ZB-H2", ws::zb_h2::kind, 1, limit_rule::none, col_zb_h2},
+    {"ZB-1p", ws::zb_auto::kind, 1, limit_rule::p, col_zb_1p},
+    {"ZB-2p", ws::zb_auto::kind, 1, limit_rule::two_p, col_zb_2p},
+    {"zbv", ws::zbv::kind, 2, limit_rule::none, -1},
+    {"dualpipev", ws::dualpipev::kind, 2, limit_rule::none, -1},
 }};
 constexpr const char* weft_name_of(const column& c) {
-    switch (c.kind) {
-        case schedule_kind::interleaved: return "interleaved";
-        case schedule_kind::zb_auto: return c.limit == limit_rule::p ? "zb-auto limit p" : "zb-auto limit 2p";
-        default: return to_string(c.kind).data();
-    }
+    if (c.kind == ws::interleaved::kind) return "interleaved";
+    if (c.kind == ws::zb_auto::kind) return c.limit == limit_rule::p ? "zb-auto limit p" : "zb-auto limit 2p";
+    return to_string(c.kind).data();
 }
 
 struct section_b_row {

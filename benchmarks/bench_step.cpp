@@ -25,6 +25,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cpu_heap.hpp"
 #include "weft/nn/cross_entropy.hpp"
@@ -355,9 +356,9 @@ constexpr int parallel_batch = 8;
 constexpr int parallel_microbatches = 4;
 
 const weft::schedule_kind parallel_schedules[] = {
-    weft::schedule_kind::gpipe, weft::schedule_kind::one_f_one_b, weft::schedule_kind::interleaved,
-    weft::schedule_kind::zb_h1, weft::schedule_kind::zb_h2,       weft::schedule_kind::zbv,
-    weft::schedule_kind::dualpipev};
+    weft::sched::gpipe::kind, weft::sched::one_f_one_b::kind, weft::sched::interleaved::kind,
+    weft::sched::zb_h1::kind, weft::sched::zb_h2::kind,       weft::sched::zbv::kind,
+    weft::sched::dualpipev::kind};
 
 struct layout_timing {
     double ms = 0;    // median step, as the engine's step log measures it
@@ -368,7 +369,7 @@ layout_timing time_layout(weft::comm::mpi& comm, weft::schedule_kind kind, int p
                           const weft::nn::gpt_config& model, const weft::data::token_batch& batch, int warmup,
                           int steps, double* simulated_bubble) {
     const weft::parallel_config config({.pp = pp, .dp = dp, .microbatches = microbatches,
-                                        .chunks = weft::default_chunks(kind), .schedule = kind,
+                                        .chunks = kind.default_chunks(), .schedule = kind,
                                         .world_size = comm.size()});
     mpi_engine engine(comm, config, model,
                       {.batch_size = batch.rows, .optimizer = {.lr = 3e-4, .weight_decay = 0.1}});
@@ -476,7 +477,7 @@ int run_parallel(int& argc, char**& argv, int steps, bool json, const std::vecto
             try {
                 (void)weft::sched::all_schedules::generate(
                     kind, weft::sched::schedule_params{.ranks = 2, .microbatches = parallel_microbatches,
-                                                       .chunks = weft::default_chunks(kind)});
+                                                       .chunks = kind.default_chunks()});
             } catch (const weft::error& e) {
                 r.skipped = e.what();
                 rows.push_back(r);
@@ -534,7 +535,8 @@ int main(int argc, char** argv) {
                 std::string list = value();
                 for (std::size_t first = 0; first <= list.size();) {
                     const std::size_t comma = std::min(list.find(',', first), list.size());
-                    only.push_back(std::string(to_string(weft::parse_schedule_kind(list.substr(first, comma - first)))));
+                    const auto kind = weft::sched::parse_schedule_kind(list.substr(first, comma - first));
+                    only.push_back(std::string(to_string(kind)));
                     first = comma + 1;
                 }
             }

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     auto world = weft::comm::mpi::world();
 
     const weft::parallel_config layout({.pp = world.size(), .microbatches = 8,
-                                        .schedule = weft::schedule_kind::one_f_one_b,
+                                        .schedule = weft::sched::one_f_one_b::kind,
                                         .world_size = world.size()});
     const weft::nn::mlp_config model{.input_dim = 32, .hidden_dim = 64, .num_blocks = 6, .num_classes = 8};
 

@@ -67,10 +67,10 @@ void train(Comm& world, const run_options& o) {
     // any_zero: the ZeRO stage is a run-time choice (--zero), like the schedule.
     using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, Comm, weft::exec::cpu,
                                   weft::models::gpt>;
-    const auto schedule = weft::parse_schedule_kind(o.schedule);
+    const auto schedule = weft::sched::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .tp = o.tp, .zero_stage = o.zero,
                                         .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : weft::default_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : schedule.default_chunks(),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::gpt_config model = o.model();
     weft::require(!o.data.empty(), "--data", o.data,
@@ -133,7 +133,8 @@ void train(Comm& world, const run_options& o) {
 int main(int argc, char** argv) {
     CLI::App app{"Train GPT-2 on an llm.c token file with a pipeline schedule, over MPI (under mpirun) or threads."};
     run_options o;
-    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::schedule_name_list())->capture_default_str();
+    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::sched::schedule_name_list())
+        ->capture_default_str();
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
     app.add_option("--dp", o.dp, "data-parallel replicas")->capture_default_str();
     app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")->capture_default_str();

@@ -40,9 +40,9 @@ using schedules = weft::sched::all_schedules;
 
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
-    const auto schedule = weft::parse_schedule_kind(o.schedule);
+    const auto schedule = weft::sched::parse_schedule_kind(o.schedule);
     const weft::parallel_config config({.pp = o.pp, .dp = o.dp, .microbatches = o.microbatches,
-                                        .chunks = o.chunks != 0 ? o.chunks : weft::default_chunks(schedule),
+                                        .chunks = o.chunks != 0 ? o.chunks : schedule.default_chunks(),
                                         .schedule = schedule, .world_size = world.size()});
     const weft::nn::mlp_config model{.input_dim = o.input_dim, .hidden_dim = o.hidden, .num_blocks = o.blocks,
                                      .num_classes = o.classes, .seed = o.seed};
@@ -67,7 +67,8 @@ void train(Comm& world, const run_options& o) {
 int main(int argc, char** argv) {
     CLI::App app{"Train weft's MLP with a pipeline schedule, over MPI (under mpirun) or threads (--ranks N)."};
     run_options o;
-    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::schedule_name_list())->capture_default_str();
+    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::sched::schedule_name_list())
+        ->capture_default_str();
     app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
     app.add_option("--dp", o.dp, "data-parallel replicas (gradients averaged)")->capture_default_str();
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -25,7 +26,7 @@
 #include "weft/sched/render_json.hpp"
 #include "weft/sched/render_svg.hpp"
 #include "weft/sched/render_trace.hpp"
-#include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/schedule_params.hpp"
 #include "weft/sched/simulate.hpp"
 #include "weft/sched/validate.hpp"
@@ -38,7 +39,7 @@ struct cli_options {
     std::string schedule;
     int stages = 4;
     int microbatches = 8;
-    int chunks = 0;  // 0: the schedule's own (weft::default_chunks)
+    int chunks = 0;  // 0: the schedule's own (schedule_kind::default_chunks)
     double tf = 1;
     double tb = 1;
     double tw = 1;
@@ -74,16 +75,16 @@ struct chosen_program {
     }
     if (o.schedule.empty())
         throw weft::invalid_argument(
-            "--schedule", "", "give a schedule (one of: " + weft::schedule_name_list() + ") or --input FILE.csv");
+            "--schedule", "", "give a schedule (one of: " + ws::schedule_name_list() + ") or --input FILE.csv");
     weft::schedule_kind kind{};
     try {
-        kind = weft::parse_schedule_kind(o.schedule);
+        kind = ws::parse_schedule_kind(o.schedule);
     } catch (const weft::error&) {
-        throw weft::invalid_argument("--schedule", o.schedule, "expected one of: " + weft::schedule_name_list());
+        throw weft::invalid_argument("--schedule", o.schedule, "expected one of: " + ws::schedule_name_list());
     }
     const ws::schedule_params params{.ranks = o.stages,
                                      .microbatches = o.microbatches,
-                                     .chunks = o.chunks == 0 ? weft::default_chunks(kind) : o.chunks,
+                                     .chunks = o.chunks == 0 ? kind.default_chunks() : o.chunks,
                                      .costs = costs,
                                      .memory_limit = o.mem_limit};
     return {o.schedule, ws::generate(kind, params)};
@@ -131,6 +132,16 @@ struct chosen_program {
     return ws::render_ascii(p, sim);
 }
 
+// "interleaved 2, looped-bfs 2, zbv 2, dualpipev 2, others 1", from the schedules' own defaults.
+[[nodiscard]] std::string default_chunks_text() {
+    std::string text;
+    weft::for_each_type(ws::schedule_list{}, [&text]<class S>(std::type_identity<S>) {
+        if (const int chunks = S::kind.default_chunks(); chunks != 1)
+            text.append(S::name).append(" ").append(std::to_string(chunks)).append(", ");
+    });
+    return text + "others 1";
+}
+
 // CLI::PositiveNumber's message prints the whole double range; this one says what is valid.
 [[nodiscard]] CLI::Validator at_least(double minimum, bool inclusive) {
     const std::string expected =
@@ -150,14 +161,14 @@ struct chosen_program {
 int main(int argc, char** argv) {
     CLI::App app{"Generate a pipeline schedule (or read one from PyTorch-style CSV), then draw it or simulate it."};
     cli_options o;
-    auto* schedule = app.add_option("--schedule", o.schedule, "schedule: " + weft::schedule_name_list());
+    auto* schedule = app.add_option("--schedule", o.schedule, "schedule: " + ws::schedule_name_list());
     auto* stages =
         app.add_option("--stages", o.stages, "pipeline ranks p")->check(CLI::Range(1, 4096))->capture_default_str();
     auto* microbatches = app.add_option("--microbatches", o.microbatches, "micro-batches m")
                              ->check(CLI::Range(1, 1 << 20))
                              ->capture_default_str();
     auto* chunks =
-        app.add_option("--chunks", o.chunks, "model chunks per rank v (default: 2 for interleaved, looped-bfs, zbv and dualpipev, else 1)")
+        app.add_option("--chunks", o.chunks, "model chunks per rank v (default: " + default_chunks_text() + ")")
             ->check(CLI::Range(1, 64));
     app.add_option("--tf", o.tf, "forward cost T_F")->check(at_least(0, false))->capture_default_str();
     app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")->check(at_least(0, false))->capture_default_str();

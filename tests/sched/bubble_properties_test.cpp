@@ -8,11 +8,12 @@
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
-#include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/simulate.hpp"
 
 namespace ws = weft::sched;
@@ -45,16 +46,24 @@ std::vector<int> microbatch_counts(int /*p*/) {
 
 constexpr double tolerance = 1e-6;
 
+// Every listed schedule but zb-auto, which is run separately below with its memory limits.
+std::vector<schedule_kind> fixed_order_schedules() {
+    std::vector<schedule_kind> kinds;
+    weft::for_each_type(ws::schedule_list{}, [&kinds]<class S>(std::type_identity<S>) {
+        if (S::kind != ws::zb_auto::kind) kinds.push_back(S::kind);
+    });
+    return kinds;
+}
+
 }  // namespace
 
 TEST_CASE("bubble and peak of every schedule match their closed forms", "[sched][bubble]") {
     std::map<std::string, int> simulated;  // per schedule name: configurations checked
     for (int p = 1; p <= 16; ++p) {
         for (int m : microbatch_counts(p)) {
-            for (const auto& [kind, name] : weft::schedule_names) {
+            for (const schedule_kind kind : fixed_order_schedules()) {
+                const std::string name(kind.name());
                 for (int v = 1; v <= 4; ++v) {
-                    // zb-auto is run separately below with its memory limits.
-                    if (kind == schedule_kind::zb_auto) continue;
                     ws::program prog;
                     try {
                         prog = ws::generate(kind, ws::schedule_params{.ranks = p, .microbatches = m, .chunks = v});
@@ -62,49 +71,38 @@ TEST_CASE("bubble and peak of every schedule match their closed forms", "[sched]
                         continue;  // the schedule's preconditions exclude (p, m, v)
                     }
                     const measured got = measure(prog);
-                    ++simulated[std::string(name)];
+                    ++simulated[name];
                     INFO(name << " p=" << p << " m=" << m << " v=" << v << ": bubble "
                               << got.bubble << ", peak " << got.peak);
-                    switch (kind) {
-                        case schedule_kind::gpipe:
-                            CHECK(got.bubble == Approx(3.0 * (p - 1)).margin(tolerance));
-                            CHECK(got.peak == m);
-                            break;
-                        case schedule_kind::one_f_one_b:
-                            CHECK(got.bubble == Approx(3.0 * (p - 1)).margin(tolerance));
-                            CHECK(got.peak == p);
-                            break;
-                        case schedule_kind::interleaved:
-                            // The closed form assumes full groups of p micro-batches.
-                            if (m % p == 0)
-                                CHECK(got.bubble == Approx(3.0 * (p - 1) / v).margin(tolerance));
-                            break;
-                        case schedule_kind::zb_h1:  // needs m >= p
-                            CHECK(got.bubble == Approx(p - 1).margin(tolerance));
-                            CHECK(got.peak <= p + tolerance);
-                            break;
-                        case schedule_kind::zb_h2:  // needs m >= 2p - 1
-                            CHECK(got.bubble == Approx(0).margin(tolerance));
-                            CHECK(got.peak == Approx(2 * p - 1));
-                            break;
-                        case schedule_kind::zbv:
-                            // Zero once the V is filled: m >= 2p micro-batches.
-                            if (m >= 2 * p) CHECK(got.bubble == Approx(0).margin(tolerance));
-                            CHECK(got.peak <= p + tolerance);
-                            break;
-                        default:
-                            // looped-bfs, dualpipev: no closed form asked here; the
-                            // simulation ended and every rank computed all its work.
-                            break;
+                    if (kind == ws::gpipe::kind) {
+                        CHECK(got.bubble == Approx(3.0 * (p - 1)).margin(tolerance));
+                        CHECK(got.peak == m);
+                    } else if (kind == ws::one_f_one_b::kind) {
+                        CHECK(got.bubble == Approx(3.0 * (p - 1)).margin(tolerance));
+                        CHECK(got.peak == p);
+                    } else if (kind == ws::interleaved::kind) {
+                        // The closed form assumes full groups of p micro-batches.
+                        if (m % p == 0) CHECK(got.bubble == Approx(3.0 * (p - 1) / v).margin(tolerance));
+                    } else if (kind == ws::zb_h1::kind) {  // needs m >= p
+                        CHECK(got.bubble == Approx(p - 1).margin(tolerance));
+                        CHECK(got.peak <= p + tolerance);
+                    } else if (kind == ws::zb_h2::kind) {  // needs m >= 2p - 1
+                        CHECK(got.bubble == Approx(0).margin(tolerance));
+                        CHECK(got.peak == Approx(2 * p - 1));
+                    } else if (kind == ws::zbv::kind) {
+                        // Zero once the V is filled: m >= 2p micro-batches.
+                        if (m >= 2 * p) CHECK(got.bubble == Approx(0).margin(tolerance));
+                        CHECK(got.peak <= p + tolerance);
                     }
+                    // looped-bfs, dualpipev: no closed form asked here; the simulation ended
+                    // and every rank computed all its work.
                 }
             }
         }
     }
-    for (const auto& [kind, name] : weft::schedule_names) {
-        if (kind == schedule_kind::zb_auto) continue;
-        INFO(name);
-        CHECK(simulated[std::string(name)] > 0);
+    for (const schedule_kind kind : fixed_order_schedules()) {
+        INFO(kind);
+        CHECK(simulated[std::string(kind.name())] > 0);
     }
 }
 
@@ -114,7 +112,7 @@ TEST_CASE("zb-auto: bubble 0 under a limit of 2p-1, at most p-1 under a limit of
         for (int m = 1; m <= 64; ++m) {
             for (int limit : {2 * p - 1, p}) {
                 const measured got = measure(ws::generate(
-                    schedule_kind::zb_auto,
+                    ws::zb_auto::kind,
                     ws::schedule_params{.ranks = p, .microbatches = m, .memory_limit = limit}));
                 INFO("zb-auto p=" << p << " m=" << m << " limit=" << limit << ": bubble "
                                   << got.bubble << ", peak " << got.peak);

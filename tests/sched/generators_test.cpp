@@ -9,6 +9,7 @@
 #include "weft/sched/lower.hpp"
 #include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/validate.hpp"
 
 namespace ws = weft::sched;
@@ -20,7 +21,7 @@ static_assert(weft::schedule<ws::one_f_one_b>);
 static_assert(!weft::schedule<int>);
 static_assert(ws::valid(ws::one_f_one_b::generate(4, 8)));
 static_assert(ws::valid(ws::gpipe::generate(4, 8)));
-static_assert(ws::generate(weft::schedule_kind::one_f_one_b, 3, 5) ==
+static_assert(ws::generate(ws::one_f_one_b::kind, 3, 5) ==
               ws::one_f_one_b::generate(3, 5));
 
 namespace {
@@ -131,17 +132,17 @@ TEST_CASE("generated programs are valid before and after lowering", "[sched][gpi
 }
 
 TEST_CASE("generate(schedule_kind) dispatches to the policy", "[sched][schedule]") {
-    CHECK(ws::generate(weft::schedule_kind::gpipe, 4, 6) == ws::gpipe::generate(4, 6));
-    CHECK(ws::generate(weft::schedule_kind::one_f_one_b, 4, 6) == ws::one_f_one_b::generate(4, 6));
+    CHECK(ws::generate(ws::gpipe::kind, 4, 6) == ws::gpipe::generate(4, 6));
+    CHECK(ws::generate(ws::one_f_one_b::kind, 4, 6) == ws::one_f_one_b::generate(4, 6));
     CHECK(ws::gpipe::generate(4, 6) != ws::one_f_one_b::generate(4, 6));
     CHECK(ws::gpipe::name == "gpipe");
     CHECK(ws::one_f_one_b::name == "1f1b");
-    CHECK_THROWS_AS(ws::generate(static_cast<weft::schedule_kind>(42), 2, 2), weft::error);
+    CHECK_THROWS_AS(ws::generate(weft::schedule_kind{}, 2, 2), weft::error);
 }
 
 TEST_CASE("generators reject bad sizes, naming the parameter", "[sched][gpipe][1f1b]") {
     using Catch::Contains;
-    for (auto kind : {weft::schedule_kind::gpipe, weft::schedule_kind::one_f_one_b}) {
+    for (auto kind : {ws::gpipe::kind, ws::one_f_one_b::kind}) {
         CHECK_THROWS_WITH(ws::generate(kind, 0, 4), Contains("ranks = 0") && Contains(">= 1"));
         CHECK_THROWS_WITH(ws::generate(kind, -3, 4), Contains("ranks = -3"));
         CHECK_THROWS_WITH(ws::generate(kind, 2, 0), Contains("microbatches = 0") && Contains(">= 1"));

@@ -4,12 +4,13 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
-#include "weft/core/schedule_kind.hpp"
+#include "weft/core/type_list.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/program.hpp"
-#include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 
 namespace weft_test {
 
@@ -44,11 +45,11 @@ struct generated_schedule {
 // Every schedule at p = 4, m = 8 and its default chunk count.
 inline std::vector<generated_schedule> every_schedule() {
     std::vector<generated_schedule> out;
-    for (const auto& [kind, name] : weft::schedule_names) {
+    weft::for_each_type(weft::sched::schedule_list{}, [&out]<class S>(std::type_identity<S>) {
         const weft::sched::schedule_params params{
-            .ranks = 4, .microbatches = 8, .chunks = weft::default_chunks(kind)};
-        out.push_back({std::string(name), weft::sched::generate(kind, params)});
-    }
+            .ranks = 4, .microbatches = 8, .chunks = S::kind.default_chunks()};
+        out.push_back({std::string(S::name), S::generate(params)});
+    });
     return out;
 }
 

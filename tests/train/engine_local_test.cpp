@@ -15,7 +15,7 @@ TEST_CASE("every pipeline layout equals the single-process run bit for bit") {
     const int m = 4;
     const run_result reference = single_process_run(m);
     for (const int pp : {1, 2, 4}) {
-        for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+        for (const auto schedule : {weft::sched::gpipe::kind, weft::sched::one_f_one_b::kind}) {
             DYNAMIC_SECTION("pp " << pp << " " << weft::to_string(schedule)) {
                 const auto ranks = run_local(parallel_config({.pp = pp, .microbatches = m, .schedule = schedule,
                                                               .world_size = pp}));
@@ -33,7 +33,7 @@ TEST_CASE("every pipeline layout equals the single-process run bit for bit") {
 
 TEST_CASE("data parallel replicas train the same model as one process") {
     const run_result reference = single_process_run(4);
-    for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+    for (const auto schedule : {weft::sched::gpipe::kind, weft::sched::one_f_one_b::kind}) {
         const auto ranks = run_local(parallel_config({.pp = 2, .dp = 2, .microbatches = 2, .schedule = schedule,
                                                       .world_size = 4}));
         for (const auto& rank : ranks) require_same_training(rank, reference, 1e-5);
@@ -42,10 +42,10 @@ TEST_CASE("data parallel replicas train the same model as one process") {
 
 TEST_CASE("activations are freed as early as the schedule allows") {
     const int p = 4, m = 8;
-    const auto gpipe = run_local(parallel_config({.pp = p, .microbatches = m, .schedule = schedule_kind::gpipe,
+    const auto gpipe = run_local(parallel_config({.pp = p, .microbatches = m, .schedule = weft::sched::gpipe::kind,
                                                   .world_size = p}));
     const auto one_f_one_b = run_local(parallel_config({.pp = p, .microbatches = m,
-                                                        .schedule = schedule_kind::one_f_one_b, .world_size = p}));
+                                                        .schedule = weft::sched::one_f_one_b::kind, .world_size = p}));
     for (int r = 0; r < p; ++r) {
         INFO("pipeline rank " << r);
         CHECK(gpipe[r].peak_stashed == static_cast<std::size_t>(m));       // all forwards before any backward
@@ -61,8 +61,9 @@ TEST_CASE("bad configurations raise weft::error naming the problem, on every ran
             engine_t engine(world, parallel_config(options), test_model(), engine_options);
         });
     };
-    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 2, .world_size = 4}),
-                      Catch::Contains("microbatches = 2") && Catch::Contains("1f1b"));
+    CHECK_THROWS_WITH(
+        try_config(4, {.pp = 4, .microbatches = 2, .schedule = weft::sched::one_f_one_b::kind, .world_size = 4}),
+        Catch::Contains("microbatches = 2") && Catch::Contains("1f1b"));
     CHECK_THROWS_WITH(try_config(4, {.pp = 2, .microbatches = 2, .world_size = 4}),
                       Catch::Contains("pp*dp*tp = 2"));
     CHECK_THROWS_WITH(try_config(2, {.pp = 2, .dp = 2, .microbatches = 2, .world_size = 4}),
@@ -74,15 +75,15 @@ TEST_CASE("bad configurations raise weft::error naming the problem, on every ran
     CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .world_size = 4}, {.batch_size = -4}),
                       Catch::Contains("batch_size = -4"));
     // More stages (4 ranks x 4 chunks) than the model's 8 units.
-    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .chunks = 4, .schedule = schedule_kind::interleaved,
-                                     .world_size = 4}),
+    CHECK_THROWS_WITH(try_config(4, {.pp = 4, .microbatches = 4, .chunks = 4,
+                                     .schedule = weft::sched::interleaved::kind, .world_size = 4}),
                       Catch::Contains("stages = 16") && Catch::Contains("8 units"));
     // A schedule the engine was not compiled for.
     CHECK_THROWS_WITH(([] {
                           weft::comm::local::run(1, [](weft::comm::local& world) {
                               weft::train::engine<weft::sched::one_f_one_b, weft::shard::replicate,
                                                   weft::comm::local, weft::exec::cpu>
-                                  engine(world, parallel_config({.schedule = schedule_kind::gpipe}), test_model(),
+                                  engine(world, parallel_config({.schedule = weft::sched::gpipe::kind}), test_model(),
                                          test_options());
                           });
                       }()),
@@ -146,7 +147,7 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
 TEST_CASE("the engine holds its backend object and every stage computes on it") {
     weft::comm::local::run(2, [](weft::comm::local& world) {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
-            world, parallel_config({.pp = 2, .microbatches = 4, .chunks = 2, .schedule = schedule_kind::interleaved,
+            world, parallel_config({.pp = 2, .microbatches = 4, .chunks = 2, .schedule = weft::sched::interleaved::kind,
                                     .world_size = 2}),
             test_model(), test_options());
         REQUIRE(engine.local_stages().size() == 2);

@@ -16,7 +16,7 @@ TEST_CASE("pure pipelines over MPI equal the single-process run bit for bit") {
         if (world.size() % pp != 0) continue;
         // Groups of pp consecutive ranks each run their own pipeline.
         auto pipeline = world.split(world.rank() / pp, world.rank());
-        for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+        for (const auto schedule : {weft::sched::gpipe::kind, weft::sched::one_f_one_b::kind}) {
             INFO("pp " << pp << " " << weft::to_string(schedule));
             const auto result = train_steps(pipeline, parallel_config({.pp = pp, .microbatches = m,
                                                                        .schedule = schedule, .world_size = pp}));
@@ -34,7 +34,7 @@ TEST_CASE("pipeline x data parallel over the whole MPI world equals the single-p
         // dp replicas of m micro-batches see the same samples as one process with dp*m;
         // only the order of the gradient sums differs, hence 1e-5 instead of bit-exact.
         const run_result reference = single_process_run(dp * m);
-        for (const auto schedule : {schedule_kind::gpipe, schedule_kind::one_f_one_b}) {
+        for (const auto schedule : {weft::sched::gpipe::kind, weft::sched::one_f_one_b::kind}) {
             INFO("pp " << pp << " dp " << dp << " " << weft::to_string(schedule));
             const auto result = train_steps(world, parallel_config({.pp = pp, .dp = dp, .microbatches = m,
                                                                     .schedule = schedule, .world_size = world.size()}));
@@ -50,9 +50,10 @@ TEST_CASE("every schedule over MPI trains the same model as one process") {
         int chunks;
     };
     const layout layouts[] = {
-        {schedule_kind::interleaved, 4, 2}, {schedule_kind::looped_bfs, 4, 2}, {schedule_kind::zb_h1, 4, 1},
-        {schedule_kind::zb_h2, 8, 1},       {schedule_kind::zbv, 8, 2},        {schedule_kind::dualpipev, 8, 2},
-        {schedule_kind::zb_auto, 8, 1},
+        {weft::sched::interleaved::kind, 4, 2}, {weft::sched::looped_bfs::kind, 4, 2},
+        {weft::sched::zb_h1::kind, 4, 1},       {weft::sched::zb_h2::kind, 8, 1},
+        {weft::sched::zbv::kind, 8, 2},         {weft::sched::dualpipev::kind, 8, 2},
+        {weft::sched::zb_auto::kind, 8, 1},
     };
     auto world = weft::comm::mpi::world();
     std::map<int, run_result> references;

@@ -3,7 +3,11 @@
 // holds, and reports a measured bubble.
 #include "training_run.hpp"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "weft/sched/csv.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/simulate.hpp"
 
 using weft::parallel_config;
@@ -23,15 +27,15 @@ struct layout {
 std::vector<layout> every_schedule() {
     std::vector<layout> out;
     for (const int p : {2, 4}) {
-        out.push_back({schedule_kind::gpipe, p, 4, 1});
-        out.push_back({schedule_kind::one_f_one_b, p, 4, 1});
-        out.push_back({schedule_kind::interleaved, p, 4, 2});
-        out.push_back({schedule_kind::looped_bfs, p, 4, 2});
-        out.push_back({schedule_kind::zb_h1, p, 4, 1});
-        out.push_back({schedule_kind::zb_h2, p, 8, 1});
-        out.push_back({schedule_kind::zbv, p, 8, 2});
-        out.push_back({schedule_kind::dualpipev, p, 8, 2});
-        out.push_back({schedule_kind::zb_auto, p, 8, 1});
+        out.push_back({weft::sched::gpipe::kind, p, 4, 1});
+        out.push_back({weft::sched::one_f_one_b::kind, p, 4, 1});
+        out.push_back({weft::sched::interleaved::kind, p, 4, 2});
+        out.push_back({weft::sched::looped_bfs::kind, p, 4, 2});
+        out.push_back({weft::sched::zb_h1::kind, p, 4, 1});
+        out.push_back({weft::sched::zb_h2::kind, p, 8, 1});
+        out.push_back({weft::sched::zbv::kind, p, 8, 2});
+        out.push_back({weft::sched::dualpipev::kind, p, 8, 2});
+        out.push_back({weft::sched::zb_auto::kind, p, 8, 1});
     }
     return out;
 }
@@ -43,6 +47,15 @@ parallel_config config_of(const layout& l) {
 
 
 }  // namespace
+
+// Adding a schedule to the list without a layout above fails here.
+TEST_CASE("every listed schedule has a layout in these tests") {
+    const auto layouts = every_schedule();
+    weft::for_each_type(weft::sched::schedule_list{}, [&layouts]<class S>(std::type_identity<S>) {
+        INFO(S::name);
+        CHECK(std::any_of(layouts.begin(), layouts.end(), [](const layout& l) { return l.schedule == S::kind; }));
+    });
+}
 
 TEST_CASE("every schedule trains the same model as one process") {
     std::map<int, run_result> references;
@@ -78,14 +91,14 @@ TEST_CASE("the engine holds exactly the activations the simulator predicts") {
 }
 
 TEST_CASE("a program read from PyTorch's CSV runs and trains the same model") {
-    const auto generated = weft::sched::generate(schedule_kind::zb_h1,
+    const auto generated = weft::sched::generate(weft::sched::zb_h1::kind,
                                                  weft::sched::schedule_params{.ranks = 2, .microbatches = 4});
     const auto from_csv = weft::sched::from_csv(weft::sched::to_csv(generated));
     const run_result reference = single_process_run(4);
     std::vector<run_result> ranks(2);
     weft::comm::local::run(2, [&](weft::comm::local& world) {
         ranks[static_cast<std::size_t>(world.rank())] =
-            train_steps(world, parallel_config({.pp = 2, .microbatches = 4, .schedule = schedule_kind::zb_h1,
+            train_steps(world, parallel_config({.pp = 2, .microbatches = 4, .schedule = weft::sched::zb_h1::kind,
                                                 .world_size = 2}),
                         &from_csv);
     });
@@ -101,7 +114,7 @@ TEST_CASE("the step log reports the measured bubble") {
     std::vector<observed> ranks(2);
     weft::comm::local::run(2, [&](weft::comm::local& world) {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
-            world, parallel_config({.pp = 2, .microbatches = 4, .schedule = schedule_kind::gpipe, .world_size = 2}),
+            world, parallel_config({.pp = 2, .microbatches = 4, .schedule = weft::sched::gpipe::kind, .world_size = 2}),
             test_model(), test_options());
         const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         const auto stats = engine.step(data.batch(0, batch_size));
@@ -120,7 +133,7 @@ TEST_CASE("the step log reports the measured bubble") {
 }
 
 TEST_CASE("a supplied program must fit the layout") {
-    const auto program = weft::sched::generate(schedule_kind::one_f_one_b,
+    const auto program = weft::sched::generate(weft::sched::one_f_one_b::kind,
                                                weft::sched::schedule_params{.ranks = 2, .microbatches = 4});
     CHECK_THROWS_WITH(weft::comm::local::run(4, [&](weft::comm::local& world) {
                           weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local,
@@ -129,4 +142,33 @@ TEST_CASE("a supplied program must fit the layout") {
                                      test_model(), test_options(), program);
                       }),
                       Catch::Contains("program ranks = 2"));
+}
+
+TEST_CASE("a config without a schedule runs the first schedule of the engine's set") {
+    using zb_h1_first = weft::sched::any_of<weft::sched::zb_h1, weft::sched::gpipe>;
+    using engine_t = weft::train::engine<zb_h1_first, weft::shard::replicate, weft::comm::local, weft::exec::cpu>;
+    struct observed {
+        schedule_kind schedule;
+        bool same_program = false;
+    };
+    std::vector<observed> ranks(2);
+    weft::comm::local::run(2, [&](weft::comm::local& world) {
+        const engine_t unchosen(world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(),
+                                test_options());
+        const engine_t chosen(
+            world, parallel_config({.pp = 2, .microbatches = 4, .schedule = weft::sched::zb_h1::kind, .world_size = 2}),
+            test_model(), test_options());
+        ranks[static_cast<std::size_t>(world.rank())] = {unchosen.config().schedule(),
+                                                          unchosen.program() == chosen.program()};
+    });
+    for (const auto& rank : ranks) {
+        CHECK(rank.schedule == weft::sched::zb_h1::kind);  // config() reports what runs
+        CHECK(rank.same_program);
+    }
+    // The layout is checked against the schedule that runs: zb-h1 holds one stage per rank.
+    const auto two_chunks = [](weft::comm::local& world) {
+        const engine_t engine(world, parallel_config({.microbatches = 4, .chunks = 2}), test_model(), test_options());
+    };
+    CHECK_THROWS_WITH(weft::comm::local::run(1, two_chunks),
+                      Catch::EndsWith("chunks = 2 is invalid: schedule zb-h1 runs one stage per rank; valid: 1"));
 }

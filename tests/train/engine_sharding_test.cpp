@@ -69,11 +69,11 @@ struct run_result {
 
 struct layout {
     int pp = 1, dp = 1;
-    weft::schedule_kind schedule = weft::schedule_kind::one_f_one_b;
+    weft::schedule_kind schedule = weft::sched::one_f_one_b::kind;
     int tp = 1;
     [[nodiscard]] int world() const { return pp * dp * tp; }
     [[nodiscard]] weft::parallel_config config(int zero) const {
-        const int chunks = weft::default_chunks(schedule);
+        const int chunks = schedule.default_chunks();
         return weft::parallel_config({.pp = pp,
                                       .dp = dp,
                                       .tp = tp,
@@ -143,8 +143,8 @@ run_result train_zero(int zero, const layout& l, int first, int last, const std:
 
 TEST_CASE("ZeRO-1/2/3 train exactly what plain data parallelism trains", "[train][shard]") {
     const layout l =
-        GENERATE(layout{1, 4, weft::schedule_kind::one_f_one_b}, layout{2, 2, weft::schedule_kind::zb_h1},
-                 layout{2, 2, weft::schedule_kind::interleaved}, layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
+        GENERATE(layout{1, 4, weft::sched::one_f_one_b::kind}, layout{2, 2, weft::sched::zb_h1::kind},
+                 layout{2, 2, weft::sched::interleaved::kind}, layout{1, 2, weft::sched::one_f_one_b::kind, 2});
     INFO("pp " << l.pp << " dp " << l.dp << " tp " << l.tp << " " << weft::to_string(l.schedule));
     const run_result replicated = train_zero(0, l, 0, 3);
     CHECK(replicated.memory_mismatches.empty());
@@ -167,7 +167,7 @@ TEST_CASE("a checkpoint saved under one layout continues under any other", "[tra
     const auto path = dir.path / "zero.safetensors";
     // Uninterrupted: 3 steps at pp 2, dp 2, ZeRO-3 (and at pp 1, dp 2, tp 2: slices too).
     const layout saved =
-        GENERATE(layout{2, 2, weft::schedule_kind::one_f_one_b}, layout{1, 2, weft::schedule_kind::one_f_one_b, 2});
+        GENERATE(layout{2, 2, weft::sched::one_f_one_b::kind}, layout{1, 2, weft::sched::one_f_one_b::kind, 2});
     INFO("saved at pp " << saved.pp << " dp " << saved.dp << " tp " << saved.tp);
     const run_result straight = train_zero(3, saved, 0, 3);
     train_zero(3, saved, 0, 2, {}, path);
@@ -179,10 +179,10 @@ TEST_CASE("a checkpoint saved under one layout continues under any other", "[tra
         CHECK(resumed.tensors.at(name) == values);
     }
     // Other layouts: the same step within rounding (sums run in another order).
-    for (const auto& [other, zero] : {std::pair{layout{1, 4, weft::schedule_kind::one_f_one_b}, 2},
-                                      std::pair{layout{4, 1, weft::schedule_kind::zb_h1}, 0},
-                                      std::pair{layout{1, 1, weft::schedule_kind::one_f_one_b}, 3},
-                                      std::pair{layout{2, 1, weft::schedule_kind::interleaved, 2}, 1}}) {
+    for (const auto& [other, zero] : {std::pair{layout{1, 4, weft::sched::one_f_one_b::kind}, 2},
+                                      std::pair{layout{4, 1, weft::sched::zb_h1::kind}, 0},
+                                      std::pair{layout{1, 1, weft::sched::one_f_one_b::kind}, 3},
+                                      std::pair{layout{2, 1, weft::sched::interleaved::kind, 2}, 1}}) {
         INFO("resumed at pp " << other.pp << " dp " << other.dp << " tp " << other.tp << " zero " << zero);
         const run_result moved = train_zero(zero, other, 2, 3, path);
         CHECK(std::abs(moved.losses.front() - straight.losses.back()) <= 1e-5 * std::abs(straight.losses.back()));

@@ -105,7 +105,7 @@ const training& reference() {
 struct layout {
     int pp, dp, tp, zero;
     weft::schedule_kind schedule;
-    [[nodiscard]] int chunks() const { return schedule == weft::schedule_kind::interleaved ? 2 : 1; }
+    [[nodiscard]] int chunks() const { return schedule == weft::sched::interleaved::kind ? 2 : 1; }
     [[nodiscard]] std::string name() const {
         return "pp" + std::to_string(pp) + " dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " zero" +
                std::to_string(zero) + " " + std::string(weft::to_string(schedule));
@@ -121,7 +121,7 @@ std::vector<layout> layouts_of(int world) {
             const int tp = world / (pp * dp);
             for (int zero = 0; zero <= 3; ++zero)
                 for (const auto schedule :
-                     {weft::schedule_kind::one_f_one_b, weft::schedule_kind::zb_h1, weft::schedule_kind::interleaved}) {
+                     {weft::sched::one_f_one_b::kind, weft::sched::zb_h1::kind, weft::sched::interleaved::kind}) {
                     const layout l{pp, dp, tp, zero, schedule};
                     if (filter == nullptr || l.name().find(filter) != std::string::npos) out.push_back(l);
                 }

@@ -83,7 +83,7 @@ inline run_result single_process_run(int microbatches) {
     run_result result;
     weft::comm::local::run(1, [&](weft::comm::local& world) {
         result = train_steps(world, weft::parallel_config({.microbatches = microbatches,
-                                                           .schedule = weft::schedule_kind::gpipe}));
+                                                           .schedule = weft::sched::gpipe::kind}));
     });
     return result;
 }

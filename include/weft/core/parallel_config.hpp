@@ -20,7 +20,10 @@ struct parallel_options {
     int zero_stage = 0;    // 0 = plain data parallel, 1..3 = ZeRO stage
     int microbatches = 1;  // micro-batches per step
     int chunks = 1;        // model chunks (virtual stages) per pipeline rank
-    schedule_kind schedule = schedule_kind::one_f_one_b;
+    // None chosen (the default): an engine runs the first schedule of its compile-time set
+    // (engine<any_of<zb_h1, one_f_one_b>, ...> runs zb_h1) and reports it in config().
+    // Choose one with e.g. weft::sched::one_f_one_b::kind or sched::parse_schedule_kind("1f1b").
+    schedule_kind schedule{};
     int world_size = 1;    // ranks in the communicator the run uses
 };
 
@@ -56,33 +59,10 @@ private:
                 "must equal the world size " + std::to_string(o.world_size) + " (pp=" +
                     std::to_string(o.pp) + ", dp=" + std::to_string(o.dp) + ", tp=" +
                     std::to_string(o.tp) + ")");
-        // Chunks (model pieces per rank) are fixed by the schedule's stage placement; the
-        // generators check the rest (micro-batch counts each schedule needs).
-        const std::string schedule_text = "schedule " + std::string(to_string(o.schedule));
-        switch (o.schedule) {
-            case schedule_kind::gpipe:
-            case schedule_kind::one_f_one_b:
-            case schedule_kind::zb_h1:
-            case schedule_kind::zb_h2:
-            case schedule_kind::zb_auto:
-                require(o.chunks == 1, "chunks", o.chunks, schedule_text + " runs one stage per rank; valid: 1");
-                break;
-            case schedule_kind::zbv:
-            case schedule_kind::dualpipev:
-                require(o.chunks == 2, "chunks", o.chunks,
-                        schedule_text + " places two stages per rank in a V; valid: 2");
-                break;
-            case schedule_kind::interleaved:
-            case schedule_kind::looped_bfs:
-                break;  // any chunks >= 1, checked above
-            default:
-                throw invalid_argument("schedule", static_cast<int>(o.schedule),
-                                       "expected a weft::schedule_kind: " + schedule_name_list());
-        }
-        if (o.schedule == schedule_kind::one_f_one_b)
-            require(o.microbatches >= o.pp, "microbatches", o.microbatches,
-                    "schedule 1f1b needs at least as many micro-batches as pipeline stages (pp = " +
-                        std::to_string(o.pp) + ")");
+        // Chunks per rank are fixed by the schedule's stage placement, and 1F1B needs enough
+        // micro-batches to fill its warm-up; the schedule's description says which (the
+        // generators check the rest). With none chosen the engine checks its default, later.
+        if (o.schedule.chosen()) o.schedule.check_layout(o.pp, o.microbatches, o.chunks);
     }
 
     parallel_options options_;

@@ -1,64 +1,92 @@
-// The names of the pipeline schedules weft knows, as runtime values.
-// core/ holds the list (not sched/) so that parallel_config can validate a
-// schedule name without depending on the generators.
+// A runtime handle on a pipeline schedule: it points at the constexpr description each
+// schedule type in sched/ declares (its name and the layouts it can run). core/ only
+// knows the shape of a description, never the schedules, so parallel_config can check a
+// layout without depending on the generators; the list of schedules is sched/schedule_list.hpp.
 #pragma once
 
-#include <array>
+#include <ostream>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "weft/core/error.hpp"
 
 namespace weft {
 
-enum class schedule_kind { gpipe, one_f_one_b, interleaved, looped_bfs, zb_h1, zb_h2, zbv, dualpipev, zb_auto };
+// How many model chunks (stages) per pipeline rank a schedule can run; its stage placement
+// fixes this.
+struct chunk_rule {
+    int min = 1;
+    int max = 1;  // 0 = no upper bound
+    int default_count = 1;  // what the CLIs, examples and tests use when none is asked for
+    // Completes "schedule <name> ...", e.g. "runs one stage per rank": the reason a user reads
+    // when their chunk count is refused.
+    std::string_view why{};
 
-inline constexpr std::array<std::pair<schedule_kind, std::string_view>, 9> schedule_names{{
-    {schedule_kind::gpipe, "gpipe"},
-    {schedule_kind::one_f_one_b, "1f1b"},
-    {schedule_kind::interleaved, "interleaved"},
-    {schedule_kind::looped_bfs, "looped-bfs"},
-    {schedule_kind::zb_h1, "zb-h1"},
-    {schedule_kind::zb_h2, "zb-h2"},
-    {schedule_kind::zbv, "zbv"},
-    {schedule_kind::dualpipev, "dualpipev"},
-    {schedule_kind::zb_auto, "zb-auto"},
-}};
+    [[nodiscard]] constexpr bool allows(int chunks) const { return chunks >= min && (max == 0 || chunks <= max); }
 
-[[nodiscard]] constexpr std::string_view to_string(schedule_kind kind) {
-    for (const auto& [k, name] : schedule_names)
-        if (k == kind) return name;
-    return "unknown";
-}
-
-// Model chunks per rank a schedule runs with when none is asked for: 2 where it
-// interleaves chunks or folds the model into a V, 1 where it runs one stage per rank.
-// The one place the examples, the CLI and the tests take this default from.
-[[nodiscard]] constexpr int default_chunks(schedule_kind kind) {
-    switch (kind) {
-        case schedule_kind::interleaved:
-        case schedule_kind::looped_bfs:
-        case schedule_kind::zbv:
-        case schedule_kind::dualpipev: return 2;
-        default: return 1;
+    // The valid counts as the end of an error message: "1", "at least 1", "2 to 4".
+    [[nodiscard]] std::string valid_text() const {
+        if (max == min) return std::to_string(min);
+        if (max == 0) return "at least " + std::to_string(min);
+        return std::to_string(min) + " to " + std::to_string(max);
     }
-}
+};
 
-// Comma-separated list of valid names, for error messages and --help.
-[[nodiscard]] inline std::string schedule_name_list() {
-    std::string list;
-    for (const auto& [k, name] : schedule_names) {
-        if (!list.empty()) list += ", ";
-        list += name;
+class schedule_kind {
+public:
+    // What a schedule type declares about itself, as a static constexpr member named
+    // `description` next to its generator (see sched/one_f_one_b.hpp).
+    struct description {
+        std::string_view name;
+        chunk_rule chunks{.why = "runs one stage per rank"};  // unless the schedule says otherwise
+        // microbatches must be >= this times pp (1F1B: 1, its warm-up must fill the pipeline).
+        // Generators check their other needs themselves.
+        int min_microbatches_per_rank = 0;
+    };
+
+    // None chosen: an engine runs the first schedule of its compile-time set.
+    constexpr schedule_kind() = default;
+    // Points at `d`, which must outlive the kind: a schedule type's static description does.
+    constexpr explicit schedule_kind(const description& d) : description_(&d) {}
+
+    [[nodiscard]] constexpr bool chosen() const { return description_ != nullptr; }
+    [[nodiscard]] constexpr std::string_view name() const { return chosen() ? description_->name : "none"; }
+    [[nodiscard]] constexpr int default_chunks() const { return chosen() ? description_->chunks.default_count : 1; }
+
+    // Throws weft::error naming "chunks" or "microbatches" when this schedule cannot run pp
+    // ranks with that many micro-batches and chunks per rank. A kind not chosen accepts every
+    // layout: the schedule is not known yet.
+    constexpr void check_layout(int pp, int microbatches, int chunks) const {
+        if (!chosen()) return;
+        const description& d = *description_;
+        if (!d.chunks.allows(chunks))
+            throw invalid_argument("chunks", chunks,
+                                   "schedule " + std::string(d.name) + " " + std::string(d.chunks.why) +
+                                       "; valid: " + d.chunks.valid_text());
+        // Widened so that a huge pp cannot overflow into a pass.
+        if (microbatches < static_cast<long long>(d.min_microbatches_per_rank) * pp)
+            throw invalid_argument("microbatches", microbatches,
+                                   "schedule " + std::string(d.name) + " needs at least " +
+                                       (d.min_microbatches_per_rank == 1
+                                            ? std::string("as many micro-batches as pipeline stages")
+                                            : std::to_string(d.min_microbatches_per_rank) +
+                                                  " micro-batches per pipeline stage") +
+                                       " (pp = " + std::to_string(pp) + ")");
     }
-    return list;
-}
 
-[[nodiscard]] inline schedule_kind parse_schedule_kind(std::string_view name) {
-    for (const auto& [k, known] : schedule_names)
-        if (known == name) return k;
-    throw invalid_argument("schedule", name, "expected one of: " + schedule_name_list());
-}
+    // By name, not by address: the schedule list asserts names are unique, so a kind made
+    // from a copy of a description still equals the schedule's own.
+    [[nodiscard]] friend constexpr bool operator==(schedule_kind a, schedule_kind b) {
+        return a.chosen() == b.chosen() && a.name() == b.name();
+    }
+
+private:
+    const description* description_ = nullptr;
+};
+
+[[nodiscard]] constexpr std::string_view to_string(schedule_kind kind) { return kind.name(); }
+
+// For messages and test output: the schedule's name, or "none".
+inline std::ostream& operator<<(std::ostream& out, schedule_kind kind) { return out << kind.name(); }
 
 }  // namespace weft

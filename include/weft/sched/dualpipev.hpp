@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
@@ -21,13 +22,16 @@ namespace weft::sched {
 // span of (3m + p - 1)T, so the bubble rate is (p - 1) / (3m + p - 1), and every rank holds at
 // most 2p + 1 chunk micro-batches of activations (p + 1/2 of its whole share).
 struct dualpipev {
-    static constexpr std::string_view name = "dualpipev";
+    static constexpr schedule_kind::description description{
+        .name = "dualpipev", .chunks = detail::v_shaped_chunks};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         const int p = params.ranks;
         const int m = params.microbatches;
         detail::require_generator_arguments(p, m);
-        detail::require_v_chunks(params.chunks, name);
+        detail::require_chunks(params, description);
         // The steady phase of rank 0 runs m - 2p + 1 times; it must run at least once.
         if (m < 2 * p)
             throw invalid_argument(

@@ -4,18 +4,23 @@
 
 #include <string_view>
 
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
+#include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule_params.hpp"
 
 namespace weft::sched {
 
 struct gpipe {
-    static constexpr std::string_view name = "gpipe";
+    static constexpr schedule_kind::description description{
+        .name = "gpipe", .chunks = detail::one_stage_per_rank};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
-        detail::require_chunks(params, name, 1);
+        detail::require_chunks(params, description);
         return generate(params.ranks, params.microbatches);
     }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/one_f_one_b.hpp"
@@ -17,7 +18,10 @@
 namespace weft::sched {
 
 struct interleaved {
-    static constexpr std::string_view name = "interleaved";
+    static constexpr schedule_kind::description description{
+        .name = "interleaved", .chunks = detail::looped_chunks};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     // Megatron's microbatch_group_size_per_vp_stage picked for m micro-batches on p ranks:
     // p when p divides m (Megatron's default); otherwise the smallest g > p that Megatron
@@ -32,6 +36,7 @@ struct interleaved {
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
+        detail::require_chunks(params, description);
         return generate(params, default_group_size(params.ranks, params.microbatches));
     }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
@@ -14,13 +15,17 @@
 namespace weft::sched {
 
 struct looped_bfs {
-    static constexpr std::string_view name = "looped-bfs";
+    static constexpr schedule_kind::description description{
+        .name = "looped-bfs", .chunks = detail::looped_chunks};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     // Backwards run the chunks last to first and, as in PyTorch, the micro-batches last to
     // first: the last forward's activations are the freshest. All m micro-batches of every
     // chunk are live at the turn, so peak activations are m (whole-rank micro-batches).
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
+        detail::require_chunks(params, description);
         const int p = params.ranks;
         const int m = params.microbatches;
         const int v = params.chunks;

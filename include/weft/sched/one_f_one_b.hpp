@@ -5,18 +5,23 @@
 
 #include <string_view>
 
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
+#include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule_params.hpp"
 
 namespace weft::sched {
 
 struct one_f_one_b {
-    static constexpr std::string_view name = "1f1b";
+    static constexpr schedule_kind::description description{
+        .name = "1f1b", .chunks = detail::one_stage_per_rank, .min_microbatches_per_rank = 1};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
-        detail::require_chunks(params, name, 1);
+        detail::require_chunks(params, description);
         return generate(params.ranks, params.microbatches);
     }
 
@@ -24,7 +29,7 @@ struct one_f_one_b {
         detail::require_generator_arguments(ranks, microbatches);
         // With fewer micro-batches than stages the warm-up cannot fill the pipeline;
         // PyTorch rejects that case too.
-        if (microbatches < ranks)
+        if (microbatches < description.min_microbatches_per_rank * ranks)
             throw invalid_argument("microbatches", microbatches,
                                    "1F1B needs microbatches >= the number of pipeline stages (" +
                                        detail::int_text(ranks) + ")");

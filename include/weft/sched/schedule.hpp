@@ -1,64 +1,71 @@
-// The `schedule` policy concept and the runtime choice of a schedule by kind.
-// A schedule is a type with a `name` and a static, constexpr `generate(const schedule_params&)`
-// returning a compute-only program.
+// The `schedule` policy concept: a type that names itself (its `name`, and the `kind` made
+// from its constexpr `description`) and has a static, constexpr `generate(const schedule_params&)`
+// returning a compute-only program. The schedules weft ships are listed in schedule_list.hpp.
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <string_view>
 
-#include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
-#include "weft/sched/dualpipev.hpp"
-#include "weft/sched/gpipe.hpp"
-#include "weft/sched/interleaved.hpp"
-#include "weft/sched/looped_bfs.hpp"
-#include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule_params.hpp"
-#include "weft/sched/zb_auto.hpp"
-#include "weft/sched/zb_h1.hpp"
-#include "weft/sched/zb_h2.hpp"
-#include "weft/sched/zbv.hpp"
 
 namespace weft::sched {
 
+// Named, so that a runtime config (a schedule_kind, or a name on a command line) can pick it.
 template <class S>
-concept schedule = requires {
+concept named_schedule = requires {
     { S::name } -> std::convertible_to<std::string_view>;
+    { S::kind } -> std::convertible_to<schedule_kind>;
+};
+
+// Generates the compute-only program for a layout; lower() adds the communication.
+template <class S>
+concept program_generator = requires {
     { S::generate(schedule_params{}) } -> std::same_as<program>;
 };
 
-static_assert(schedule<gpipe>);
-static_assert(schedule<one_f_one_b>);
-static_assert(schedule<interleaved>);
-static_assert(schedule<looped_bfs>);
-static_assert(schedule<zb_h1>);
-static_assert(schedule<zb_h2>);
-static_assert(schedule<zbv>);
-static_assert(schedule<dualpipev>);
-static_assert(schedule<zb_auto>);
+template <class S>
+concept schedule = named_schedule<S> && program_generator<S>;
 
-[[nodiscard]] constexpr program generate(weft::schedule_kind kind, const schedule_params& params) {
-    using enum weft::schedule_kind;
-    switch (kind) {
-        case gpipe: return sched::gpipe::generate(params);
-        case one_f_one_b: return sched::one_f_one_b::generate(params);
-        case interleaved: return sched::interleaved::generate(params);
-        case looped_bfs: return sched::looped_bfs::generate(params);
-        case zb_h1: return sched::zb_h1::generate(params);
-        case zb_h2: return sched::zb_h2::generate(params);
-        case zbv: return sched::zbv::generate(params);
-        case dualpipev: return sched::dualpipev::generate(params);
-        case zb_auto: return sched::zb_auto::generate(params);
+// Instantiate (e.g. with sizeof) where a schedule is taken, so that a type which is not a
+// schedule yields this one message rather than a page of substitution failures.
+template <class S>
+struct require_schedule {
+    static_assert(schedule<S>,
+                  "weft: this type does not model weft::schedule (it needs static constexpr `name` "
+                  "(a std::string_view) and `kind` (a weft::schedule_kind, made from the type's constexpr "
+                  "`description`), and `static constexpr program generate(const schedule_params&)`); "
+                  "see weft/sched/schedule.hpp and weft/sched/gpipe.hpp");
+};
+
+namespace detail {
+
+// True when no two of the schedules share a name (kinds compare by name). Also true when
+// some are not schedules: require_schedule reports those, and alone.
+template <class... Schedules>
+[[nodiscard]] constexpr bool distinct_names() {
+    if constexpr ((schedule<Schedules> && ...)) {
+        const std::string_view names[] = {std::string_view(Schedules::name)..., {}};
+        for (std::size_t i = 0; i < sizeof...(Schedules); ++i)
+            for (std::size_t j = i + 1; j < sizeof...(Schedules); ++j)
+                if (names[i] == names[j]) return false;
     }
-    throw invalid_argument("kind", static_cast<int>(kind),
-                           "expected a weft::schedule_kind: " + schedule_name_list());
+    return true;
 }
 
-// One chunk per rank and default costs; schedules that need two chunks reject it.
-[[nodiscard]] constexpr program generate(weft::schedule_kind kind, int ranks, int microbatches) {
-    return generate(kind, schedule_params{.ranks = ranks, .microbatches = microbatches});
+// True when each schedule's `kind` carries its own `name`: a kind made from another
+// schedule's description would dispatch to the wrong generator. True for non-schedules as above.
+template <class... Schedules>
+[[nodiscard]] constexpr bool kinds_match_names() {
+    if constexpr ((schedule<Schedules> && ...))
+        return ((schedule_kind(Schedules::kind).name() == std::string_view(Schedules::name)) && ...);
+    else
+        return true;
 }
+
+}  // namespace detail
 
 }  // namespace weft::sched
 

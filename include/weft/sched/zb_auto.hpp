@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/cost_model.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
+#include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule_params.hpp"
 #include "weft/sched/simulate.hpp"
@@ -231,7 +233,10 @@ private:
 }  // namespace detail
 
 struct zb_auto {
-    static constexpr std::string_view name = "zb-auto";
+    static constexpr schedule_kind::description description{
+        .name = "zb-auto", .chunks = detail::one_stage_per_rank};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     // params.costs gives T_F, T_B, T_W (per rank) and T_comm; params.memory_limit caps the live
     // activations per rank in micro-batches (0 = p). Needs chunks == 1 and memory_limit >= 1
@@ -251,7 +256,7 @@ struct zb_auto {
     // row; the paper's lower ZB-2p bubbles need about 3p-4p live micro-batches counted so.
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
-        detail::require_chunks(params, name, 1);
+        detail::require_chunks(params, description);
         if (params.memory_limit < 0)
             throw invalid_argument("memory_limit", params.memory_limit,
                                    "must be >= 1 micro-batch, or 0 for the default (ranks)");

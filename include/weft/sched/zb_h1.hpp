@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
@@ -16,11 +17,14 @@
 namespace weft::sched {
 
 struct zb_h1 {
-    static constexpr std::string_view name = "zb-h1";
+    static constexpr schedule_kind::description description{
+        .name = "zb-h1", .chunks = detail::one_stage_per_rank};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
-        detail::require_chunks(params, name, 1);
+        detail::require_chunks(params, description);
         const int p = params.ranks;
         const int m = params.microbatches;
         if (m < p)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
@@ -17,7 +18,10 @@
 namespace weft::sched {
 
 struct zb_h2 {
-    static constexpr std::string_view name = "zb-h2";
+    static constexpr schedule_kind::description description{
+        .name = "zb-h2", .chunks = detail::one_stage_per_rank};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     // The order is the one every rank follows when all passes take one time unit: at each
     // step a rank runs the next I if its gradient has arrived, else the next F if its input
@@ -26,7 +30,7 @@ struct zb_h2 {
     // the W's that the last micro-batches' gradients leave room for piled up at the end.
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
-        detail::require_chunks(params, name, 1);
+        detail::require_chunks(params, description);
         const int p = params.ranks;
         const int m = params.microbatches;
         if (m < 2 * p - 1)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/detail/generator_arguments.hpp"
 #include "weft/sched/detail/placement.hpp"
 #include "weft/sched/program.hpp"
@@ -17,7 +18,10 @@
 namespace weft::sched {
 
 struct zbv {
-    static constexpr std::string_view name = "zbv";
+    static constexpr schedule_kind::description description{
+        .name = "zbv", .chunks = detail::v_shaped_chunks};
+    static constexpr schedule_kind kind{description};
+    static constexpr std::string_view name = description.name;
 
     // Rank r's order is PyTorch's: 2(p-r)-1 forwards of chunk 0; r pairs F(chunk 1), F(chunk 0);
     // p-r triples F I W of chunk 1; then steady F I W of chunk 0 and of chunk 1 alternating;
@@ -27,7 +31,7 @@ struct zbv {
         const int p = params.ranks;
         const int m = params.microbatches;
         detail::require_generator_arguments(p, m);
-        detail::require_v_chunks(params.chunks, name);
+        detail::require_chunks(params, description);
         // The order is built for at least 2p-1 micro-batches (what fills the V) and the
         // ones beyond m are dropped, so the loops run p * max(m, 2p-1) times in all.
         const int filled = std::max(m, 2 * p - 1);

@@ -89,6 +89,7 @@ class engine {
                   "weft::engine: the communicator cannot reach the compute backend's memory (e.g. comm::nccl moves "
                   "device memory, exec::cpu computes in host memory); pair a host communicator (comm::local, "
                   "comm::mpi) with a host backend and comm::nccl with a device backend");
+    static_assert(sizeof(sched::require_schedule_set<Schedules>) > 0);
 
 public:
     using schedules = sched::any_of_t<Schedules>;
@@ -102,11 +103,12 @@ public:
         requires(Backend& b, const model_config& c, nn::unit_range u) { stage_type(b, c, u, nn::tp_group<scalar>{}); };
 
     // Collective over `world`: every rank constructs its engine with the same arguments.
-    // The schedule is config.schedule(), generated for (pp, microbatches, chunks).
+    // The schedule is config.schedule(), or the set's first when none is chosen (config()
+    // then reports that one), generated for (pp, microbatches, chunks).
     engine(Comm& world, const parallel_config& config, const model_config& model,
            const engine_options& options, Backend backend = Backend{})
-        : engine(world, config, model, options,
-                 generate_checked(config), std::move(backend)) {}
+        : engine(world, with_schedule_chosen(config), model, options,
+                 generate_checked(with_schedule_chosen(config)), std::move(backend)) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
@@ -338,6 +340,14 @@ private:
             return stage_type(*backend_, model_, units, nn::make_tp_group<scalar>(grid_->tensor()));
         else
             return stage_type(*backend_, model_, units);
+    }
+
+    // The config with its schedule filled in, checked again against that schedule's layout.
+    static parallel_config with_schedule_chosen(const parallel_config& config) {
+        if (config.schedule().chosen()) return config;
+        parallel_options options = config.options();
+        options.schedule = schedules::default_kind();
+        return parallel_config(options);
     }
 
     static sched::program generate_checked(const parallel_config& config) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "weft/core/error.hpp"
+#include "weft/core/schedule_kind.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/schedule_params.hpp"
 
@@ -37,13 +38,17 @@ constexpr void require_generator_arguments(const schedule_params& params) {
                                    int_text(params.microbatches) + ")");
 }
 
-// For schedules whose stage placement fixes the chunks per rank (1, or 2 for the V shapes).
-constexpr void require_chunks(const schedule_params& params, std::string_view schedule, int chunks) {
-    if (params.chunks != chunks)
+// The chunks per rank the schedule's description allows (its stage placement fixes them),
+// worded for a generator's caller: "zbv needs exactly 2 chunks per rank: it places two
+// stages per rank in a V; valid: 2" (parallel_config says "schedule zbv places ...").
+constexpr void require_chunks(const schedule_params& params, const schedule_kind::description& schedule) {
+    const chunk_rule& rule = schedule.chunks;
+    if (!rule.allows(params.chunks))
         throw invalid_argument("chunks", params.chunks,
-                               "schedule " + std::string(schedule) + " runs " + int_text(chunks) +
-                                   (chunks == 1 ? " stage" : " stages") + " per rank; valid: " +
-                                   int_text(chunks));
+                               std::string(schedule.name) + " needs " +
+                                   (rule.max == rule.min ? "exactly " : "") + rule.valid_text() +
+                                   (rule.max == 1 ? " chunk" : " chunks") + " per rank: it " +
+                                   std::string(rule.why) + "; valid: " + rule.valid_text());
 }
 
 }  // namespace weft::sched::detail
