@@ -139,9 +139,9 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
     // Stage 0 holds the first 2 units: its rank holds input.* and blocks.0.* only.
     CHECK(ranks[0].parameters.contains("blocks.0.fc1.weight"));
     CHECK_FALSE(ranks[0].parameters.contains("blocks.1.fc1.weight"));
-    CHECK_THROWS_WITH(weft::train::partition_from_counts({2, 5}, 8, 2), Catch::Contains("partition total = 7"));
-    CHECK_THROWS_WITH(weft::train::partition_from_counts({8}, 8, 2), Catch::Contains("partition size = 1"));
-    CHECK_THROWS_WITH(weft::train::partition_from_counts({0, 8}, 8, 2), Catch::Contains("partition entry = 0"));
+    CHECK_THROWS_WITH(weft::nn::partition_from_counts({2, 5}, 8, 2), Catch::Contains("partition total = 7"));
+    CHECK_THROWS_WITH(weft::nn::partition_from_counts({8}, 8, 2), Catch::Contains("partition size = 1"));
+    CHECK_THROWS_WITH(weft::nn::partition_from_counts({0, 8}, 8, 2), Catch::Contains("partition entry = 0"));
 }
 
 TEST_CASE("the engine holds its backend object and every stage computes on it") {

@@ -15,6 +15,7 @@
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::models {
 
@@ -94,6 +95,19 @@ template <class M>
 concept tied_model = model_types<M> && requires(const typename M::config& config) {
     { M::tied_parameters(config) } -> std::convertible_to<std::vector<tied_parameter>>;
 };
+
+// Stages that split their tensors over a tensor-parallel group (GPT-2): their layout and
+// initial tensors on any tp rank, and a constructor taking the group. A model without them
+// runs with tp = 1 only.
+template <class M, class Backend>
+concept tensor_parallel_stages = partitioned_model<M, Backend> &&
+    std::constructible_from<typename M::template stage<Backend>, Backend&, const typename M::config&, nn::unit_range,
+                            nn::flat_parameters<typename Backend::scalar>&, nn::tp_group<typename Backend::scalar>> &&
+    requires(const typename M::config& config, nn::unit_range units, int rank) {
+        { M::template stage<Backend>::layout(config, units, rank, rank) } -> std::same_as<nn::parameter_registry>;
+        { M::template stage<Backend>::initial_tensors(config, units, rank, rank) }
+            -> std::same_as<nn::flat_parameters<typename Backend::scalar>>;
+    };
 
 template <class M, class Backend>
 concept pipeline_model = compute_backend<Backend> && model_types<M> && partitioned_model<M, Backend> &&

@@ -86,4 +86,22 @@ struct unit_range {
     return ranges;
 }
 
+// Stage unit ranges from a list of unit counts per stage (engine_options::partition);
+// weft::error unless there is one positive count per stage and they add up to the model's units.
+[[nodiscard]] inline std::vector<unit_range> partition_from_counts(const std::vector<int>& counts, int num_units,
+                                                                   int num_stages) {
+    require(static_cast<int>(counts.size()) == num_stages, "partition size", counts.size(),
+            "must list one unit count per stage (" + std::to_string(num_stages) + " stages)");
+    std::vector<unit_range> ranges;
+    int first = 0;
+    for (const int count : counts) {
+        require(count >= 1, "partition entry", count, "every stage needs at least one unit");
+        ranges.push_back({first, first + count});
+        first += count;
+    }
+    require(first == num_units, "partition total", first,
+            "the counts must add up to the model's " + std::to_string(num_units) + " units (layers + 2)");
+    return ranges;
+}
+
 }  // namespace weft::nn

@@ -109,6 +109,15 @@ template <class... S> struct as_schedule_set<any_of<S...>> { using type = any_of
 template <class T>
 using any_of_t = typename detail::as_schedule_set<T>::type;
 
+namespace detail {
+template <class T> inline constexpr bool is_schedule_set = schedule<T>;
+template <class... S> inline constexpr bool is_schedule_set<any_of<S...>> = (schedule<S> && ...) && sizeof...(S) >= 1;
+}  // namespace detail
+
+// What an engine takes as its Schedules parameter: a schedule, or an any_of<...> of schedules.
+template <class T>
+concept schedule_set = detail::is_schedule_set<T>;
+
 // What an engine takes as its Schedules parameter: a schedule type or an any_of<...> of them.
 // Instantiate it (sizeof) where the parameter is taken: a member that is not a schedule
 // yields require_schedule's one message (require_schedule<S> is one specialisation, so

@@ -1,13 +1,29 @@
-// ZeRO (Rajbhandari et al., SC'20) over the data-parallel group, as a sharding policy:
+// ZeRO (Rajbhandari et al., SC'20) over the data-parallel group, as a sharding policy whose
+// code is the stage_sharding specialization below:
 //   zero<1>: optimizer moments sharded; every rank keeps full parameters and gradients.
 //   zero<2>: gradients reduce-scattered too; the full gradient buffer lives only from the
 //            step's first backward to its REDUCE_GRAD.
 //   zero<3>: parameters sharded as well; the program's UNSHARD all-gathers a stage's
 //            parameters ahead of its first use and RESHARD frees them after its last.
-// The mechanics live in shard/stage_state.hpp; this is the policy the engine is named with.
+// The stage's flat buffers are padded to a multiple of the group and cut into equal ranges
+// (shard/flat_shard.hpp): gradients are reduce-scattered into this rank's range, the
+// optimizer steps that range only, and the parameters are all-gathered back (1, 2) or kept
+// as the range until the next UNSHARD (3).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/shard/detail/stage_sharding_base.hpp"
+#include "weft/shard/flat_shard.hpp"
+#include "weft/shard/sharding.hpp"
+#include "weft/shard/stage_tensors.hpp"
 
 namespace weft::shard {
 
@@ -16,6 +32,178 @@ struct zero {
     static_assert(Stage >= 1 && Stage <= 3, "weft::shard::zero<Stage>: valid ZeRO stages are 1, 2 and 3");
     static constexpr int zero_stage = Stage;
     static constexpr std::string_view name = Stage == 1 ? "zero<1>" : Stage == 2 ? "zero<2>" : "zero<3>";
+};
+
+template <int Stage, class Scalar, class Comm>
+class stage_sharding<zero<Stage>, Scalar, Comm> : public detail::stage_sharding_base<Scalar, Comm> {
+    using base = detail::stage_sharding_base<Scalar, Comm>;
+
+public:
+    // Collective-free: every rank of `data_group` builds its own with the same arguments.
+    // Whole tensors (a fresh stage) are brought into this stage's form: padded, and what this
+    // rank does not keep between steps dropped. Tensors already in it are checked to hold
+    // this rank's range of this group.
+    stage_sharding(stage_tensors<Scalar>& tensors, Comm& data_group, const sharding_options& options)
+        : base(tensors, data_group) {
+        require(options.zero_stage == Stage, "zero_stage", options.zero_stage,
+                std::string("sharding ") + std::string(zero<Stage>::name) + " is ZeRO stage " +
+                    std::to_string(Stage) + " (shard::any_zero takes the config's stage)");
+        this->require_form(Stage, zero<Stage>::name);
+        const flat_shard range =
+            shard_of(tensors.registry().total_size(), data_group.size(), data_group.rank());
+        if (tensors.zero_stage == Stage) {
+            require(tensors.range.offset == range.offset && tensors.range.size == range.size &&
+                        tensors.range.padded == range.padded,
+                    "stage tensors' ZeRO range", std::to_string(tensors.range.offset) + "+" +
+                                                     std::to_string(tensors.range.size),
+                    "must be this rank's range of a data-parallel group of " + std::to_string(data_group.size()) +
+                        " (" + std::to_string(range.offset) + "+" + std::to_string(range.size) + ")");
+            return;
+        }
+        tensors.range = range;
+        tensors.zero_stage = Stage;
+        auto& full = tensors.full;
+        full.pad_to_multiple_of(static_cast<std::size_t>(data_group.size()));
+        if constexpr (Stage >= 2) full.release_gradients();
+        if constexpr (Stage == 3) {
+            const auto all = full.padded_parameters();
+            tensors.parameter_range.assign(all.begin() + static_cast<std::ptrdiff_t>(range.offset),
+                                           all.begin() + static_cast<std::ptrdiff_t>(range.offset + range.size));
+            full.release_parameters();
+        }
+    }
+
+    [[nodiscard]] static constexpr int zero_stage() { return Stage; }
+
+    // Before the step's program: ZeRO-2/3 bring back a zeroed full gradient buffer for the
+    // backward passes to accumulate into.
+    void begin_step() {
+        if constexpr (Stage >= 2)
+            if (!this->tensors_->full.holds_gradients()) this->tensors_->full.allocate_gradients();
+        this->reduce_started_ = false;
+        this->note_peak();
+    }
+
+    // UNSHARD (ZeRO-3): starts all-gathering the full parameters; compute waits for them in
+    // finish_unshard. Stages 1 and 2 hold full parameters already.
+    void start_unshard() {
+        if constexpr (Stage == 3) {
+            auto& t = *this->tensors_;
+            if (t.full.holds_parameters()) return;
+            t.full.allocate_parameters();
+            pending_gather_ =
+                this->group_->iallgather(std::span<const Scalar>(t.parameter_range), t.full.padded_parameters());
+            gathering_ = true;
+            this->note_peak();
+        }
+    }
+
+    // Before any compute on the stage. A ZeRO-3 stage whose parameters were never unsharded
+    // means the program lacks an UNSHARD: an error, not a read of freed memory.
+    void finish_unshard() {
+        if (gathering_) {
+            pending_gather_.wait();
+            gathering_ = false;
+        }
+        if (!this->tensors_->full.holds_parameters())
+            throw error(
+                "ZeRO-3 stage used while its parameters are sharded: the program needs an UNSHARD of "
+                "the stage before its first compute action");
+    }
+
+    // RESHARD (ZeRO-3): frees the full parameters; this rank keeps its range.
+    void reshard() {
+        if constexpr (Stage == 3) {
+            finish_unshard();
+            this->tensors_->full.release_parameters();
+        }
+    }
+
+    // REDUCE_GRAD: reduce-scatters the whole padded gradient buffer into this rank's range in
+    // one call (buckets would interleave the ranks' ranges).
+    void start_reduce() {
+        require(!this->reduce_started_, "REDUCE_GRAD", "twice in one step",
+                "each stage reduces its gradients once per step");
+        this->reduce_started_ = true;
+        auto& full = this->tensors_->full;
+        require(full.holds_gradients(), "REDUCE_GRAD", "without gradients",
+                "the stage's full gradient buffer must exist (begin_step allocates it)");
+        // The averaged range lives from here to the optimizer step.
+        this->grad_range_.assign(this->tensors_->range.size, Scalar(0));
+        this->note_peak();
+        pending_reduce_ = this->group_->ireduce_scatter_sum(std::span<const Scalar>(full.padded_gradients()),
+                                                            std::span<Scalar>(this->grad_range_));
+        reducing_ = true;
+    }
+
+    // Waits for the reduction and averages it over the replicas (see replicate).
+    void finish_reduce() {
+        if (!this->reduce_started_) start_reduce();
+        if (reducing_) {
+            pending_reduce_.wait();
+            reducing_ = false;
+        }
+        const Scalar scale = Scalar{1} / static_cast<Scalar>(this->group_->size());
+        for (Scalar& g : this->grad_range_) g *= scale;
+        if constexpr (Stage >= 2) this->tensors_->full.release_gradients();
+    }
+
+    // The optimizer step: step_fn(params, grads, offset) updates this rank's range, covering
+    // elements [offset, offset + params.size()) of the stage's flat layout. ZeRO-1/2 then
+    // all-gather the updated parameters, so every rank holds all of them again.
+    template <class StepFn>
+    void step(StepFn&& step_fn) {
+        auto& t = *this->tensors_;
+        const std::size_t valid = t.range.valid();
+        const auto grads = std::span<const Scalar>(this->grad_range_).first(valid);
+        if constexpr (Stage == 3) {
+            step_fn(std::span<Scalar>(t.parameter_range).first(valid), grads, t.range.offset);
+        } else {
+            const auto all = t.full.padded_parameters();
+            step_fn(all.subspan(t.range.offset, valid), grads, t.range.offset);
+            // MPI forbids a send buffer inside the receive buffer; the range goes out of a copy.
+            std::vector<Scalar> mine(all.begin() + static_cast<std::ptrdiff_t>(t.range.offset),
+                                     all.begin() + static_cast<std::ptrdiff_t>(t.range.offset + t.range.size));
+            this->group_->allgather(std::span<const Scalar>(mine), all);
+            if constexpr (Stage == 1) t.full.zero_gradients();
+        }
+        std::vector<Scalar>().swap(this->grad_range_);
+    }
+
+    // Runs fn() with the full parameters present (checkpoints, weight inspection), gathering
+    // them first under ZeRO-3 and releasing them after. Collective over the group.
+    template <class Fn>
+    void with_full_parameters(Fn&& fn) {
+        const bool gather = Stage == 3 && !this->tensors_->full.holds_parameters();
+        if (gather) start_unshard();
+        finish_unshard();
+        fn();
+        if (gather) this->tensors_->full.release_parameters();
+    }
+
+    // Runs fn() to write every parameter of the stage (a loaded checkpoint) and keeps what
+    // this rank holds of them: under ZeRO-3 a full buffer exists only during the call, and
+    // this rank's range is copied out of it. Not collective.
+    template <class Fn>
+    void overwrite_parameters(Fn&& fn) {
+        auto& t = *this->tensors_;
+        const bool borrowed = Stage == 3 && !t.full.holds_parameters();
+        if (borrowed) t.full.allocate_parameters();
+        fn();
+        if constexpr (Stage == 3) {
+            const auto all = t.full.padded_parameters();
+            std::copy(all.begin() + static_cast<std::ptrdiff_t>(t.range.offset),
+                      all.begin() + static_cast<std::ptrdiff_t>(t.range.offset + t.range.size),
+                      t.parameter_range.begin());
+            if (borrowed) t.full.release_parameters();
+        }
+    }
+
+private:
+    typename Comm::request pending_gather_;
+    bool gathering_ = false;
+    typename Comm::request pending_reduce_;
+    bool reducing_ = false;
 };
 
 }  // namespace weft::shard

@@ -23,7 +23,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/shard/flat_shard.hpp"
-#include "weft/shard/stage_state.hpp"
+#include "weft/shard/stage_tensors.hpp"
 
 namespace weft::shard {
 

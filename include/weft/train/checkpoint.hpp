@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <span>
 #include <string>
@@ -19,8 +22,15 @@
 #include "weft/io/checkpoint.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/optim/optimizer_state.hpp"
+#include "weft/train/training_state.hpp"
 
 namespace weft::train {
+
+// Metadata keys of the weights file that carry the run's progress (train::training_progress),
+// so a loaded run continues at the saved step and data position.
+inline constexpr std::string_view progress_step_key = "weft.step";
+inline constexpr std::string_view progress_samples_key = "weft.samples";
+inline constexpr std::string_view progress_seed_key = "weft.rng_seed";
 
 // "run/model.safetensors" -> "run/model.optimizer.safetensors".
 [[nodiscard]] inline std::filesystem::path optimizer_companion(const std::filesystem::path& checkpoint) {
@@ -212,16 +222,51 @@ void save(Engine& engine, const std::filesystem::path& path) {
             for (const auto& t : full.optimizer.tensors) tensors.push_back({t.name, t.values});
             optimizers.push_back({full.registry, optimizer.name(), full.optimizer.steps, tensors});
         }
-    io::save_checkpoint(path, stages);
+    const auto& progress = engine.progress();
+    io::save_checkpoint(path, stages,
+                        {{std::string(progress_step_key), std::to_string(progress.step)},
+                         {std::string(progress_samples_key), std::to_string(progress.samples)},
+                         {std::string(progress_seed_key), std::to_string(progress.rng_seed)}});
     io::save_optimizer_state(optimizer_companion(path), optimizers);
 }
 
+namespace detail {
+
+// The progress a weights file records, or nothing for a file without it (weights from
+// elsewhere: training starts at step 0 on them).
+[[nodiscard]] inline std::optional<training_progress> saved_progress(const io::safetensors_file& file) {
+    const auto& metadata = file.metadata();
+    if (!metadata.contains(std::string(progress_step_key))) return std::nullopt;
+    auto number = [&](std::string_view key) {
+        const auto it = metadata.find(std::string(key));
+        require(it != metadata.end(), "metadata " + std::string(key) + " of \"" + file.path().string() + "\"",
+                "missing", "a checkpoint with weft.step records weft.samples and weft.rng_seed too");
+        std::uint64_t value = 0;
+        std::size_t used = 0;
+        try {
+            value = std::stoull(it->second, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        require(used != 0 && used == it->second.size() && it->second.front() != '-',
+                "metadata " + std::string(key) + " of \"" + file.path().string() + "\"", it->second,
+                "must be a non-negative integer");
+        return value;
+    };
+    return training_progress{number(progress_step_key), number(progress_samples_key), number(progress_seed_key)};
+}
+
+}  // namespace detail
+
 // Not collective: every rank fills its own stages (under ZeRO, its range of them) from
-// `path`, and their optimizer state from the companion file when it exists (a missing
-// companion starts the optimizer fresh). A companion of another optimizer is refused.
+// `path`, their optimizer state from the companion file when it exists (a missing companion
+// starts the optimizer fresh; one of another optimizer is refused), and the run's progress
+// (step, data position, RNG key) when the file records it, so training continues as if it
+// had not stopped.
 template <class Engine>
 void load(Engine& engine, const std::filesystem::path& path) {
     const io::safetensors_file weights = io::read_safetensors(path);
+    const std::optional<training_progress> progress = detail::saved_progress(weights);
     const auto companion_path = optimizer_companion(path);
     const bool has_optimizer = std::filesystem::exists(companion_path);
     const io::safetensors_file companion = has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
@@ -245,6 +290,7 @@ void load(Engine& engine, const std::filesystem::path& path) {
         }
         optimizer.import_state(std::move(state));
     }
+    if (progress) engine.set_progress(*progress);
 }
 
 }  // namespace weft::train

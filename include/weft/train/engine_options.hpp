@@ -1,0 +1,36 @@
+// What an engine is configured with besides its policies and layout (batch, optimizer,
+// message and sharding tuning, the stage partition), and what it reports of its memory.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "weft/optim/any_optimizer.hpp"
+#include "weft/shard/sharding.hpp"
+#include "weft/shard/stage_tensors.hpp"
+
+namespace weft::train {
+
+struct engine_options {
+    int batch_size = 32;  // global batch: rows (samples, or sequences) per step over all replicas
+    optim::optimizer_options optimizer{};
+    int recv_lookahead = 4;  // how many actions ahead RECVs are posted
+    // Elements per data-parallel all-reduce bucket (shard::replicate).
+    std::size_t bucket_elements = shard::default_bucket_elements;
+    // ZeRO-3: how many compute actions ahead of a stage's first use its UNSHARD starts.
+    int unshard_prefetch = 1;
+    // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = balanced by the
+    // model's cost per unit (Model::unit_costs, e.g. GPT's flops), or even in unit count.
+    std::vector<int> partition{};
+};
+
+// What a rank holds for its stages: the training state between steps, its peak during a
+// step (ZeRO-2/3 bring full buffers back for a while; optimizer state does not change
+// size), and the most bytes of stashed activations at once during the last step.
+struct memory_report {
+    shard::memory_figures between_steps;
+    shard::memory_figures peak;
+    std::size_t peak_activations = 0;
+};
+
+}  // namespace weft::train

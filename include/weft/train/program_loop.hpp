@@ -1,0 +1,282 @@
+// Runs one pipeline rank's row of a lowered program over its stage runners and the pipeline
+// communicator: RECVs are posted a few actions ahead so data arrives while the rank
+// computes, SENDs are non-blocking, F/B/I/W call the runners, and the stage-wide actions
+// (REDUCE_GRAD, UNSHARD, RESHARD) go to the caller, who owns the sharding. The loop holds
+// no training state: a step's messages live in it only while run() runs, and its activations
+// in the runners.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/core/error.hpp"
+#include "weft/sched/action.hpp"
+#include "weft/sched/program.hpp"
+#include "weft/train/stage_runner.hpp"
+
+namespace weft::train {
+
+// What the program loop asks of its caller for a stage: its stage-wide actions, and a hook
+// before every compute action on it (ZeRO-3 waits there for the stage's parameters).
+template <class A>
+concept stage_actions = requires(A& a, int stage) {
+    a.reduce_grad(stage);
+    a.unshard(stage);
+    a.reshard(stage);
+    a.before_compute(stage);
+};
+
+// What one run of a program did on this rank.
+struct program_report {
+    double loss_sum = 0;               // the last stage's mean loss (0 on other ranks)
+    double compute_seconds = 0;        // time in F, B, I, W
+    double program_seconds = 0;        // wall time of the whole row
+    std::size_t peak_stashed = 0;      // most micro-batches held at once, over all stages
+    std::size_t peak_activation_bytes = 0;
+};
+
+template <class Model, class Backend, communicator Comm>
+class program_loop {
+public:
+    using runner = stage_runner<Model, Backend>;
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+    using batch_type = typename Model::batch;
+    using model_config = typename Model::config;
+
+    // `lowered`: a checked program with communication actions; this rank is `pipeline_rank`
+    // of it. Micro-batches hold `rows_per_microbatch` batch rows each.
+    program_loop(sched::program lowered, int pipeline_rank, const model_config& model, int rows_per_microbatch,
+                 int recv_lookahead)
+        : program_(std::move(lowered)),
+          pipeline_rank_(pipeline_rank),
+          model_(model),
+          rows_per_microbatch_(rows_per_microbatch),
+          recv_lookahead_(recv_lookahead) {
+        require(program_.lowered, "program", "compute-only", "the loop runs a lowered program (sched::lower)");
+        require(pipeline_rank >= 0 && pipeline_rank < program_.num_ranks, "pipeline rank", pipeline_rank,
+                "must be a rank of the program, in [0, " + std::to_string(program_.num_ranks) + ")");
+        require(rows_per_microbatch >= 1, "rows per micro-batch", rows_per_microbatch, "must be at least 1");
+        require(recv_lookahead >= 0, "recv_lookahead", recv_lookahead, "must be >= 0");
+        const long long tag_space = 2LL * program_.num_stages * program_.num_microbatches;
+        require(tag_space <= comm::max_tag + 1LL, "stages*microbatches", tag_space / 2,
+                "message tags must fit in 0.." + std::to_string(comm::max_tag));
+    }
+
+    [[nodiscard]] const sched::program& program() const { return program_; }
+    [[nodiscard]] int pipeline_rank() const { return pipeline_rank_; }
+
+    // Runs this rank's row on `batch`. Micro-batch j takes batch rows [first_row + j * rows,
+    // ...), rows = rows_per_microbatch. `runners` holds this rank's stages by index; `actions`
+    // takes the stage-wide actions. Collective over `pipeline` (one rank per pipeline rank).
+    template <stage_actions Actions>
+    program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners, Comm& pipeline,
+                       Actions& actions) {
+        step_messages messages;
+        program_report report;
+        const auto start = std::chrono::steady_clock::now();
+        const auto& row = program_.ranks[static_cast<std::size_t>(pipeline_rank_)];
+        try {
+            std::size_t posted_until = 0;
+            for (std::size_t i = 0; i < row.size(); ++i) {
+                for (; posted_until < row.size() && posted_until <= i + static_cast<std::size_t>(recv_lookahead_);
+                     ++posted_until)
+                    post_recv(row[posted_until], runners, pipeline, messages);
+                execute(row[i], batch, first_row, runners, pipeline, actions, messages, report);
+            }
+            for (auto& send : messages.sends) send.request.wait();
+        } catch (...) {
+            for (auto& [index, r] : runners) r.clear();
+            throw;
+        }
+        report.program_seconds = seconds_since(start);
+        std::size_t left = 0;
+        for (const auto& [index, r] : runners) left += r.stashed();
+        if (left != 0)
+            throw error("the program left " + std::to_string(left) +
+                        " micro-batches stashed; every forward needs its backward in the same step");
+        return report;
+    }
+
+private:
+    enum class direction { forward = 0, backward = 1 };
+    struct in_flight {
+        matrix buffer;
+        typename Comm::request request;
+    };
+    // One step's messages: outputs waiting for their SEND or the next local stage, posted
+    // receives, and sends in flight.
+    struct step_messages {
+        std::map<std::pair<int, int>, matrix> outputs;      // F output by (stage, mb)
+        std::map<std::pair<int, int>, matrix> input_grads;  // B/I output by (stage, mb)
+        std::map<std::pair<int, int>, matrix> loss_grads;   // d loss / d logits of the last stage
+        std::map<std::tuple<int, int, int>, in_flight> recvs;  // (direction, stage, mb)
+        std::vector<in_flight> sends;
+    };
+
+    static double seconds_since(std::chrono::steady_clock::time_point start) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+
+    static runner& find(std::map<int, runner>& runners, int stage, int rank) {
+        const auto it = runners.find(stage);
+        if (it == runners.end())
+            throw invalid_argument("stage", stage, "is not run by pipeline rank " + std::to_string(rank));
+        return it->second;
+    }
+
+    void post_recv(const sched::action& a, std::map<int, runner>& runners, Comm& pipeline, step_messages& m) {
+        using sched::action_kind;
+        if (a.kind != action_kind::RECV_F && a.kind != action_kind::RECV_B) return;
+        const bool forward = a.kind == action_kind::RECV_F;
+        const auto& stage = find(runners, a.stage, pipeline_rank_).stage();
+        const int peer_stage = forward ? a.stage - 1 : a.stage + 1;
+        in_flight recv{matrix(Model::activation_rows(model_, rows_per_microbatch_),
+                              forward ? stage.input_width() : stage.output_width()),
+                       {}};
+        recv.request = pipeline.irecv(as_writable_bytes(recv.buffer), program_.stage_rank[std::size_t(peer_stage)],
+                                      tag(forward ? direction::forward : direction::backward, a.stage, a.microbatch));
+        m.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
+    }
+
+    template <class Actions>
+    void execute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
+                 Comm& pipeline, Actions& actions, step_messages& m, program_report& report) {
+        using sched::action_kind;
+        switch (a.kind) {
+            case action_kind::F:
+            case action_kind::B:
+            case action_kind::I:
+            case action_kind::W: {
+                const auto start = std::chrono::steady_clock::now();
+                compute(a, batch, first_row, runners, actions, m, report);
+                report.compute_seconds += seconds_since(start);
+                break;
+            }
+            case action_kind::OVERLAP_F_B: {
+                // On the CPU backend the pair runs back to back; the overlap DualPipe gains is
+                // compute hiding communication, which needs separate streams (CUDA).
+                const auto start = std::chrono::steady_clock::now();
+                compute(sched::forward_part(a), batch, first_row, runners, actions, m, report);
+                compute(sched::backward_part(a), batch, first_row, runners, actions, m, report);
+                report.compute_seconds += seconds_since(start);
+                break;
+            }
+            case action_kind::REDUCE_GRAD: actions.reduce_grad(a.stage); break;
+            case action_kind::UNSHARD: actions.unshard(a.stage); break;
+            case action_kind::RESHARD: actions.reshard(a.stage); break;
+            case action_kind::SEND_F: send(direction::forward, a, m.outputs, pipeline, m); break;
+            case action_kind::SEND_B: send(direction::backward, a, m.input_grads, pipeline, m); break;
+            case action_kind::RECV_F: receive(0, a, m.outputs, a.stage - 1, m); break;
+            case action_kind::RECV_B: receive(1, a, m.input_grads, a.stage + 1, m); break;
+            default:
+                throw invalid_argument("action", sched::to_string(a),
+                                       "the engine runs F, B, I, W, OVERLAP_F_B, SEND_F/B, RECV_F/B, REDUCE_GRAD, "
+                                       "UNSHARD and RESHARD");
+        }
+    }
+
+    template <class Actions>
+    void compute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
+                 Actions& actions, step_messages& m, program_report& report) {
+        using sched::action_kind;
+        actions.before_compute(a.stage);
+        runner& r = find(runners, a.stage, pipeline_rank_);
+        const int mb = a.microbatch;
+        const int rows = rows_per_microbatch_;
+        const int mb_first_row = first_row + mb * rows;
+        switch (a.kind) {
+            case action_kind::F: {
+                matrix output = r.is_first()
+                                    ? r.forward(mb, batch, mb_first_row, rows)
+                                    : r.forward(mb, take(m.outputs, a.stage - 1, mb, "F needs the previous stage's output"));
+                if (r.is_last()) {
+                    auto result = r.loss(output, batch, mb_first_row, rows, scalar{1} / program_.num_microbatches);
+                    report.loss_sum += static_cast<double>(result.loss) / program_.num_microbatches;
+                    m.loss_grads.emplace(std::pair{a.stage, mb}, std::move(result.dlogits));
+                } else {
+                    m.outputs.emplace(std::pair{a.stage, mb}, std::move(output));
+                }
+                // Only a forward adds activations (I trims an entry, W frees it), so the peaks are
+                // seen right after one; sampling after every action would walk the stashes for nothing.
+                std::size_t live = 0, bytes = 0;
+                for (const auto& [index, each] : runners) {
+                    live += each.stashed();
+                    bytes += each.stashed_bytes();
+                }
+                report.peak_stashed = std::max(report.peak_stashed, live);
+                report.peak_activation_bytes = std::max(report.peak_activation_bytes, bytes);
+                break;
+            }
+            case action_kind::B:
+            case action_kind::I: {
+                matrix grad_output = r.is_last() ? take(m.loss_grads, a.stage, mb, "B needs the loss gradient")
+                                                 : take(m.input_grads, a.stage + 1, mb,
+                                                        "B needs the next stage's input gradient");
+                matrix grad_input = a.kind == action_kind::B ? r.backward(mb, std::move(grad_output))
+                                                             : r.backward_input(mb, std::move(grad_output));
+                if (!r.is_first()) m.input_grads.emplace(std::pair{a.stage, mb}, std::move(grad_input));
+                break;
+            }
+            case action_kind::W: r.backward_weight(mb); break;
+            default: throw invalid_argument("compute action", sched::to_string(a), "expected F, B, I or W");
+        }
+    }
+
+    void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source, Comm& pipeline,
+              step_messages& m) {
+        const int peer_stage = dir == direction::forward ? a.stage + 1 : a.stage - 1;
+        in_flight out{take(source, a.stage, a.microbatch, "SEND needs the data its compute produced"), {}};
+        out.request = pipeline.isend(as_bytes(out.buffer), program_.stage_rank[std::size_t(peer_stage)],
+                                     tag(dir, peer_stage, a.microbatch));
+        m.sends.push_back(std::move(out));
+    }
+
+    // Completes a posted RECV and files the data where the compute that needs it looks.
+    void receive(int dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& target, int peer_stage,
+                 step_messages& m) {
+        const auto it = m.recvs.find({dir, a.stage, a.microbatch});
+        if (it == m.recvs.end()) throw error("internal: RECV " + sched::to_string(a) + " was not posted");
+        it->second.request.wait();
+        target.emplace(std::pair{peer_stage, a.microbatch}, std::move(it->second.buffer));
+        m.recvs.erase(it);
+    }
+
+    [[nodiscard]] int tag(direction dir, int receiving_stage, int mb) const {
+        return (static_cast<int>(dir) * program_.num_stages + receiving_stage) * program_.num_microbatches + mb;
+    }
+
+    static matrix take(std::map<std::pair<int, int>, matrix>& from, int stage, int mb, const char* why) {
+        const auto it = from.find({stage, mb});
+        if (it == from.end())
+            throw error(std::string(why) + " (stage " + std::to_string(stage) + ", micro-batch " +
+                        std::to_string(mb) + "), but it is not there: the program is out of order");
+        matrix value = std::move(it->second);
+        from.erase(it);
+        return value;
+    }
+
+    static std::span<const std::byte> as_bytes(const matrix& m) {
+        return std::as_bytes(std::span<const scalar>(m.data(), static_cast<std::size_t>(m.size())));
+    }
+    static std::span<std::byte> as_writable_bytes(matrix& m) {
+        return std::as_writable_bytes(std::span<scalar>(m.data(), static_cast<std::size_t>(m.size())));
+    }
+
+    sched::program program_;
+    int pipeline_rank_;
+    model_config model_;
+    int rows_per_microbatch_;
+    int recv_lookahead_;
+};
+
+}  // namespace weft::train

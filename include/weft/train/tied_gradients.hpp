@@ -1,0 +1,92 @@
+// Tensors several stages hold a copy of (GPT-2's wte: the embedding on the first stage, the
+// LM head on the last). Every copy gets the sum of all copies' gradients before the
+// optimizer step, so the copies, which start equal, take identical steps and stay equal. A
+// stage holding such a copy cannot start its data-parallel reduction at its REDUCE_GRAD:
+// the sum over the pipeline comes first (the engine reduces it after sum()).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/models/pipeline_model.hpp"
+#include "weft/nn/flat_parameters.hpp"
+#include "weft/nn/partition.hpp"
+
+namespace weft::train {
+
+template <class Scalar, communicator Comm>
+class tied_gradients {
+public:
+    // `units[s]` and `stage_rank[s]`: the units and pipeline rank of every stage. Collective
+    // over `pipeline`: every rank splits it once per tied tensor, holder or not.
+    tied_gradients(const std::vector<models::tied_parameter>& tied, const std::vector<nn::unit_range>& units,
+                   const std::vector<int>& stage_rank, Comm& pipeline) {
+        const int me = pipeline.rank();
+        for (const auto& t : tied) {
+            std::vector<int> holder_ranks;
+            tie entry{t.name, {}, nullptr};
+            for (std::size_t s = 0; s < units.size(); ++s) {
+                bool holds = false;
+                for (const int unit : t.units) holds = holds || (unit >= units[s].first && unit < units[s].last);
+                if (!holds) continue;
+                holder_ranks.push_back(stage_rank[s]);
+                if (stage_rank[s] == me) entry.local_stages.push_back(static_cast<int>(s));
+            }
+            std::sort(holder_ranks.begin(), holder_ranks.end());
+            holder_ranks.erase(std::unique(holder_ranks.begin(), holder_ranks.end()), holder_ranks.end());
+            const bool holds_here = !entry.local_stages.empty();
+            if (holder_ranks.size() > 1) {
+                Comm group = pipeline.split(holds_here ? 0 : 1, me);
+                if (holds_here) entry.holders = std::make_unique<Comm>(std::move(group));
+            }
+            if (holds_here && (entry.local_stages.size() > 1 || entry.holders)) ties_.push_back(std::move(entry));
+        }
+    }
+
+    // Whether stage `stage` holds a copy that other stages share: its reduction waits for sum().
+    [[nodiscard]] bool holds(int stage) const {
+        for (const auto& t : ties_)
+            if (std::find(t.local_stages.begin(), t.local_stages.end(), stage) != t.local_stages.end()) return true;
+        return false;
+    }
+
+    // Sums every tied tensor's gradients over its copies on this rank, then over the holding
+    // ranks, and writes the sum into every local copy. `tensors_of(stage)` gives a stage's
+    // flat_parameters. Collective over the holding ranks.
+    template <class TensorsOf>
+    void sum(TensorsOf&& tensors_of) {
+        for (auto& t : ties_) {
+            std::vector<Scalar> total;
+            for (const int s : t.local_stages) {
+                nn::flat_parameters<Scalar>& stage = tensors_of(s);
+                const auto& info = stage.registry().find(t.name);
+                const auto grads = stage.gradients().subspan(info.offset, info.size);
+                if (total.empty())
+                    total.assign(grads.begin(), grads.end());
+                else
+                    for (std::size_t i = 0; i < total.size(); ++i) total[i] += grads[i];
+            }
+            if (t.holders) t.holders->allreduce_sum(std::span<Scalar>(total));
+            for (const int s : t.local_stages) {
+                nn::flat_parameters<Scalar>& stage = tensors_of(s);
+                const auto& info = stage.registry().find(t.name);
+                std::copy(total.begin(), total.end(), stage.gradients().subspan(info.offset, info.size).begin());
+            }
+        }
+    }
+
+private:
+    struct tie {
+        std::string name;
+        std::vector<int> local_stages;
+        std::unique_ptr<Comm> holders;  // null when this rank is the only holder
+    };
+    std::vector<tie> ties_;
+};
+
+}  // namespace weft::train

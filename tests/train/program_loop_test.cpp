@@ -1,0 +1,153 @@
+// The program loop on its own, without an engine: a lowered schedule over two ranks' stage
+// runners on threads computes the losses and gradients of one runner holding the whole
+// model, hands every stage-wide action to its caller in program order, and refuses a
+// program that leaves activations behind or was never lowered.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "training_run.hpp"
+#include "weft/sched/lower.hpp"
+#include "weft/sched/shard_actions.hpp"
+#include "weft/sched/simulate.hpp"
+#include "weft/sched/one_f_one_b.hpp"
+#include "weft/train/program_loop.hpp"
+
+namespace {
+
+using weft::comm::local;
+using weft_test::test_model;
+using loop_type = weft::train::program_loop<weft::models::mlp, weft::exec::cpu, local>;
+using runner = loop_type::runner;
+
+// Records the stage-wide actions and compute hooks the loop hands over.
+struct recorder {
+    std::vector<std::string> calls;
+    int computes = 0;
+    void reduce_grad(int s) { calls.push_back(std::to_string(s) + "REDUCE_GRAD"); }
+    void unshard(int s) { calls.push_back(std::to_string(s) + "UNSHARD"); }
+    void reshard(int s) { calls.push_back(std::to_string(s) + "RESHARD"); }
+    void before_compute(int) { ++computes; }
+};
+static_assert(weft::train::stage_actions<recorder>);
+
+struct rank_outcome {
+    double loss = 0;
+    std::vector<std::string> calls;
+    int computes = 0;
+    std::size_t peak_stashed = 0;
+    std::map<std::string, std::vector<float>> gradients;
+};
+
+}  // namespace
+
+TEST_CASE("a lowered two-rank program over runners equals one runner over the whole model", "[train][loop]") {
+    constexpr int microbatches = 4, rows = 2;
+    const int units = test_model().num_units();
+    const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+    const auto batch = data.batch(0, microbatches * rows);
+    const weft::sched::shard_action_options stage_wide{.reduce_grad = true, .unshard = true};
+    const auto program = weft::sched::add_shard_actions(
+        weft::sched::lower(weft::sched::one_f_one_b::generate({.ranks = 2, .microbatches = microbatches})), stage_wide);
+    const std::vector<weft::nn::unit_range> parts{{0, 4}, {4, units}};
+
+    std::vector<rank_outcome> ranks(2);
+    local::run(2, [&](local& pipeline) {
+        const int me = pipeline.rank();
+        weft::exec::cpu cpu;
+        auto tensors = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), parts[std::size_t(me)]);
+        std::map<int, runner> runners;
+        runners.try_emplace(me, me, cpu, test_model(), parts[std::size_t(me)], tensors);
+        loop_type loop(program, me, test_model(), rows, 2);
+        recorder actions;
+        const auto report = loop.run(batch, 0, runners, pipeline, actions);
+        auto& out = ranks[std::size_t(me)];
+        out.loss = report.loss_sum;
+        out.calls = actions.calls;
+        out.computes = actions.computes;
+        out.peak_stashed = report.peak_stashed;
+        for (const auto& info : tensors.registry().entries())
+            out.gradients[info.name].assign(tensors.gradients().begin() + std::ptrdiff_t(info.offset),
+                                            tensors.gradients().begin() + std::ptrdiff_t(info.offset + info.size));
+    });
+
+    // The same micro-batches through one runner, in order (1F1B accumulates each stage's
+    // weight gradients in micro-batch order too, so the sums agree bit for bit).
+    weft::exec::cpu cpu;
+    auto whole_tensors = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), {0, units});
+    runner whole(0, cpu, test_model(), {0, units}, whole_tensors);
+    double loss = 0;
+    for (int mb = 0; mb < microbatches; ++mb) {
+        const auto out = whole.forward(mb, batch, mb * rows, rows);
+        const auto l = whole.loss(out, batch, mb * rows, rows, 1.0f / microbatches);
+        loss += double(l.loss) / microbatches;
+        static_cast<void>(whole.backward(mb, l.dlogits));
+    }
+    CHECK(ranks[1].loss == loss);  // the last stage's rank reports the loss
+    CHECK(ranks[0].loss == 0);
+    for (const auto& r : ranks)
+        for (const auto& [name, grads] : r.gradients) {
+            INFO(name);
+            const auto& info = whole_tensors.registry().find(name);
+            const std::vector<float> expected(whole_tensors.gradients().begin() + std::ptrdiff_t(info.offset),
+                                              whole_tensors.gradients().begin() +
+                                                  std::ptrdiff_t(info.offset + info.size));
+            CHECK(grads == expected);
+        }
+    // Each rank's stage-wide actions, in its program's order; one hook per compute action.
+    for (int me = 0; me < 2; ++me) {
+        INFO("rank " << me);
+        std::vector<std::string> expected;
+        int computes = 0;
+        for (const auto& a : program.ranks[std::size_t(me)]) {
+            if (weft::sched::is_compute(a.kind)) ++computes;
+            else if (!weft::sched::has_microbatch(a.kind)) expected.push_back(weft::sched::to_string(a));
+        }
+        CHECK(ranks[std::size_t(me)].calls == expected);
+        CHECK(ranks[std::size_t(me)].computes == computes);
+        CHECK_FALSE(expected.empty());
+    }
+    // The most activations a rank held is the simulator's peak for this schedule.
+    const auto simulated = weft::sched::simulate(weft::sched::lower(weft::sched::one_f_one_b::generate(
+        {.ranks = 2, .microbatches = microbatches})));
+    for (int me = 0; me < 2; ++me)
+        CHECK(ranks[std::size_t(me)].peak_stashed == std::size_t(simulated.peak_activations[std::size_t(me)]));
+}
+
+TEST_CASE("the loop refuses a program that is not lowered or leaves activations behind", "[train][loop]") {
+    weft::sched::program compute_only;
+    compute_only.num_ranks = 1;
+    compute_only.num_stages = 1;
+    compute_only.num_microbatches = 1;
+    compute_only.stage_rank = {0};
+    compute_only.ranks = {{{weft::sched::action_kind::F, 0, 0}, {weft::sched::action_kind::I, 0, 0}}};
+    CHECK_THROWS_WITH(loop_type(compute_only, 0, test_model(), 2, 1), Catch::Contains("lowered"));
+    // One rank needs no messages: marked lowered as it is (lower() itself would refuse the
+    // missing W; the engine checks programs, the loop runs what it is given).
+    weft::sched::program lowered = compute_only;
+    lowered.lowered = true;
+    CHECK_THROWS_WITH(loop_type(lowered, 1, test_model(), 2, 1), Catch::Contains("pipeline rank = 1"));
+
+    // F and I but no W: the micro-batch's activations would outlive the step.
+    std::string message;
+    local::run(1, [&](local& pipeline) {
+        weft::exec::cpu cpu;
+        const int units = test_model().num_units();
+        auto tensors = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), {0, units});
+        std::map<int, runner> runners;
+        runners.try_emplace(0, 0, cpu, test_model(), weft::nn::unit_range{0, units}, tensors);
+        loop_type loop(lowered, 0, test_model(), 2, 1);
+        recorder actions;
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        try {
+            loop.run(data.batch(0, 2), 0, runners, pipeline, actions);
+        } catch (const weft::error& e) {
+            message = e.what();
+        }
+    });
+    CHECK_THAT(message, Catch::Matchers::Contains("left 1 micro-batches stashed"));
+}

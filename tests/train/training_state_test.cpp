@@ -1,0 +1,245 @@
+// The training state as a value: an engine starts from the model's initial tensors, holds
+// them and its optimizers' state in one train::training_state, hands it over
+// (release_state) and a new engine continues from it bit for bit; checkpoints carry it,
+// progress included, so a run saved and resumed continues exactly as if it had not
+// stopped (same data, same step numbers), under every ZeRO stage and with SGD's momentum.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scratch_dir.hpp"
+#include "training_run.hpp"
+#include "weft/shard/any_zero.hpp"
+#include "weft/train/checkpoint.hpp"
+#include "weft/train/training_state.hpp"
+
+namespace {
+
+using weft::comm::local;
+using weft::parallel_config;
+using weft_test::batch_size;
+using weft_test::test_model;
+using engine_t = weft::train::engine<weft_test::all_schedules, weft::shard::any_zero, local, weft::exec::cpu>;
+
+weft::train::engine_options options(weft::optim::optimizer_kind kind) {
+    auto o = weft_test::test_options();
+    o.optimizer.kind = kind;
+    o.optimizer.momentum = kind == weft::optim::optimizer_kind::sgd ? 0.9 : 0.0;
+    return o;
+}
+
+parallel_config layout(int pp, int dp, int zero) {
+    return parallel_config({.pp = pp, .dp = dp, .zero_stage = zero, .microbatches = 4,
+                            .schedule = weft::sched::zb_h1::kind, .world_size = pp * dp});
+}
+
+const weft::data::synthetic_dataset& data() {
+    static const weft::data::synthetic_dataset d(test_model().input_dim, test_model().num_classes, 7);
+    return d;
+}
+
+struct trace {
+    std::vector<long long> steps;  // the step numbers the log printed
+    std::vector<double> losses;
+    std::map<std::string, std::vector<float>> parameters;  // every tensor this replica's ranks hold
+    std::map<std::string, std::vector<float>> optimizer;   // "<tensor>.<state>" of the same, full
+    weft::train::training_progress progress;
+};
+
+// Trains `steps` steps, taking each batch at the engine's data position.
+template <class Engine>
+void train(Engine& engine, int steps, trace& into) {
+    for (int i = 0; i < steps; ++i) {
+        const auto batch = data().batch(static_cast<long long>(engine.progress().samples / batch_size), batch_size);
+        const auto stats = engine.step(batch);
+        into.steps.push_back(stats.step);
+        into.losses.push_back(stats.loss);
+    }
+}
+
+// Merges into `into` what `engine` holds, gathered whole (ZeRO ranges and all), from the
+// ranks of data-parallel replica 0, and rank 0's steps, losses and progress from `local_trace`.
+template <class Engine>
+void collect(Engine& engine, const trace& local_trace, trace& into, std::mutex& lock) {
+    const auto full = weft::train::gather_full_stages(engine);
+    const std::lock_guard guard(lock);
+    if (engine.coordinates().dp_index == 0 && engine.pipeline_rank() == 0) {
+        into.steps = local_trace.steps;
+        into.losses = local_trace.losses;
+        into.progress = engine.progress();
+    }
+    if (engine.coordinates().dp_index != 0) return;
+    for (const auto& f : full)
+        for (const auto& info : f.registry.entries()) {
+            auto part = [&](const std::vector<float>& v) {
+                if (v.empty()) return std::vector<float>{};
+                return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                                          v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+            };
+            into.parameters[info.name] = part(f.parameters);
+            for (const auto& t : f.optimizer.tensors) into.optimizer[info.name + "." + t.name] = part(t.values);
+        }
+}
+
+void require_same(const trace& a, const trace& b) {
+    CHECK(a.progress == b.progress);
+    REQUIRE(a.parameters.size() == b.parameters.size());
+    for (const auto& [name, values] : a.parameters) {
+        INFO(name);
+        CHECK(b.parameters.at(name) == values);
+    }
+    REQUIRE(a.optimizer.size() == b.optimizer.size());
+    for (const auto& [name, values] : a.optimizer) {
+        INFO(name);
+        CHECK(b.optimizer.at(name) == values);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a fresh training state is the model's initial tensors and fresh optimizers", "[train][state]") {
+    const weft::train::stage_placement stages[] = {{0, {0, 3}}, {2, {5, 8}}};
+    const auto state = weft::train::initial_training_state<weft::models::mlp, weft::exec::cpu>(
+        test_model(), stages, 0, 1, weft_test::test_options().optimizer, 42);
+    REQUIRE(state.stages.size() == 2);
+    CHECK(state.stage_indices() == std::vector<int>{0, 2});
+    CHECK(state.progress == weft::train::training_progress{0, 0, 42});
+    for (const auto& [index, units] : stages) {
+        const auto& s = state.stage(index);
+        const auto expected = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), units);
+        CHECK(s.units == units);
+        CHECK(s.tensors.zero_stage == 0);
+        CHECK(s.tensors.registry() == expected.registry());
+        CHECK(std::vector<float>(s.tensors.full.parameters().begin(), s.tensors.full.parameters().end()) ==
+              std::vector<float>(expected.parameters().begin(), expected.parameters().end()));
+        CHECK(s.optimizer.step_count() == 0);
+        CHECK(s.optimizer.kind() == weft::optim::optimizer_kind::adamw);
+    }
+    CHECK_FALSE(state.holds(1));
+    CHECK_THROWS_WITH(state.stage(1), Catch::Contains("stage = 1") && Catch::Contains("stages 0, 2"));
+}
+
+TEST_CASE("an engine rebuilt around another's training state continues bit for bit", "[train][state]") {
+    const int zero = GENERATE(0, 1, 2, 3);
+    const auto kind = GENERATE(weft::optim::optimizer_kind::adamw, weft::optim::optimizer_kind::sgd);
+    INFO("zero " << zero << ", " << weft::optim::to_string(kind));
+    std::mutex lock;
+    trace straight, rebuilt;
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(kind));
+        trace t;
+        train(engine, 4, t);
+        collect(engine, t, straight, lock);
+    });
+    local::run(4, [&](local& world) {
+        std::optional<engine_t> engine;
+        engine.emplace(world, layout(2, 2, zero), test_model(), options(kind));
+        trace t;
+        train(*engine, 2, t);
+        auto state = std::move(*engine).release_state();
+        engine.reset();
+        // The same layout, a new engine: it adopts the state, ZeRO ranges and all.
+        engine.emplace(world, layout(2, 2, zero), test_model(), options(kind), std::move(state));
+        train(*engine, 2, t);
+        collect(*engine, t, rebuilt, lock);
+    });
+    CHECK(rebuilt.steps == std::vector<long long>{0, 1, 2, 3});
+    CHECK(rebuilt.losses == straight.losses);
+    CHECK(straight.progress.samples == 4 * batch_size);
+    require_same(straight, rebuilt);
+}
+
+TEST_CASE("a run saved and resumed continues as if it had not stopped", "[train][state][checkpoint]") {
+    const int zero = GENERATE(0, 1, 3);
+    const auto kind = GENERATE(weft::optim::optimizer_kind::adamw, weft::optim::optimizer_kind::sgd);
+    const int stop = GENERATE(1, 3);
+    INFO("zero " << zero << ", " << weft::optim::to_string(kind) << ", saved after step " << stop);
+    const weft_test::scratch_dir dir("resume");
+    const auto path = dir.path / "model.safetensors";
+    std::mutex lock;
+    trace straight, resumed;
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(kind));
+        trace t;
+        train(engine, 5, t);
+        collect(engine, t, straight, lock);
+    });
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(kind));
+        trace t;
+        train(engine, stop, t);
+        weft::train::save(engine, path);
+    });
+    local::run(4, [&](local& world) {
+        // A new process: the model's initial weights until the checkpoint replaces them.
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(kind));
+        weft::train::load(engine, path);
+        trace t;
+        train(engine, 5 - stop, t);
+        collect(engine, t, resumed, lock);
+    });
+    REQUIRE(resumed.losses.size() == std::size_t(5 - stop));
+    for (std::size_t i = 0; i < resumed.losses.size(); ++i) {
+        INFO("step " << stop + int(i));
+        CHECK(resumed.steps[i] == stop + static_cast<long long>(i));
+        CHECK(resumed.losses[i] == straight.losses[std::size_t(stop) + i]);
+    }
+    require_same(straight, resumed);
+}
+
+TEST_CASE("a training state of another layout or optimizer is refused before anything runs", "[train][state]") {
+    auto message = [](auto&& make) -> std::string {
+        try {
+            make();
+        } catch (const weft::error& e) {
+            return e.what();
+        }
+        return "no error";
+    };
+    // A 2-stage pipeline's states do not fit a 1-stage layout: rank 1 holds another stage,
+    // rank 0 the same stage index over fewer units.
+    std::vector<std::optional<weft::train::training_state<float>>> pipeline(2);
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(2, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw));
+        pipeline[std::size_t(world.rank())] = std::move(engine).release_state();
+    });
+    REQUIRE(pipeline[0]);
+    REQUIRE(pipeline[1]);
+    const auto adopt = [&](const weft::train::training_state<float>& state) {
+        return message([&] {
+            local::run(1, [&](local& world) {
+                engine_t engine(world, layout(1, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw),
+                                state);
+            });
+        });
+    };
+    CHECK_THAT(adopt(*pipeline[1]), Catch::Matchers::Contains("training state stages = \"[1]\"") &&
+                                        Catch::Matchers::Contains("must be this rank's stages [0]"));
+    CHECK_THAT(adopt(*pipeline[0]), Catch::Matchers::Contains("units of stage 0 = \"[0, 4)\"") &&
+                                        Catch::Matchers::Contains("must be [0, 8)"));
+    // ZeRO-3 tensors into a ZeRO-1 engine, and AdamW state into an SGD engine.
+    std::optional<weft::train::training_state<float>> zero3;
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(1, 2, 3), test_model(), options(weft::optim::optimizer_kind::adamw));
+        auto state = std::move(engine).release_state();
+        if (world.rank() == 0) zero3 = std::move(state);
+    });
+    REQUIRE(zero3);
+    const std::string wrong_optimizer = message([&] {
+        local::run(1, [&](local& world) {
+            engine_t engine(world, layout(1, 1, 0), test_model(), options(weft::optim::optimizer_kind::sgd), *zero3);
+        });
+    });
+    CHECK_THAT(wrong_optimizer, Catch::Matchers::Contains("optimizer of stage 0") &&
+                                    Catch::Matchers::Contains("must be sgd"));
+    const std::string wrong_form = message([&] {
+        local::run(1, [&](local& world) {
+            engine_t engine(world, layout(1, 1, 1), test_model(), options(weft::optim::optimizer_kind::adamw), *zero3);
+        });
+    });
+    CHECK_THAT(wrong_form, Catch::Matchers::Contains("ZeRO stage = 3"));
+}
