@@ -34,7 +34,9 @@ inline void add_gpt_run_options(CLI::App& app, gpt_run_options& o, const gpt_opt
     app.add_option("--seed", o.seed, "seed of the initial weights (the same draw on the CPU and the GPU)")
         ->capture_default_str();
     app.add_option("--data", o.data, "llm.c token file (.bin)");
-    app.add_option("--init-from", o.init_from, "safetensors checkpoint to start from (and its .optimizer companion)");
+    app.add_option("--init-from", o.init_from,
+                   "safetensors checkpoint to start from (and its .optimizer companion); a weft checkpoint "
+                   "also restores the step and data position, so training continues where it was saved");
     app.add_option("--save", o.save, "write a safetensors checkpoint (and the optimizer companion) at the end");
     app.add_option("--log-json", o.log_json, "write one JSON object per step: step, loss, ms, tokens_per_s, bubble");
 }

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -111,8 +112,12 @@ void train(Comm& world, const run_options& o) {
                     "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d\n",
                     static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
                     o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero, o.microbatches, config.chunks());
-    for (int step = 0; step < o.steps; ++step) {
-        auto stats = engine.step(weft::data::batch_at(tokens, step, o.batch, o.seq_len));
+    for (int i = 0; i < o.steps; ++i) {
+        // The batch at the engine's data position: a run loaded from a weft checkpoint goes on
+        // from where it was saved (step numbers too), as if it had not stopped.
+        const auto batch_index =
+            static_cast<long long>(engine.progress().samples / static_cast<std::uint64_t>(o.batch));
+        auto stats = engine.step(weft::data::batch_at(tokens, batch_index, o.batch, o.seq_len));
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
         stats.lr = o.lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);

@@ -1,22 +1,28 @@
-// Must NOT compile: a type without the communicator interface, used where a
-// communicator is required, has to stop the build with weft's one readable message.
-// With -DWEFT_COMPILE_FAIL_CONTROL a real communicator is used instead and the file
-// compiles, which shows the failure comes from the concept check and nothing else.
+// Must NOT compile: an engine over a type that is close to a communicator (rank, size, a
+// memory space) but has no point-to-point messages has to stop the build with one message,
+// naming the part it lacks. With -DWEFT_COMPILE_FAIL_CONTROL the in-process communicator is
+// used instead and the file compiles, which shows the failure comes from the concept check.
 #include <cstddef>
 
-#include "weft/comm/communicator.hpp"
+#include "weft/comm/local.hpp"
+#include "weft/core/memory_space.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/sched/gpipe.hpp"
+#include "weft/shard/replicate.hpp"
+#include "weft/train/engine.hpp"
 
 #ifdef WEFT_COMPILE_FAIL_CONTROL
-#include "weft/comm/local.hpp"
 using candidate = weft::comm::local;
 #else
-// Close to a communicator (rank and size) but with no request, sends or collectives.
 struct not_a_communicator {
+    using memory_space = weft::host_space;
     int rank() const { return 0; }
     int size() const { return 1; }
 };
 using candidate = not_a_communicator;
 #endif
 
-// sizeof needs the complete type, which instantiates the static_assert.
-std::size_t weft_compile_fail_probe() { return sizeof(weft::comm::require_communicator<candidate>); }
+using engine_t = weft::engine<weft::sched::gpipe, weft::shard::replicate, candidate, weft::exec::cpu>;
+
+// sizeof needs the complete type: the engine's class is instantiated, as a user's does.
+std::size_t weft_compile_fail_probe() { return sizeof(engine_t); }

@@ -1,12 +1,15 @@
-// Must NOT compile: a set of schedules with a member that is not a schedule, taken where
-// the engine takes its Schedules parameter, has to stop the build with weft's one readable
-// message. With -DWEFT_COMPILE_FAIL_CONTROL the member is a real schedule and the file
-// compiles, which shows the failure comes from the concept check and nothing else.
+// Must NOT compile: an engine whose set of schedules holds a type that is not a schedule
+// has to stop the build with one message. With -DWEFT_COMPILE_FAIL_CONTROL the member is a
+// real schedule and the file compiles, which shows the failure comes from the concept check.
 #include <cstddef>
 #include <string_view>
 
+#include "weft/comm/local.hpp"
+#include "weft/exec/cpu.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/sched/gpipe.hpp"
+#include "weft/shard/replicate.hpp"
+#include "weft/train/engine.hpp"
 
 #ifdef WEFT_COMPILE_FAIL_CONTROL
 #include "weft/sched/one_f_one_b.hpp"
@@ -21,9 +24,7 @@ struct not_a_schedule {
 using candidate = not_a_schedule;
 #endif
 
-using schedules = weft::sched::any_of<weft::sched::gpipe, candidate>;
+using engine_t = weft::engine<weft::sched::any_of<weft::sched::gpipe, candidate>, weft::shard::replicate,
+                              weft::comm::local, weft::exec::cpu>;
 
-// sizeof needs the complete type, which instantiates the static_assert; the dispatch is
-// instantiated too, to show that it adds no second error.
-std::size_t weft_compile_fail_probe() { return sizeof(weft::sched::require_schedule_set<schedules>); }
-weft::sched::program weft_compile_fail_dispatch() { return schedules::generate(weft::schedule_kind{}, 2, 4); }
+std::size_t weft_compile_fail_probe() { return sizeof(engine_t); }

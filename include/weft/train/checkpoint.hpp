@@ -269,7 +269,8 @@ void load(Engine& engine, const std::filesystem::path& path) {
     const std::optional<training_progress> progress = detail::saved_progress(weights);
     const auto companion_path = optimizer_companion(path);
     const bool has_optimizer = std::filesystem::exists(companion_path);
-    const io::safetensors_file companion = has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
+    const io::safetensors_file companion =
+        has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
     for (const int s : engine.local_stages()) {
         engine.overwrite_parameters(
             s, [&](auto& stage) { io::load_checkpoint(weights, stage.registry(), stage.parameters()); });
@@ -284,7 +285,8 @@ void load(Engine& engine, const std::filesystem::path& path) {
             const auto& range = sharding.shard();
             for (auto& tensor : state.tensors) {
                 if (tensor.values.empty()) continue;
-                const auto first = tensor.values.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
+                const auto first =
+                    tensor.values.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
                 tensor.values = std::vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
             }
         }

@@ -302,7 +302,8 @@ private:
             // state is in it) before a runner reads them.
             shardings_.try_emplace(
                 stage.index, tensors, grid_.data(),
-                shard::sharding_options{.zero_stage = config_.zero_stage(), .bucket_elements = options.bucket_elements});
+                shard::sharding_options{.zero_stage = config_.zero_stage(),
+                                        .bucket_elements = options.bucket_elements});
             if constexpr (tensor_parallel_model)
                 runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full,
                                      nn::make_tp_group<scalar>(grid_.tensor()));

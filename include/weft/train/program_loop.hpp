@@ -196,9 +196,9 @@ private:
         const int mb_first_row = first_row + mb * rows;
         switch (a.kind) {
             case action_kind::F: {
-                matrix output = r.is_first()
-                                    ? r.forward(mb, batch, mb_first_row, rows)
-                                    : r.forward(mb, take(m.outputs, a.stage - 1, mb, "F needs the previous stage's output"));
+                matrix output =
+                    r.is_first() ? r.forward(mb, batch, mb_first_row, rows)
+                                 : r.forward(mb, take(m.outputs, a.stage - 1, mb, "F needs the previous stage's output"));
                 if (r.is_last()) {
                     auto result = r.loss(output, batch, mb_first_row, rows, scalar{1} / program_.num_microbatches);
                     report.loss_sum += static_cast<double>(result.loss) / program_.num_microbatches;

@@ -1,0 +1,26 @@
+# Passes when every step of RESUMED's JSON step log (train_gpt --log-json) has the same loss,
+# digit for digit, as that step of FULL's: a run saved and resumed continued exactly as the
+# uninterrupted run did, with the same step numbers.
+#   cmake -DFULL=full.jsonl -DRESUMED=resumed.jsonl -P same_losses.cmake
+file(STRINGS ${FULL} full_lines)
+file(STRINGS ${RESUMED} resumed_lines)
+list(LENGTH resumed_lines count)
+if(count EQUAL 0)
+    message(FATAL_ERROR "${RESUMED} holds no steps")
+endif()
+foreach(line IN LISTS full_lines)
+    string(JSON step GET "${line}" step)
+    string(JSON loss GET "${line}" loss)
+    set(full_loss_${step} ${loss})
+endforeach()
+foreach(line IN LISTS resumed_lines)
+    string(JSON step GET "${line}" step)
+    string(JSON loss GET "${line}" loss)
+    if(NOT DEFINED full_loss_${step})
+        message(FATAL_ERROR "step ${step} of ${RESUMED} is not in ${FULL}")
+    endif()
+    if(NOT loss STREQUAL full_loss_${step})
+        message(FATAL_ERROR "step ${step}: resumed loss ${loss}, uninterrupted ${full_loss_${step}}")
+    endif()
+    message(STATUS "step ${step}: loss ${loss} in both")
+endforeach()
