@@ -10,7 +10,6 @@
 
 #include "weft/comm/local.hpp"
 #include "weft/core/error.hpp"
-#include "weft/core/schedule_kind.hpp"
 #if WEFT_HAS_MPI
 #include "weft/comm/mpi.hpp"
 #include "weft/comm/mpi_environment.hpp"

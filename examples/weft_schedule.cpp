@@ -142,6 +142,15 @@ struct chosen_program {
     return text + "others 1";
 }
 
+// --list: "<name> <default chunks>" per line, in the list's order (scripts read it).
+[[nodiscard]] std::string schedule_table() {
+    std::string text;
+    weft::for_each_type(ws::schedule_list{}, [&text]<class S>(std::type_identity<S>) {
+        text.append(S::name).append(" ").append(std::to_string(S::kind.default_chunks())).append("\n");
+    });
+    return text;
+}
+
 // CLI::PositiveNumber's message prints the whole double range; this one says what is valid.
 [[nodiscard]] CLI::Validator at_least(double minimum, bool inclusive) {
     const std::string expected =
@@ -190,7 +199,14 @@ int main(int argc, char** argv) {
         ->excludes(microbatches)
         ->excludes(chunks)
         ->excludes(mem_limit);
+    bool list = false;
+    app.add_flag("--list", list, "print each schedule's name and default chunks per rank, one per line, and exit");
     CLI11_PARSE(app, argc, argv);
+    if (list) {
+        const std::string table = schedule_table();
+        std::fwrite(table.data(), 1, table.size(), stdout);
+        return std::fflush(stdout) == 0 ? 0 : 1;
+    }
 
     try {
         const std::string out = run(o);

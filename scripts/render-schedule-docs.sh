@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/img/<schedule>.svg (p = 4, m = 8, v = 2 where chunks apply, unit costs)
+# Regenerates docs/img/<schedule>.svg (p = 4, m = 8, each schedule's default chunks, unit costs)
 # with a built weft-schedule and prints the markdown table of docs/schedules.md's
 # "Pictures and numbers". Builds nothing itself:
 #   scripts/render-schedule-docs.sh build/release/examples/weft-schedule [OUTPUT_DIR]
@@ -12,7 +12,8 @@ tool="$1"
 out="${2:-$(dirname "$0")/../docs/img}"
 mkdir -p "$out"
 
-schedules=(gpipe 1f1b interleaved looped-bfs zb-h1 zb-h2 zbv dualpipev zb-auto)
+# The schedules and their default chunks, from weft's one list of them (weft-schedule --list).
+mapfile -t listed < <("$tool" --list)
 size=(--stages 4 --microbatches 8)
 missing=()
 
@@ -21,9 +22,8 @@ field() { sed -E "s/.*\"$2\":(\[[^]]*\]|\"[^\"]*\"|[^,}]*).*/\1/" <<<"$1"; }
 
 echo "| schedule | chunks v | makespan | bubble rate | peak activations per rank (micro-batches) | picture |"
 echo "|---|---|---|---|---|---|"
-for s in "${schedules[@]}"; do
-    chunks=1
-    case "$s" in interleaved | looped-bfs | zbv | dualpipev) chunks=2 ;; esac
+for entry in "${listed[@]}"; do
+    read -r s chunks <<<"$entry"
     args=(--schedule "$s" "${size[@]}" --chunks "$chunks")
     if ! json="$("$tool" "${args[@]}" --simulate 2>&1)" || ! "$tool" "${args[@]}" --format svg >"$out/$s.svg.tmp" 2>/dev/null; then
         rm -f "$out/$s.svg.tmp"

@@ -129,6 +129,7 @@ TEST_CASE("an engine rebuilt around another's training state continues bit for b
     INFO("zero " << zero << ", " << weft::optim::to_string(kind));
     std::mutex lock;
     trace straight, rebuilt;
+    std::string released_message;
     local::run(4, [&](local& world) {
         engine_t engine(world, layout(2, 2, zero), test_model(), options(kind));
         trace t;
@@ -141,6 +142,15 @@ TEST_CASE("an engine rebuilt around another's training state continues bit for b
         trace t;
         train(*engine, 2, t);
         auto state = std::move(*engine).release_state();
+        if (world.rank() == 0) {
+            const weft::data::synthetic_dataset& d = data();
+            try {
+                static_cast<void>(engine->step(d.batch(0, batch_size)));
+            } catch (const weft::error& e) {
+                const std::lock_guard guard(lock);
+                released_message = e.what();
+            }
+        }
         engine.reset();
         // The same layout, a new engine: it adopts the state, ZeRO ranges and all.
         engine.emplace(world, layout(2, 2, zero), test_model(), options(kind), std::move(state));
@@ -148,6 +158,8 @@ TEST_CASE("an engine rebuilt around another's training state continues bit for b
         collect(*engine, t, rebuilt, lock);
     });
     CHECK(rebuilt.steps == std::vector<long long>{0, 1, 2, 3});
+    // An engine whose state was handed over refuses to step rather than train on nothing.
+    CHECK_THAT(released_message, Catch::Matchers::Contains("release_state() handed the state over"));
     CHECK(rebuilt.losses == straight.losses);
     CHECK(straight.progress.samples == 4 * batch_size);
     require_same(straight, rebuilt);

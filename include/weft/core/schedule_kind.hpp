@@ -47,9 +47,9 @@ public:
     // None chosen: an engine runs the first schedule of its compile-time set.
     constexpr schedule_kind() = default;
     // Points at `d`, which must outlive the kind: a schedule type's static description does.
-    constexpr explicit schedule_kind(const description& d) : description_(&d) {}
+    constexpr explicit schedule_kind(const description& d) : description_(&d), chosen_(true) {}
 
-    [[nodiscard]] constexpr bool chosen() const { return description_ != nullptr; }
+    [[nodiscard]] constexpr bool chosen() const { return chosen_; }
     [[nodiscard]] constexpr std::string_view name() const { return chosen() ? description_->name : "none"; }
     [[nodiscard]] constexpr int default_chunks() const { return chosen() ? description_->chunks.default_count : 1; }
 
@@ -82,6 +82,10 @@ public:
 
 private:
     const description* description_ = nullptr;
+    // Not `description_ != nullptr`: with sanitizers GCC keeps null-pointer checks
+    // (-fno-delete-null-pointer-checks) and no longer folds an object's address against
+    // null in constant expressions, which the schedule list's static_asserts need.
+    bool chosen_ = false;
 };
 
 [[nodiscard]] constexpr std::string_view to_string(schedule_kind kind) { return kind.name(); }

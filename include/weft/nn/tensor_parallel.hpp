@@ -78,12 +78,11 @@ namespace detail {
 
 // The tensor-parallel layers read and write activations element by element (vocabulary
 // lookups, bias after a reduction, the reductions themselves), so they need a matrix in
-// host memory, contiguous and row-major: the CPU backend's.
+// host memory, contiguous and row-major, such as the CPU backend's: its data() and size(),
+// which the compute-backend concept guarantees.
 template <class Matrix>
 concept host_row_major_matrix = requires(Matrix& m) {
     { m.data() };
-    { m.rows() };
-    { m.cols() };
     { m.size() };
 };
 

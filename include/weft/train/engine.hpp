@@ -149,6 +149,8 @@ public:
     // Runs one training step on the global batch (every rank passes the same batch)
     // and returns what the step log prints. Collective over the world.
     step_stats step(const batch_type& batch) {
+        require(!released_, "engine", "without its training state",
+                "release_state() handed the state over; build an engine around it to go on training");
         require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
                 "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
         const auto start = std::chrono::steady_clock::now();
@@ -186,6 +188,7 @@ public:
     [[nodiscard]] state_type release_state() && {
         runners_.clear();
         shardings_.clear();
+        released_ = true;
         return std::move(state_);
     }
     [[nodiscard]] const training_progress& progress() const { return state_.progress; }
@@ -451,6 +454,7 @@ private:
     std::map<int, sharding_type> shardings_;
     std::map<int, runner_type> runners_;
     program_report last_program_;
+    bool released_ = false;
 };
 
 }  // namespace weft::train
