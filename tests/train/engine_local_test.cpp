@@ -1,6 +1,10 @@
 // The engine over the in-process backend: every pipeline layout trains exactly the
 // model one process trains, frees activations as the schedule allows, and rejects
 // bad configurations with clear errors instead of crashing or hanging.
+#include <array>
+#include <cstddef>
+#include <utility>
+
 #include "training_run.hpp"
 
 using weft::parallel_config;
@@ -145,12 +149,21 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
 }
 
 TEST_CASE("the engine holds its backend object and every stage computes on it") {
-    weft::comm::local::run(2, [](weft::comm::local& world) {
+    // Per rank: its local stages, and how many of them compute on the engine's backend.
+    // Checked after the ranks join: Catch's assertions are not thread-safe.
+    std::array<std::pair<std::size_t, std::size_t>, 2> seen{};
+    weft::comm::local::run(2, [&seen](weft::comm::local& world) {
         weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, weft::exec::cpu> engine(
             world, parallel_config({.pp = 2, .microbatches = 4, .chunks = 2, .schedule = weft::sched::interleaved::kind,
                                     .world_size = 2}),
             test_model(), test_options());
-        REQUIRE(engine.local_stages().size() == 2);
-        for (const int s : engine.local_stages()) CHECK(&engine.stage(s).backend() == &engine.backend());
+        auto& [stages, on_backend] = seen[static_cast<std::size_t>(world.rank())];
+        stages = engine.local_stages().size();
+        for (const int s : engine.local_stages())
+            if (&engine.stage(s).backend() == &engine.backend()) ++on_backend;
     });
+    for (const auto& [stages, on_backend] : seen) {
+        CHECK(stages == 2);
+        CHECK(on_backend == stages);
+    }
 }
