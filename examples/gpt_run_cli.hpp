@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cli_checks.hpp"
 #include "gpt_run_options.hpp"
 
 namespace weft_examples {
@@ -21,15 +22,21 @@ inline void add_gpt_run_options(CLI::App& app, gpt_run_options& o, const gpt_opt
     const auto with = [](const std::string& help, const std::string& note) {
         return note.empty() ? help : help + " (" + note + ")";
     };
-    app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
-    app.add_option("--d-model", o.d_model, "model width")->capture_default_str();
-    app.add_option("--heads", o.heads, with("attention heads", notes.heads))->capture_default_str();
-    app.add_option("--vocab", o.vocab, "vocabulary size (256 for make_dataset's byte tokens)")->capture_default_str();
-    app.add_option("--seq-len", o.seq_len, with("tokens per sequence", notes.seq_len))->capture_default_str();
-    app.add_option("--batch", o.batch, with("sequences per step", notes.batch))->capture_default_str();
-    app.add_option("--steps", o.steps, "training steps")->capture_default_str();
-    app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+    // The bounds are gpt_config's (far above any real model, low enough that sizes cannot
+    // overflow); checking them here names the option.
+    const auto sized = [&](const char* name, int& value, const std::string& help, int most) {
+        app.add_option(name, value, help)->check(int_in(1, most))->capture_default_str();
+    };
+    sized("--layers", o.layers, "transformer blocks", weft::nn::gpt_config::max_layers);
+    sized("--d-model", o.d_model, "model width", weft::nn::gpt_config::max_width);
+    sized("--heads", o.heads, with("attention heads", notes.heads), weft::nn::gpt_config::max_width);
+    sized("--vocab", o.vocab, "vocabulary size (256 for make_dataset's byte tokens)", weft::nn::gpt_config::max_vocab);
+    sized("--seq-len", o.seq_len, with("tokens per sequence", notes.seq_len), weft::nn::gpt_config::max_seq_len);
+    sized("--batch", o.batch, with("sequences per step", notes.batch), 1 << 24);
+    app.add_option("--steps", o.steps, "training steps")->check(int_in(0, 1 << 30))->capture_default_str();
+    app.add_option("--lr", o.lr, "learning rate")->check(finite_at_least(0, false))->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")
+        ->check(finite_at_least(0, true))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "seed of the initial weights (the same draw on the CPU and the GPU)")
         ->capture_default_str();

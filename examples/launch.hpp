@@ -1,11 +1,15 @@
 // What weft's example programs share: run a training function on an MPI world when
 // started by mpirun, or on N ranks as threads of this process otherwise, and turn any
-// failure into a message and exit code 2 without ever hanging.
+// failure into a message and exit code 2 without ever hanging; a stop every rank agreed
+// on (run_stopped) exits with its own code.
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <new>
+#include <optional>
 #include <string>
 
 #include "weft/comm/local.hpp"
@@ -16,6 +20,31 @@
 #endif
 
 namespace weft_examples {
+
+// Ends a run on every rank at once, at the same point of training, with a documented exit
+// code (train_gpt: 3 for a non-finite step): the ranks agreed, so it is not one rank's
+// failure and MPI is finalized, not aborted. Throw it only on a decision every rank makes.
+class run_stopped : public weft::error {
+public:
+    run_stopped(const std::string& message, int exit_code) : weft::error(message), exit_code_(exit_code) {}
+    [[nodiscard]] int exit_code() const { return exit_code_; }
+
+private:
+    int exit_code_;
+};
+
+// train(world), with an allocation failure turned into advice: a bare std::bad_alloc says
+// nothing about what to change.
+template <class Train, class World>
+void train_explaining_memory(Train& train, World& world) {
+    try {
+        train(world);
+    } catch (const std::bad_alloc&) {
+        throw weft::error("out of memory on rank " + std::to_string(world.rank()) +
+                          ": use a smaller --batch, --seq-len or model, more micro-batches, more ranks "
+                          "(--pp, --tp) or a higher --zero stage");
+    }
+}
 
 inline bool launched_by_mpirun() {
     for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
@@ -38,8 +67,11 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
                 weft::require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
                               "under mpirun the world size is mpirun's -np (" + std::to_string(world.size()) +
                                   "); omit --ranks");
-                train(world);
+                train_explaining_memory(train, world);
                 return 0;
+            } catch (const run_stopped& stop) {
+                if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
+                return stop.exit_code();
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
                 std::fflush(stderr);
@@ -52,8 +84,19 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
 #endif
         }
         weft::require(ranks >= 1, "--ranks", ranks, "must be >= 1");
-        weft::comm::local::run(ranks, [&](weft::comm::local& world) { train(world); });
-        return 0;
+        std::mutex lock;
+        std::optional<run_stopped> stopped;
+        weft::comm::local::run(ranks, [&](weft::comm::local& world) {
+            try {
+                train_explaining_memory(train, world);
+            } catch (const run_stopped& stop) {
+                const std::lock_guard guard(lock);
+                if (!stopped) stopped = stop;
+            }
+        });
+        if (!stopped) return 0;
+        std::fprintf(stderr, "%s: %s\n", program, stopped->what());
+        return stopped->exit_code();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: %s\n", program, e.what());
         return 2;

@@ -23,6 +23,7 @@
 #include "weft/exec/cpu_gemm_rate.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/models/gpt.hpp"
+#include "weft/train/lr_schedule.hpp"
 #include "weft/train/mfu.hpp"
 #include "weft/data/token_batches.hpp"
 #include "weft/io/token_file.hpp"
@@ -43,7 +44,14 @@ struct run_options : weft_examples::gpt_run_options {
     std::string optimizer = "adamw";
     double peak_tflops = 0;  // 0: measure this machine's GEMM rate and report MFU against it
     std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
+    int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
+    long long warmup_steps = 0;
+    double min_lr = 0;           // 0: --lr (no decay)
+    long long decay_steps = -1;  // -1: the last step of this run
 };
+
+// train_gpt's exit code when a non-finite step ends the run (docs/gpt.md lists them all).
+constexpr int exit_nonfinite = 3;
 
 
 // One line: the most any rank holds (training state between steps, its in-step peak, and
@@ -112,19 +120,40 @@ void train(Comm& world, const run_options& o) {
                     "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d\n",
                     static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
                     o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero, o.microbatches, config.chunks());
+    // The schedule is a function of the global step: a resumed run continues its learning
+    // rates, given the same --decay-steps.
+    const auto first_step = static_cast<long long>(engine.progress().step);
+    const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
+                                      .warmup_steps = o.warmup_steps,
+                                      .decay_steps = o.decay_steps >= 0 ? o.decay_steps : first_step + o.steps};
+    lr.validate();
+    int nonfinite_steps = 0;
     for (int i = 0; i < o.steps; ++i) {
+        const double step_lr = lr.at(static_cast<long long>(engine.progress().step));
+        engine.set_learning_rate(step_lr);
         // The batch at the engine's data position: a run loaded from a weft checkpoint goes on
         // from where it was saved (step numbers too), as if it had not stopped.
         const auto batch_index =
             static_cast<long long>(engine.progress().samples / static_cast<std::uint64_t>(o.batch));
         auto stats = engine.step(weft::data::batch_at(tokens, batch_index, o.batch, o.seq_len));
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
-        stats.lr = o.lr;
+        stats.lr = step_lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
         stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, peak_tflops);
-        if (world.rank() != 0) continue;
-        std::printf("%s\n", weft::train::format_step(stats).c_str());
-        if (log.is_open()) log << weft::train::format_step_json(stats) << '\n';
+        if (world.rank() == 0) {
+            std::printf("%s\n", weft::train::format_step(stats).c_str());
+            std::fflush(stdout);
+            // Flushed per step: a run that dies keeps the log of every step it made.
+            if (log.is_open()) log << weft::train::format_step_json(stats) << '\n' << std::flush;
+        }
+        // Every rank sees the same stats, so every rank stops here together.
+        if (!stats.applied() && ++nonfinite_steps > o.skip_nonfinite)
+            throw weft_examples::run_stopped(
+                "step " + std::to_string(stats.step) + " is not finite (loss or gradients), first at stage " +
+                    std::to_string(stats.nonfinite_stage) + "; it was not applied and nothing is saved (" +
+                    std::to_string(nonfinite_steps) + " non-finite step(s), --skip-nonfinite " +
+                    std::to_string(o.skip_nonfinite) + "): lower --lr or check the data",
+                exit_nonfinite);
     }
     report_memory(world, engine);
     if (!o.save.empty()) {
@@ -140,17 +169,37 @@ int main(int argc, char** argv) {
     run_options o;
     app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::sched::schedule_name_list())
         ->capture_default_str();
-    app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
-    app.add_option("--dp", o.dp, "data-parallel replicas")->capture_default_str();
-    app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")->capture_default_str();
+    const auto ranks_range = weft_examples::int_in(1, 1 << 16);
+    app.add_option("--pp", o.pp, "pipeline stages")->check(ranks_range)->capture_default_str();
+    app.add_option("--dp", o.dp, "data-parallel replicas")->check(ranks_range)->capture_default_str();
+    app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")
+        ->check(ranks_range)
+        ->capture_default_str();
     app.add_option("--zero", o.zero,
                    "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
         ->capture_default_str();
     app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
-    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)");
+    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)")
+        ->check(weft_examples::int_in(1, 1 << 16));
     weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
                                                 .batch = "a multiple of --dp times --microbatches"});
-    app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
+    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
+        ->check(weft_examples::int_in(1, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warmup to --lr")
+        ->check(weft_examples::int_in(0, 1LL << 40))
+        ->capture_default_str();
+    app.add_option("--min-lr", o.min_lr, "learning rate the cosine decay ends at (default: --lr, no decay)")
+        ->check(weft_examples::finite_at_least(0, false));
+    app.add_option("--decay-steps", o.decay_steps,
+                   "the step the cosine decay reaches --min-lr (default: the last step of this run; give the "
+                   "same value to runs that resume one another)")
+        ->check(weft_examples::int_in(0, 1LL << 40));
+    app.add_option("--skip-nonfinite", o.skip_nonfinite,
+                   "non-finite steps (NaN or infinite loss or gradients) to skip, not applied, before the run "
+                   "stops with exit code 3 (0: the first one stops it)")
+        ->check(weft_examples::int_in(0, 1 << 30))
+        ->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
     app.add_option("--peak-tflops", o.peak_tflops,
                    "peak TFLOP/s for MFU (0: measure this CPU's single-thread GEMM rate and use it)")
@@ -165,6 +214,13 @@ int main(int argc, char** argv) {
     // (10-30 % of a CPU step; docs/performance.md).
     weft::exec::retain_freed_memory();
     // Without mpirun the default is one thread per rank of the layout.
-    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp * o.dp * o.tp;
+    const long long layout_ranks = static_cast<long long>(o.pp) * o.dp * o.tp;
+    if (layout_ranks > (1 << 16)) {
+        std::fprintf(stderr, "train_gpt: weft: --pp x --dp x --tp = %lld is invalid: must be at most 65536 ranks\n",
+                     layout_ranks);
+        return 2;
+    }
+    const int ranks =
+        (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : static_cast<int>(layout_ranks);
     return weft_examples::run("train_gpt", argc, argv, ranks, [&](auto& world) { train(world, o); });
 }

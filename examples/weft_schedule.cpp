@@ -14,8 +14,10 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "cli_checks.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/cost_model.hpp"
@@ -30,6 +32,7 @@
 #include "weft/sched/schedule_params.hpp"
 #include "weft/sched/simulate.hpp"
 #include "weft/sched/validate.hpp"
+#include "weft/sched/zb_auto.hpp"
 
 namespace {
 
@@ -87,7 +90,17 @@ struct chosen_program {
                                      .chunks = o.chunks == 0 ? kind.default_chunks() : o.chunks,
                                      .costs = costs,
                                      .memory_limit = o.mem_limit};
-    return {o.schedule, ws::generate(kind, params)};
+    ws::program program = ws::generate(kind, params);
+    if (kind == ws::zb_auto::kind && !ws::zb_auto::searches(params)) {
+        // On stderr, so that the output on stdout stays what --format asked for.
+        const int limit = params.memory_limit == 0 ? o.stages : params.memory_limit;
+        const bool h2 = limit >= 2 * o.stages - 1 && o.microbatches >= 2 * o.stages - 1;
+        std::fprintf(stderr,
+                     "weft-schedule: zb-auto: %d ranks x %d micro-batches is beyond its search limit "
+                     "(ranks^3 x micro-batches <= 2^24); using %s\n",
+                     o.stages, o.microbatches, h2 ? "zb-h2" : "zb-h1");
+    }
+    return {o.schedule, std::move(program)};
 }
 
 [[nodiscard]] std::string simulation_json(const chosen_program& chosen, const ws::simulation& sim,
@@ -151,19 +164,6 @@ struct chosen_program {
     return text;
 }
 
-// CLI::PositiveNumber's message prints the whole double range; this one says what is valid.
-[[nodiscard]] CLI::Validator at_least(double minimum, bool inclusive) {
-    const std::string expected =
-        std::string(inclusive ? "must be >= " : "must be > ") + ws::detail::number_text(minimum);
-    return CLI::Validator(
-        [=](std::string& text) -> std::string {
-            double value = 0;
-            if (!CLI::detail::lexical_cast(text, value) || !(inclusive ? value >= minimum : value > minimum))
-                return "value " + text + " is invalid: " + expected;
-            return {};
-        },
-        "NUMBER");
-}
 
 }  // namespace
 
@@ -179,14 +179,21 @@ int main(int argc, char** argv) {
     auto* chunks =
         app.add_option("--chunks", o.chunks, "model chunks per rank v (default: " + default_chunks_text() + ")")
             ->check(CLI::Range(1, 64));
-    app.add_option("--tf", o.tf, "forward cost T_F")->check(at_least(0, false))->capture_default_str();
-    app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")->check(at_least(0, false))->capture_default_str();
-    app.add_option("--tw", o.tw, "backward-for-weights cost T_W")->check(at_least(0, false))->capture_default_str();
+    app.add_option("--tf", o.tf, "forward cost T_F")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    app.add_option("--tw", o.tw, "backward-for-weights cost T_W")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
     app.add_option("--tcomm", o.tcomm, "latency of a send between ranks")
-        ->check(at_least(0, true))
+        ->check(weft_examples::finite_at_least(0, true))
         ->capture_default_str();
     auto* mem_limit = app.add_option("--mem-limit", o.mem_limit,
-                                     "zb-auto: most live activations per rank, in micro-batches (default p)")
+                                     "zb-auto: most live activations per rank, in micro-batches (default p). zb-auto searches up "
+                                     "to ranks^3 x micro-batches = 2^24, beyond which it uses zb-h2 (or zb-h1)")
                           ->check(CLI::Range(0, 1 << 20));
     auto* format = app.add_option("--format", o.format, "output: ascii, csv, json, svg or trace")
                        ->check(CLI::IsMember({"ascii", "csv", "json", "svg", "trace"}))

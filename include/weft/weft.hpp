@@ -64,9 +64,12 @@
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
 
-// train: the engine and its parts (training state, stage runner, program loop), the step log.
+// train: the engine and its parts (training state, stage runner, program loop), the step
+// log, the non-finite guard and the learning-rate schedule.
 #include "weft/train/engine.hpp"
 #include "weft/train/engine_options.hpp"
+#include "weft/train/finite_guard.hpp"
+#include "weft/train/lr_schedule.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"

@@ -9,6 +9,7 @@
 #include "weft/sched/simulate.hpp"
 #include "weft/sched/validate.hpp"
 #include "weft/sched/zb_auto.hpp"
+#include "weft/sched/zb_h1.hpp"
 #include "weft/sched/zb_h2.hpp"
 
 namespace ws = weft::sched;
@@ -169,4 +170,23 @@ TEST_CASE("zb-auto rejects bad parameters", "[sched][zb_auto]") {
     ws::schedule_params bad_cost = params(2, 4, 0);
     bad_cost.costs.uniform.backward_weight = 0;
     CHECK_THROWS_WITH(ws::zb_auto::generate(bad_cost), Contains("T_W"));
+}
+
+TEST_CASE("zb-auto: beyond its size limit it falls back to ZB-H2, else ZB-H1, else names the limit",
+          "[sched][zb_auto]") {
+    // 32^3 x 512 = 2^24 is the largest search; 64 x 512 used to search for 16 s, 128 x 1024 past 150 s.
+    CHECK(ws::zb_auto::searches(params(32, 512, 0)));
+    CHECK_FALSE(ws::zb_auto::searches(params(32, 513, 0)));
+    CHECK_FALSE(ws::zb_auto::searches(params(128, 1024, 0)));
+    // Room for ZB-H2 (2p - 1 live micro-batches): ZB-H2, exactly.
+    CHECK(ws::zb_auto::generate(params(64, 512, 127)) == ws::zb_h2::generate(params(64, 512, 127)));
+    CHECK(ws::zb_auto::generate(params(128, 1024, 255)) == ws::zb_h2::generate(params(128, 1024, 255)));
+    // The default limit p: ZB-H1, within it.
+    const ws::program h1 = ws::zb_auto::generate(params(64, 512, 0));
+    CHECK(h1 == ws::zb_h1::generate(params(64, 512, 0)));
+    CHECK(peak(ws::simulate(h1)) <= 64);
+    // Below p neither fits: an error that names micro-batches and the limit, not a long search.
+    CHECK_THROWS_WITH(ws::zb_auto::generate(params(64, 512, 8)),
+                      Catch::Matchers::Contains("microbatches") && Catch::Matchers::Contains("memory_limit is 8") &&
+                          Catch::Matchers::Contains("2^24"));
 }

@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+#include <string>
+
 #include "weft/train/step_log.hpp"
 
 TEST_CASE("the step log line has the fields users grep for") {
@@ -25,4 +29,18 @@ TEST_CASE("the GPT step log line has lr, tok/s, bubble and MFU") {
     s.mfu = 0.312;
     CHECK(weft::train::format_step(s) ==
           "step 12 | loss 3.4812 | lr 3.0e-04 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%");
+}
+
+TEST_CASE("a step that was not applied says where it turned non-finite, and its JSON stays JSON") {
+    weft::train::step_stats s{4, std::nan(""), 10.0, 0, 0.5};
+    s.tokens_per_second = 100;
+    s.nonfinite_stage = 2;
+    CHECK_FALSE(s.applied());
+    CHECK(weft::train::format_step(s) ==
+          "step 4 | loss nan | 10.0 ms | 100 tok/s | bubble 50.0% | not applied: non-finite from stage 2");
+    // Not "-nan" or "inf": JSON has neither, so the value is null.
+    CHECK(weft::train::format_step_json(s) ==
+          "{\"step\": 4, \"loss\": null, \"ms\": 10, \"tokens_per_s\": 100, \"bubble\": 0.5, \"nonfinite_stage\": 2}");
+    s.loss = -std::numeric_limits<double>::infinity();
+    CHECK(weft::train::format_step_json(s).find("\"loss\": null") != std::string::npos);
 }

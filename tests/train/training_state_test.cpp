@@ -5,6 +5,7 @@
 // stopped (same data, same step numbers), under every ZeRO stage and with SGD's momentum.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -254,4 +255,40 @@ TEST_CASE("a training state of another layout or optimizer is refused before any
         });
     });
     CHECK_THAT(wrong_form, Catch::Matchers::Contains("ZeRO stage = 3"));
+}
+
+TEST_CASE("a step whose loss or gradients are not finite is not applied, and training goes on",
+          "[train][state][finite]") {
+    const int zero = GENERATE(0, 1, 2, 3);
+    INFO("zero " << zero);
+    std::mutex lock;
+    trace before, after;
+    weft::train::step_stats poisoned{}, next{};
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(weft::optim::optimizer_kind::adamw));
+        trace t;
+        train(engine, 1, t);
+        collect(engine, t, before, lock);
+        // One NaN input: every loss and gradient downstream of it turns NaN.
+        auto batch = data().batch(1, batch_size);
+        batch.inputs[3] = std::nanf("");
+        const auto stats = engine.step(batch);
+        trace u = t;
+        collect(engine, u, after, lock);
+        const auto then = engine.step(data().batch(2, batch_size));
+        if (world.rank() == 0) {
+            poisoned = stats;
+            next = then;
+        }
+    });
+    CHECK_FALSE(poisoned.applied());
+    CHECK(poisoned.nonfinite_stage == 1);  // backward starts at the last stage, 1 of 2
+    CHECK(std::isnan(poisoned.loss));
+    // The weights and the AdamW moments (and its step count) are as they were.
+    CHECK(after.progress.step == 2);  // the batch was used: the data moves on
+    after.progress = before.progress;
+    require_same(before, after);
+    CHECK(next.applied());
+    CHECK(std::isfinite(next.loss));
+    CHECK(next.step == 2);
 }

@@ -37,6 +37,13 @@ struct gpt {
         return costs;
     }
     static void validate(const config& c) { c.validate(); }
+    // What a checkpoint records of the model, to refuse loading into another one: some
+    // differences (the number of heads) change no tensor's shape.
+    static std::string describe(const config& c) {
+        return "gpt layers=" + std::to_string(c.num_layers) + " d_model=" + std::to_string(c.d_model) +
+               " heads=" + std::to_string(c.num_heads) + " vocab=" + std::to_string(c.vocab_size) +
+               " seq_len=" + std::to_string(c.seq_len);
+    }
     static int batch_rows(const batch& b) { return b.rows; }
     // Stages exchange one row of d_model values per token.
     static int activation_rows(const config& c, int rows) { return rows * c.seq_len; }

@@ -18,6 +18,13 @@ struct gpt_config {
     int seq_len = 0;  // tokens per sequence: every micro-batch uses exactly this many (wpe rows)
     std::uint64_t seed = 1234;
 
+    // Far above any real model, low enough that no size or parameter count overflows:
+    // 2^16 blocks of width 2^20 hold 12 * 2^56 parameters, below 2^63.
+    static constexpr int max_layers = 1 << 16;
+    static constexpr int max_width = 1 << 20;      // d_model, and so num_heads
+    static constexpr int max_vocab = 1 << 24;
+    static constexpr int max_seq_len = 1 << 24;
+
     [[nodiscard]] int num_units() const { return num_layers + 2; }
     [[nodiscard]] int head_dim() const { return d_model / num_heads; }
     // Parameters of the whole model, the tied wte once: embeddings V*C + T*C, per block
@@ -29,13 +36,16 @@ struct gpt_config {
     }
 
     void validate() const {
-        require(num_layers >= 1, "gpt_config.num_layers", num_layers, "must be at least 1");
-        require(d_model >= 1, "gpt_config.d_model", d_model, "must be at least 1");
+        const auto in = [](int low, int high) {
+            return "must be in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+        };
+        require(num_layers >= 1 && num_layers <= max_layers, "gpt_config.num_layers", num_layers, in(1, max_layers));
+        require(d_model >= 1 && d_model <= max_width, "gpt_config.d_model", d_model, in(1, max_width));
         require(num_heads >= 1, "gpt_config.num_heads", num_heads, "must be at least 1");
         require(d_model % num_heads == 0, "gpt_config.num_heads", num_heads,
                 "must divide d_model = " + std::to_string(d_model));
-        require(vocab_size >= 2, "gpt_config.vocab_size", vocab_size, "must be at least 2");
-        require(seq_len >= 1, "gpt_config.seq_len", seq_len, "must be at least 1");
+        require(vocab_size >= 2 && vocab_size <= max_vocab, "gpt_config.vocab_size", vocab_size, in(2, max_vocab));
+        require(seq_len >= 1 && seq_len <= max_seq_len, "gpt_config.seq_len", seq_len, in(1, max_seq_len));
     }
 };
 

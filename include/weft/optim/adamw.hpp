@@ -32,11 +32,12 @@ struct adamw_options {
     double weight_decay = 1e-2;
 
     void validate() const {
-        require(lr > 0, "adamw lr", lr, "must be positive");
+        require(std::isfinite(lr) && lr > 0, "adamw lr", lr, "must be finite and positive");
         require(beta1 >= 0 && beta1 < 1, "adamw beta1", beta1, "must be in [0, 1)");
         require(beta2 >= 0 && beta2 < 1, "adamw beta2", beta2, "must be in [0, 1)");
         require(eps > 0, "adamw eps", eps, "must be positive");
-        require(weight_decay >= 0, "adamw weight_decay", weight_decay, "must be non-negative");
+        require(std::isfinite(weight_decay) && weight_decay >= 0, "adamw weight_decay", weight_decay,
+                "must be finite and non-negative");
     }
 };
 
@@ -47,7 +48,7 @@ public:
 
     [[nodiscard]] const adamw_options& options() const { return options_; }
     void set_lr(double lr) {
-        require(lr > 0, "adamw lr", lr, "must be positive");
+        require(std::isfinite(lr) && lr > 0, "adamw lr", lr, "must be finite and positive");
         options_.lr = lr;
     }
 

@@ -71,6 +71,13 @@ public:
     [[nodiscard]] std::uint64_t step_count() const {
         return std::visit([](const auto& o) { return o.step_count(); }, impl_);
     }
+    // The learning rate of the next steps (a schedule sets it before each step).
+    void set_lr(double lr) {
+        std::visit([&](auto& o) { o.set_lr(lr); }, impl_);
+    }
+    [[nodiscard]] double lr() const {
+        return std::visit([](const auto& o) { return o.options().lr; }, impl_);
+    }
     // Elements of state held (moments, momentum buffers), for memory reports.
     [[nodiscard]] std::size_t state_elements() const {
         return std::visit([](const auto& o) { return o.state_elements(); }, impl_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -25,9 +26,10 @@ struct sgd_options {
     double weight_decay = 0;
 
     void validate() const {
-        require(lr > 0, "sgd lr", lr, "must be positive");
+        require(std::isfinite(lr) && lr > 0, "sgd lr", lr, "must be finite and positive");
         require(momentum >= 0 && momentum < 1, "sgd momentum", momentum, "must be in [0, 1)");
-        require(weight_decay >= 0, "sgd weight_decay", weight_decay, "must be non-negative");
+        require(std::isfinite(weight_decay) && weight_decay >= 0, "sgd weight_decay", weight_decay,
+                "must be finite and non-negative");
     }
 };
 
@@ -38,7 +40,7 @@ public:
 
     [[nodiscard]] const sgd_options& options() const { return options_; }
     void set_lr(double lr) {
-        require(lr > 0, "sgd lr", lr, "must be positive");
+        require(std::isfinite(lr) && lr > 0, "sgd lr", lr, "must be finite and positive");
         options_.lr = lr;
     }
 

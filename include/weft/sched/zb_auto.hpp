@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -254,6 +255,25 @@ struct zb_auto {
     //     cost >= m (T_F + T_B + T_W) + (p-1)(T_F + T_B + 2 T_comm) - (L-1) T_W.
     // With the paper's Table 6 costs and L = 2p this search reaches that bound on every
     // row; the paper's lower ZB-2p bubbles need about 3p-4p live micro-batches counted so.
+    //
+    // Bounded: one candidate makes 3pm decisions; each picks the earliest of p ranks and may
+    // pass over up to p ranks that wait on one another, so the search is O(24 p^3 m) in the
+    // worst case (32 ranks x 512 micro-batches took 2 s on a 2-core CI machine, 64 x 512 took
+    // 16 s). Beyond max_search_size (p^3 m) it does not search and returns ZB-H2 when it fits
+    // the limit (else ZB-H1): the schedules the search is seeded with, and at that size the
+    // bubble they leave (p-1 idle slots over m) is small. The bound is a size, not a time, so
+    // that every rank of a job, whatever its speed, lowers the same program.
+    static constexpr double max_search_size = 16777216.0;  // 2^24 = 32^3 * 512
+
+    [[nodiscard]] static constexpr double search_size(const schedule_params& params) {
+        const double p = params.ranks;
+        return p * p * p * static_cast<double>(params.microbatches);
+    }
+    // Whether generate() searches (true) or falls back to a handcrafted schedule (false).
+    [[nodiscard]] static constexpr bool searches(const schedule_params& params) {
+        return search_size(params) <= max_search_size;
+    }
+
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
         detail::require_chunks(params, description);
@@ -262,6 +282,7 @@ struct zb_auto {
                                    "must be >= 1 micro-batch, or 0 for the default (ranks)");
         params.costs.validate(params.ranks);
         const int limit = params.memory_limit == 0 ? params.ranks : params.memory_limit;
+        if (!searches(params)) return fallback(params, limit);
 
         program best;
         double best_cost = 0;
@@ -292,6 +313,20 @@ struct zb_auto {
         if (limit >= p && m >= p) consider(zb_h1::generate(params));
         if (limit >= 2 * p - 1 && m >= 2 * p - 1) consider(zb_h2::generate(params));
         return best;
+    }
+
+private:
+    [[nodiscard]] static constexpr program fallback(const schedule_params& params, int limit) {
+        const int p = params.ranks;
+        const int m = params.microbatches;
+        if (limit >= 2 * p - 1 && m >= 2 * p - 1) return zb_h2::generate(params);
+        if (limit >= p && m >= p) return zb_h1::generate(params);
+        throw invalid_argument(
+            "microbatches", m,
+            "zb-auto does not search beyond ranks^3 x micro-batches = 2^24 (ranks = " + detail::int_text(p) +
+                "), and its fallbacks need micro-batches >= ranks and a memory_limit >= ranks (zb-h1), or "
+                "both >= 2 ranks - 1 (zb-h2); memory_limit is " + detail::int_text(limit) +
+                ": raise both, or use fewer ranks or micro-batches");
     }
 };
 

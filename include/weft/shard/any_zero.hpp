@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -41,6 +42,9 @@ public:
     }
     [[nodiscard]] memory_figures held_now() const {
         return std::visit([](const auto& s) { return s.held_now(); }, impl_);
+    }
+    [[nodiscard]] std::span<const Scalar> owned_gradients() const {
+        return std::visit([](const auto& s) { return s.owned_gradients(); }, impl_);
     }
     [[nodiscard]] const memory_figures& peak() const {
         return std::visit([](const auto& s) -> const memory_figures& { return s.peak(); }, impl_);

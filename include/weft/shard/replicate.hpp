@@ -70,6 +70,11 @@ public:
         for (Scalar& g : this->tensors_->full.gradients()) g *= scale;
     }
 
+    // The reduced gradients step() applies: all of them, the same on every replica.
+    [[nodiscard]] std::span<const Scalar> owned_gradients() const {
+        return std::as_const(this->tensors_->full).gradients();
+    }
+
     // step_fn(params, grads, offset) on the whole stage, then the gradients restart at zero.
     template <class StepFn>
     void step(StepFn&& step_fn) {

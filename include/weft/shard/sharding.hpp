@@ -9,6 +9,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 #include "weft/shard/flat_shard.hpp"
@@ -66,6 +67,7 @@ concept sharding_implemented =
         { cs.shard() } -> std::same_as<const flat_shard&>;
         { cs.held_now() } -> std::same_as<memory_figures>;
         { cs.peak() } -> std::same_as<const memory_figures&>;
+        { cs.owned_gradients() } -> std::same_as<std::span<const Scalar>>;
     };
 
 template <class S, class Scalar, class Comm>

@@ -151,6 +151,13 @@ public:
     // The optimizer step: step_fn(params, grads, offset) updates this rank's range, covering
     // elements [offset, offset + params.size()) of the stage's flat layout. ZeRO-1/2 then
     // all-gather the updated parameters, so every rank holds all of them again.
+    // The reduced gradients step() applies: this rank's range of them, between finish_reduce()
+    // and step() (empty outside it); the ranges of the group's ranks partition the stage.
+    [[nodiscard]] std::span<const Scalar> owned_gradients() const {
+        if (this->grad_range_.empty()) return {};
+        return std::span<const Scalar>(this->grad_range_).first(this->tensors_->range.valid());
+    }
+
     template <class StepFn>
     void step(StepFn&& step_fn) {
         auto& t = *this->tensors_;

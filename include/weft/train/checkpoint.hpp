@@ -7,10 +7,12 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <span>
@@ -31,6 +33,13 @@ namespace weft::train {
 inline constexpr std::string_view progress_step_key = "weft.step";
 inline constexpr std::string_view progress_samples_key = "weft.samples";
 inline constexpr std::string_view progress_seed_key = "weft.rng_seed";
+// The model the weights are of (Model::describe, where the model has it).
+inline constexpr std::string_view model_key = "weft.model";
+
+template <class Model>
+concept describable_model = requires(const typename Model::config& c) {
+    { Model::describe(c) } -> std::convertible_to<std::string>;
+};
 
 // "run/model.safetensors" -> "run/model.optimizer.safetensors".
 [[nodiscard]] inline std::filesystem::path optimizer_companion(const std::filesystem::path& checkpoint) {
@@ -223,10 +232,12 @@ void save(Engine& engine, const std::filesystem::path& path) {
             optimizers.push_back({full.registry, optimizer.name(), full.optimizer.steps, tensors});
         }
     const auto& progress = engine.progress();
-    io::save_checkpoint(path, stages,
-                        {{std::string(progress_step_key), std::to_string(progress.step)},
-                         {std::string(progress_samples_key), std::to_string(progress.samples)},
-                         {std::string(progress_seed_key), std::to_string(progress.rng_seed)}});
+    io::safetensors_metadata metadata{{std::string(progress_step_key), std::to_string(progress.step)},
+                                      {std::string(progress_samples_key), std::to_string(progress.samples)},
+                                      {std::string(progress_seed_key), std::to_string(progress.rng_seed)}};
+    if constexpr (describable_model<typename Engine::model_type>)
+        metadata.emplace(std::string(model_key), Engine::model_type::describe(engine.model()));
+    io::save_checkpoint(path, stages, metadata);
     io::save_optimizer_state(optimizer_companion(path), optimizers);
 }
 
@@ -256,19 +267,49 @@ namespace detail {
     return training_progress{number(progress_step_key), number(progress_samples_key), number(progress_seed_key)};
 }
 
+// Refuses weights of another model: a tensor the model does not have (a 2-layer checkpoint
+// loaded into 1 layer), or a recorded model description that differs (heads change no shape).
+// Shapes and missing tensors are checked as each stage loads.
+template <class Engine>
+void require_same_model(const Engine& engine, const io::safetensors_file& weights) {
+    const std::string where = "\"" + weights.path().string() + "\"";
+    std::set<std::string> names;
+    for (std::size_t s = 0; s < engine.stage_units().size(); ++s) {
+        const nn::parameter_registry layout = engine.stage_layout(static_cast<int>(s), 0);
+        for (const auto& info : layout.entries()) names.insert(info.name);
+    }
+    for (const auto& tensor : weights.tensors())
+        if (!names.contains(tensor.name))
+            throw error("tensor " + tensor.name + " of " + where +
+                        " is not part of this model: the file holds another model (more layers, or another "
+                        "architecture); nothing was loaded");
+    if constexpr (describable_model<typename Engine::model_type>) {
+        const auto it = weights.metadata().find(std::string(model_key));
+        const std::string ours = Engine::model_type::describe(engine.model());
+        if (it != weights.metadata().end())
+            require(it->second == ours, "metadata " + std::string(model_key) + " of " + where, it->second,
+                    "this run's model is \"" + ours + "\"; load it into the model it was saved from");
+    }
+}
+
 }  // namespace detail
 
 // Not collective: every rank fills its own stages (under ZeRO, its range of them) from
-// `path`, their optimizer state from the companion file when it exists (a missing companion
-// starts the optimizer fresh; one of another optimizer is refused), and the run's progress
-// (step, data position, RNG key) when the file records it, so training continues as if it
-// had not stopped.
+// `path`, their optimizer state from the companion file, and the run's progress (step,
+// data position, RNG key) when the file records it, so training continues as if it had not
+// stopped. Weights of another model are refused. A weft checkpoint (one that records its
+// progress) must have its companion; weights from elsewhere may come without one, and
+// then the optimizer starts fresh.
 template <class Engine>
 void load(Engine& engine, const std::filesystem::path& path) {
     const io::safetensors_file weights = io::read_safetensors(path);
+    detail::require_same_model(engine, weights);
     const std::optional<training_progress> progress = detail::saved_progress(weights);
     const auto companion_path = optimizer_companion(path);
     const bool has_optimizer = std::filesystem::exists(companion_path);
+    require(has_optimizer || !progress, "optimizer companion", companion_path.string(),
+            "must exist: a weft checkpoint that records its progress is saved with it (is this a torn or "
+            "partial copy?); copy both files");
     const io::safetensors_file companion =
         has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
     for (const int s : engine.local_stages()) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -36,6 +37,7 @@
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/train/engine_options.hpp"
+#include "weft/train/finite_guard.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
@@ -107,6 +109,7 @@ public:
     using schedules = sched::any_of_t<Schedules>;
     using scalar = typename Backend::scalar;
     using matrix = typename Backend::matrix;
+    using model_type = Model;
     using model_config = typename Model::config;
     using batch_type = typename Model::batch;
     using stage_type = typename Model::template stage<Backend>;
@@ -162,23 +165,39 @@ public:
         // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
         for (auto& [index, sharding] : shardings_) sharding.finish_reduce();
+
+        // One reduction carries the loss, every rank's idle fraction of the program and, per
+        // stage, whether its reduced gradients are finite; it comes before the update, so that
+        // a non-finite step is not applied. Every rank reports the same loss: last-stage ranks
+        // contribute their replica's mean (once per replica: tensor-parallel slices of it
+        // compute the same loss).
+        const int stages = loop_.program().num_stages;
+        std::vector<double> totals(2 + static_cast<std::size_t>(stages), 0.0);
+        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
+        totals[0] = reports_loss ? last_program_.loss_sum / config_.dp() : 0.0;
+        totals[1] = idle_fraction();
+        for (const auto& [index, sharding] : shardings_)
+            if (!all_finite(sharding.owned_gradients())) totals[2 + static_cast<std::size_t>(index)] = 1;
+        world_->allreduce_sum(std::span<double>(totals));
+        const int nonfinite_stage =
+            first_nonfinite_stage(std::span<const double>(totals).subspan(2), std::isfinite(totals[0]));
+
         for (auto& [index, sharding] : shardings_) {
             auto& stage = state_.stage(index);
+            // A non-finite step still runs each sharding's step (its collectives and the reset
+            // of the gradients), without the update.
             sharding.step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
-                stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
+                if (nonfinite_stage < 0) stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
             });
         }
+        // The batch was used either way: a skipped step still moves the data on.
         const long long step_index = static_cast<long long>(state_.progress.step);
         ++state_.progress.step;
         state_.progress.samples += static_cast<std::uint64_t>(options_.batch_size);
-        // Every rank reports the same loss: last-stage ranks contribute their replica's mean
-        // (once per replica: tensor-parallel slices of it compute the same loss).
-        // One reduction carries the loss and every rank's idle fraction of the program.
-        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
-        double totals[2] = {reports_loss ? last_program_.loss_sum / config_.dp() : 0.0, idle_fraction()};
-        world_->allreduce_sum(std::span<double>(totals));
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return {step_index, totals[0], 1e3 * seconds, options_.batch_size / seconds, totals[1] / world_->size()};
+        return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
+                .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
+                .nonfinite_stage = nonfinite_stage};
     }
 
     // ---- the parts -------------------------------------------------------------------
@@ -192,6 +211,11 @@ public:
         return std::move(state_);
     }
     [[nodiscard]] const training_progress& progress() const { return state_.progress; }
+    // The learning rate of the next steps, on every local stage's optimizer (a schedule such
+    // as train::lr_schedule sets it before each step, from progress().step).
+    void set_learning_rate(double lr) {
+        for (auto& stage : state_.stages) stage.optimizer.set_lr(lr);
+    }
     // For checkpoints: a loaded run continues from the saved step and data position.
     void set_progress(const training_progress& progress) { state_.progress = progress; }
     [[nodiscard]] Backend& backend() { return backend_; }

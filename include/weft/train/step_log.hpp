@@ -3,6 +3,7 @@
 // Fields a run does not measure (lr, tokens, MFU) are left out rather than printed as 0.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -17,7 +18,20 @@ struct step_stats {
     double lr = -1;                  // < 0: not printed
     double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
     double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
+    // -1: the step was applied. Otherwise its loss or gradients were not finite, it was not
+    // applied, and this is the stage where that showed first (train/finite_guard.hpp).
+    int nonfinite_stage = -1;
+
+    [[nodiscard]] bool applied() const { return nonfinite_stage < 0; }
 };
+
+// JSON has no NaN or infinity: a value that is not finite is written as null.
+[[nodiscard]] inline std::string json_number(double value) {
+    if (!std::isfinite(value)) return "null";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", value);
+    return text;
+}
 
 // Groups thousands with a thin space-like blank, as llm.c does, so big rates stay readable.
 [[nodiscard]] inline std::string group_thousands(long long value) {
@@ -56,16 +70,20 @@ struct step_stats {
         std::snprintf(mfu, sizeof mfu, " | MFU %.0f%%", 100.0 * s.mfu);
         line += mfu;
     }
+    if (!s.applied()) line += " | not applied: non-finite from stage " + std::to_string(s.nonfinite_stage);
     return line;
 }
 
 // The same step as one JSON object (train_gpt's --log-json, one per line): step, loss,
-// ms, tokens_per_s, bubble, with 9 significant digits so that losses compare exactly.
+// ms, tokens_per_s, bubble, with 9 significant digits so that losses compare exactly, and
+// "nonfinite_stage" on a step that was not applied. Always valid JSON: a loss that is not
+// finite is null.
 [[nodiscard]] inline std::string format_step_json(const step_stats& s) {
-    char line[256];
-    std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"ms\": %.9g, \"tokens_per_s\": %.9g, \"bubble\": %.9g}",
-                  s.step, s.loss, s.milliseconds, s.tokens_per_second, s.bubble);
-    return line;
+    std::string line = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + json_number(s.loss) +
+                       ", \"ms\": " + json_number(s.milliseconds) + ", \"tokens_per_s\": " +
+                       json_number(s.tokens_per_second) + ", \"bubble\": " + json_number(s.bubble);
+    if (!s.applied()) line += ", \"nonfinite_stage\": " + std::to_string(s.nonfinite_stage);
+    return line + "}";
 }
 
 }  // namespace weft::train
