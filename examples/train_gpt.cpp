@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "weft/train/lr_schedule.hpp"
 #include "weft/train/mfu.hpp"
 #include "weft/data/token_batches.hpp"
+#include "weft/io/atomic_file.hpp"
 #include "weft/io/token_file.hpp"
 #include "gpt_run_cli.hpp"
 #include "launch.hpp"
@@ -90,6 +92,15 @@ void train(Comm& world, const run_options& o) {
             throw weft::invalid_argument("--vocab", o.vocab,
                                          "the data holds token " + std::to_string(token) + "; use a larger --vocab");
 
+    if (!o.save.empty() && world.rank() == 0) {
+        // Before training, not after it: a missing or read-only directory, or a device or
+        // a link at the path, must not cost the trained model. Checkpoints go through
+        // rank 0, so it checks (and tidies what killed saves left there).
+        for (const auto& file : {std::filesystem::path(o.save), weft::train::optimizer_companion(o.save)}) {
+            weft::io::require_writable(file, "--save");
+            weft::io::remove_stale_temporaries(file);
+        }
+    }
     const auto optimizer = weft::optim::parse_optimizer_kind(o.optimizer);
     engine_t engine(world, config, model,
                     {.batch_size = o.batch,

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -81,13 +82,72 @@ TEST_CASE("a write into a missing directory names the path and the system's reas
     CHECK(entries_in(dir.path) == 0);
 }
 
+TEST_CASE("a target that is not a regular file is refused and kept: directory, link, device") {
+    scratch_dir dir("atomic_not_regular");
+    const fs::path directory = dir.path / "occupied";
+    fs::create_directories(directory / "inside");
+    CHECK_THROWS_WITH(write_text(directory, "data"),
+                      Catch::Contains(directory.string()) && Catch::Contains("is a directory"));
+    CHECK(fs::is_directory(directory / "inside"));
+    // A link is not followed and not replaced: the file it points at stays, and so does the link.
+    const fs::path real = dir.path / "real";
+    write_text(real, "old");
+    const fs::path link = dir.path / "link";
+    fs::create_symlink(real, link);
+    CHECK_THROWS_WITH(write_text(link, "new"), Catch::Contains("is a symbolic link"));
+    CHECK(fs::is_symlink(link));
+    CHECK(read_text(real) == "old");
+    // /dev/null is a device: as root a rename would replace the node with a regular file.
+    CHECK_THROWS_WITH(write_text("/dev/null", "x"), Catch::Contains("is a device"));
+    CHECK_THROWS_WITH(weft::io::require_writable("/dev/full", "--save"),
+                      Catch::Contains("--save = \"/dev/full\" is invalid: is a device"));
+    CHECK(fs::is_character_file("/dev/null"));
+    CHECK(entries_in(dir.path) == 3);
+}
+
+TEST_CASE("a target is checked for writing before any work: missing and read-only directories") {
+    scratch_dir dir("atomic_writable");
+    CHECK_NOTHROW(weft::io::require_writable(dir.path / "model.safetensors", "--save"));
+    CHECK(entries_in(dir.path) == 0);  // the probe leaves nothing behind
+    CHECK_THROWS_WITH(weft::io::require_writable(dir.path / "no" / "model.safetensors", "--save"),
+                      Catch::Contains("--save = ") && Catch::Contains("cannot be written") &&
+                          Catch::Contains("No such file or directory"));
+    const fs::path read_only = dir.path / "read_only";
+    fs::create_directories(read_only);
+    fs::permissions(read_only, fs::perms::owner_read | fs::perms::owner_exec);
+    // Root writes into a read-only directory anyway; the probe says what really happens.
+    const bool root = ::geteuid() == 0;
+    if (!root)
+        CHECK_THROWS_WITH(weft::io::require_writable(read_only / "model.safetensors", "--save"),
+                          Catch::Contains("Permission denied"));
+    fs::permissions(read_only, fs::perms::owner_all);
+}
+
+TEST_CASE("temporaries of killed writers are removed; a live writer's are not") {
+    scratch_dir dir("atomic_stale");
+    const fs::path target = dir.path / "model.safetensors";
+    // pid 2^22 + 1 is above Linux's pid limit: no such process.
+    const fs::path stale = dir.path / "model.safetensors.tmp.4194305.0";
+    const fs::path live = dir.path / ("model.safetensors.tmp." + std::to_string(::getpid()) + ".7");
+    const fs::path other = dir.path / "other.safetensors.tmp.4194305.0";
+    for (const auto& p : {stale, live, other}) std::ofstream(p) << "partial";
+    // Too young to be sure (it could be another machine's writer): kept.
+    CHECK(weft::io::remove_stale_temporaries(target) == 0);
+    CHECK(weft::io::remove_stale_temporaries(target, std::chrono::seconds(0)) == 1);
+    CHECK_FALSE(fs::exists(stale));
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(other));
+}
+
 TEST_CASE("a rename that fails removes the temporary and keeps what was there") {
     scratch_dir dir("atomic_rename");
-    const fs::path target = dir.path / "occupied";
-    fs::create_directories(target / "inside");  // a file cannot be renamed over a directory
-    CHECK_THROWS_WITH(write_text(target, "data"), Catch::Contains("cannot rename") && Catch::Contains(target.string()));
-    CHECK(fs::is_directory(target / "inside"));
-    CHECK(entries_in(dir.path) == 1);
+    const fs::path target = dir.path / "gone";
+    weft::io::atomic_file file(target);
+    file.write(std::as_bytes(std::span("x", 1)));
+    // The temporary disappears before the commit (another process removed it).
+    fs::remove(file.temporary_path());
+    CHECK_THROWS_WITH(file.commit(), Catch::Contains("cannot rename") && Catch::Contains(target.string()));
+    CHECK(entries_in(dir.path) == 0);
 }
 
 TEST_CASE("an atomic file is unusable after commit") {

@@ -4,16 +4,20 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -40,6 +44,33 @@ namespace detail {
     return path.parent_path() / name;
 }
 
+// What kind of thing is at `path` now, in words, when it is neither missing nor a regular
+// file: a rename over it would replace a device node, a link or a directory.
+[[nodiscard]] inline std::string non_regular_kind(const std::filesystem::path& path) {
+    std::error_code ignored;
+    const auto status = std::filesystem::symlink_status(path, ignored);
+    switch (status.type()) {
+        case std::filesystem::file_type::not_found:
+        case std::filesystem::file_type::none:
+        case std::filesystem::file_type::regular: return {};
+        case std::filesystem::file_type::symlink: return "a symbolic link";
+        case std::filesystem::file_type::directory: return "a directory";
+        case std::filesystem::file_type::character:
+        case std::filesystem::file_type::block: return "a device";
+        case std::filesystem::file_type::fifo: return "a pipe";
+        case std::filesystem::file_type::socket: return "a socket";
+        default: return "not a regular file";
+    }
+}
+
+// Refuses a target that is there and is not a regular file, naming `parameter`.
+inline void require_replaceable(const std::filesystem::path& path, std::string_view parameter) {
+    if (const std::string kind = non_regular_kind(path); !kind.empty())
+        throw invalid_argument(parameter, path.string(),
+                               "is " + kind + "; weft replaces only regular files (or creates new ones): name a "
+                               "file path, or remove what is there");
+}
+
 }  // namespace detail
 
 // A file being written under a temporary name. commit() makes it visible as the
@@ -49,6 +80,7 @@ public:
     explicit atomic_file(std::filesystem::path path)
         : path_(std::move(path)), temporary_(detail::temporary_path_for(path_)) {
         require(!path_.empty() && path_.has_filename(), "file", path_.string(), "must name a file");
+        detail::require_replaceable(path_, "file");
         fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd_ < 0) detail::throw_file_error(path_, "cannot create a temporary file next to it", errno);
     }
@@ -112,6 +144,56 @@ private:
     int fd_ = -1;
     bool committed_ = false;
 };
+
+// Checks, before any work is done, that an atomic write of `path` can happen: whatever is
+// there is a regular file (or nothing), and its directory exists and takes a new file (a
+// temporary is created and removed). A run checks its --save target before it trains, so
+// that a missing or read-only directory does not lose the trained model at the end.
+inline void require_writable(const std::filesystem::path& path, std::string_view parameter) {
+    require(!path.empty() && path.has_filename(), parameter, path.string(), "must name a file");
+    detail::require_replaceable(path, parameter);
+    const std::filesystem::path temporary = detail::temporary_path_for(path);
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int code = errno;
+        throw invalid_argument(parameter, path.string(),
+                               "cannot be written: creating a file next to it fails: " + detail::errno_text(code));
+    }
+    ::close(fd);
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+}
+
+// Removes what killed writers left next to `path`: "<name>.tmp.<pid>.<n>" files whose
+// process no longer runs on this machine and that have not changed for `min_age`. The age
+// guards a writer on another machine sharing the directory, whose pid means nothing here.
+// Returns how many it removed.
+inline int remove_stale_temporaries(const std::filesystem::path& path,
+                                    std::chrono::seconds min_age = std::chrono::minutes(10)) {
+    namespace fs = std::filesystem;
+    const fs::path directory = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    const std::string prefix = path.filename().string() + ".tmp.";
+    std::error_code error;
+    int removed = 0;
+    for (const auto& entry : fs::directory_iterator(directory, error)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with(prefix) || !entry.is_regular_file(error)) continue;
+        const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
+        const auto dot = rest.find('.');
+        if (dot == 0 || dot == std::string::npos) continue;
+        pid_t pid = 0;
+        try {
+            pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
+        } catch (const std::exception&) {
+            continue;
+        }
+        const bool alive = pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+        const auto age = fs::file_time_type::clock::now() - fs::last_write_time(entry.path(), error);
+        if (alive || error || age < min_age) continue;
+        if (fs::remove(entry.path(), error)) ++removed;
+    }
+    return removed;
+}
 
 // Writes `contents` as the whole of `path`, atomically.
 inline void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> contents) {
