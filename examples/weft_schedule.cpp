@@ -192,8 +192,9 @@ int main(int argc, char** argv) {
         ->check(weft_examples::finite_at_least(0, true))
         ->capture_default_str();
     auto* mem_limit = app.add_option("--mem-limit", o.mem_limit,
-                                     "zb-auto: most live activations per rank, in micro-batches (default p). zb-auto searches up "
-                                     "to ranks^3 x micro-batches = 2^24, beyond which it uses zb-h2 (or zb-h1)")
+                                     "zb-auto: most live activations per rank, in micro-batches (default p). "
+                                     "zb-auto searches up to ranks^3 x micro-batches = 2^24, beyond which it "
+                                     "uses zb-h2 (or zb-h1)")
                           ->check(CLI::Range(0, 1 << 20));
     auto* format = app.add_option("--format", o.format, "output: ascii, csv, json, svg or trace")
                        ->check(CLI::IsMember({"ascii", "csv", "json", "svg", "trace"}))
