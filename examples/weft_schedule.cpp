@@ -93,12 +93,11 @@ struct chosen_program {
     ws::program program = ws::generate(kind, params);
     if (kind == ws::zb_auto::kind && !ws::zb_auto::searches(params)) {
         // On stderr, so that the output on stdout stays what --format asked for.
-        const int limit = params.memory_limit == 0 ? o.stages : params.memory_limit;
-        const bool h2 = limit >= 2 * o.stages - 1 && o.microbatches >= 2 * o.stages - 1;
+        const std::string fallback(ws::zb_auto::fallback_name(params));
         std::fprintf(stderr,
                      "weft-schedule: zb-auto: %d ranks x %d micro-batches is beyond its search limit "
                      "(ranks^3 x micro-batches <= 2^24); using %s\n",
-                     o.stages, o.microbatches, h2 ? "zb-h2" : "zb-h1");
+                     o.stages, o.microbatches, fallback.c_str());
     }
     return {o.schedule, std::move(program)};
 }

@@ -273,6 +273,16 @@ struct zb_auto {
     [[nodiscard]] static constexpr bool searches(const schedule_params& params) {
         return search_size(params) <= max_search_size;
     }
+    // The handcrafted schedule generate() returns when it does not search: zb-h2 where the
+    // limit and m reach 2p - 1, else zb-h1 where they reach p, else none (generate() throws).
+    [[nodiscard]] static constexpr std::string_view fallback_name(const schedule_params& params) {
+        const int p = params.ranks;
+        const int m = params.microbatches;
+        const int limit = params.memory_limit == 0 ? p : params.memory_limit;
+        if (limit >= 2 * p - 1 && m >= 2 * p - 1) return zb_h2::name;
+        if (limit >= p && m >= p) return zb_h1::name;
+        return {};
+    }
 
     [[nodiscard]] static constexpr program generate(const schedule_params& params) {
         detail::require_generator_arguments(params);
@@ -282,7 +292,7 @@ struct zb_auto {
                                    "must be >= 1 micro-batch, or 0 for the default (ranks)");
         params.costs.validate(params.ranks);
         const int limit = params.memory_limit == 0 ? params.ranks : params.memory_limit;
-        if (!searches(params)) return fallback(params, limit);
+        if (!searches(params)) return fallback(params);
 
         program best;
         double best_cost = 0;
@@ -316,14 +326,14 @@ struct zb_auto {
     }
 
 private:
-    [[nodiscard]] static constexpr program fallback(const schedule_params& params, int limit) {
-        const int p = params.ranks;
-        const int m = params.microbatches;
-        if (limit >= 2 * p - 1 && m >= 2 * p - 1) return zb_h2::generate(params);
-        if (limit >= p && m >= p) return zb_h1::generate(params);
+    [[nodiscard]] static constexpr program fallback(const schedule_params& params) {
+        const std::string_view chosen = fallback_name(params);
+        if (chosen == zb_h2::name) return zb_h2::generate(params);
+        if (chosen == zb_h1::name) return zb_h1::generate(params);
+        const int limit = params.memory_limit == 0 ? params.ranks : params.memory_limit;
         throw invalid_argument(
-            "microbatches", m,
-            "zb-auto does not search beyond ranks^3 x micro-batches = 2^24 (ranks = " + detail::int_text(p) +
+            "microbatches", params.microbatches,
+            "zb-auto does not search beyond ranks^3 x micro-batches = 2^24 (ranks = " + detail::int_text(params.ranks) +
                 "), and its fallbacks need micro-batches >= ranks and a memory_limit >= ranks (zb-h1), or "
                 "both >= 2 ranks - 1 (zb-h2); memory_limit is " + detail::int_text(limit) +
                 ": raise both, or use fewer ranks or micro-batches");
