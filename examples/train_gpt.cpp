@@ -23,6 +23,7 @@
 #include "weft/weft.hpp"
 #include "weft/exec/cpu_gemm_rate.hpp"
 #include "weft/train/checkpoint.hpp"
+#include "weft/train/checkpoint_directory.hpp"
 #include "weft/models/gpt.hpp"
 #include "weft/train/lr_schedule.hpp"
 #include "weft/train/mfu.hpp"
@@ -31,6 +32,7 @@
 #include "weft/io/token_file.hpp"
 #include "gpt_run_cli.hpp"
 #include "launch.hpp"
+#include "stop_signal.hpp"
 
 namespace {
 
@@ -49,11 +51,26 @@ struct run_options : weft_examples::gpt_run_options {
     int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
     long long warmup_steps = 0;
     double min_lr = 0;           // 0: --lr (no decay)
-    long long decay_steps = -1;  // -1: the last step of this run
+    long long decay_steps = -1;  // -1: --steps, the step the run ends at
+    std::string checkpoint_dir;  // a root of checkpoint directories (step-<n>/, latest)
+    long long checkpoint_every = 0;  // 0: only at the end (and when stopped by a signal)
+    int keep = 0;                    // newest checkpoints kept; 0: all
+    std::string resume;              // a checkpoint directory, or a root whose `latest` names one
 };
 
-// train_gpt's exit code when a non-finite step ends the run (docs/gpt.md lists them all).
+// train_gpt's exit codes beyond 0 and 2 (docs/gpt.md lists them all): a non-finite step
+// ended the run; SIGTERM or SIGINT stopped it after a step (and a checkpoint).
 constexpr int exit_nonfinite = 3;
+constexpr int exit_stopped_by_signal = 4;
+
+// What a checkpoint's manifest keeps of this run besides the model and the layout: the
+// settings a resumed run should be given again.
+nlohmann::json run_settings(const run_options& o, long long decay_steps) {
+    return {{"program", "train_gpt"}, {"data", o.data}, {"batch", o.batch}, {"seq_len", o.seq_len},
+            {"steps", o.steps}, {"lr", o.lr}, {"min_lr", o.min_lr > 0 ? o.min_lr : o.lr},
+            {"warmup_steps", o.warmup_steps}, {"decay_steps", decay_steps}, {"optimizer", o.optimizer},
+            {"weight_decay", o.weight_decay}, {"seed", o.seed}};
+}
 
 
 // One line: the most any rank holds (training state between steps, its in-step peak, and
@@ -92,6 +109,11 @@ void train(Comm& world, const run_options& o) {
             throw weft::invalid_argument("--vocab", o.vocab,
                                          "the data holds token " + std::to_string(token) + "; use a larger --vocab");
 
+    weft::require(o.resume.empty() || o.init_from.empty(), "--resume", o.resume,
+                  "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
+                  "--init-from starts one from weights");
+    if (!o.checkpoint_dir.empty() && world.rank() == 0)
+        weft::io::prepare_checkpoint_root(o.checkpoint_dir, "--checkpoint-dir");
     if (!o.save.empty() && world.rank() == 0) {
         // Before training, not after it: a missing or read-only directory, or a device or
         // a link at the path, must not cost the trained model. Checkpoints go through
@@ -107,6 +129,14 @@ void train(Comm& world, const run_options& o) {
                      .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},
                      .partition = o.partition});
     if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
+    if (!o.resume.empty()) {
+        const auto manifest = weft::train::load_checkpoint_directory(engine, o.resume, "--resume");
+        if (world.rank() == 0)
+            std::printf("resumed at step %llu from %s (saved as pp %d | dp %d | tp %d | zero %d | %s)\n",
+                        static_cast<unsigned long long>(manifest.step), o.resume.c_str(), manifest.layout.pp,
+                        manifest.layout.dp, manifest.layout.tp, manifest.layout.zero,
+                        manifest.layout.schedule.c_str());
+    }
 
     const std::int64_t parameters = model.parameter_count();  // the whole model, tied wte once
     const double flops_per_token = weft::train::gpt_flops_per_token(parameters, o.layers, o.d_model, o.seq_len);
@@ -131,15 +161,28 @@ void train(Comm& world, const run_options& o) {
                     "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d\n",
                     static_cast<long long>(parameters), o.layers, o.d_model, o.heads, o.vocab, o.seq_len, o.batch,
                     o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero, o.microbatches, config.chunks());
-    // The schedule is a function of the global step: a resumed run continues its learning
-    // rates, given the same --decay-steps.
-    const auto first_step = static_cast<long long>(engine.progress().step);
+    // The schedule is a function of the global step, and --steps is the step the run ends
+    // at, so a resumed run continues its learning rates.
     const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
                                       .warmup_steps = o.warmup_steps,
-                                      .decay_steps = o.decay_steps >= 0 ? o.decay_steps : first_step + o.steps};
+                                      .decay_steps = o.decay_steps >= 0 ? o.decay_steps : o.steps};
     lr.validate();
+    const auto steps_done = [&] { return static_cast<long long>(engine.progress().step); };
+    if (world.rank() == 0 && steps_done() >= o.steps)
+        std::printf("already at step %lld, the --steps %d this run ends at: nothing to train\n", steps_done(),
+                    o.steps);
+    long long saved_step = -1;
+    const auto checkpoint = [&] {
+        const auto saved =
+            weft::train::save_checkpoint_directory(engine, o.checkpoint_dir, run_settings(o, lr.decay_steps), o.keep);
+        saved_step = steps_done();
+        if (world.rank() == 0) {
+            std::printf("saved checkpoint %s\n", saved.directory.c_str());
+            std::fflush(stdout);
+        }
+    };
     int nonfinite_steps = 0;
-    for (int i = 0; i < o.steps; ++i) {
+    while (steps_done() < o.steps) {
         const double step_lr = lr.at(static_cast<long long>(engine.progress().step));
         engine.set_learning_rate(step_lr);
         // The batch at the engine's data position: a run loaded from a weft checkpoint goes on
@@ -165,8 +208,22 @@ void train(Comm& world, const run_options& o) {
                     std::to_string(nonfinite_steps) + " non-finite step(s), --skip-nonfinite " +
                     std::to_string(o.skip_nonfinite) + "): lower --lr or check the data",
                 exit_nonfinite);
+        if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && steps_done() % o.checkpoint_every == 0)
+            checkpoint();
+        // Every rank learns of a signal any rank got, and all stop after this same step.
+        if (const int signal = weft_examples::agreed_stop_signal(world); signal != 0) {
+            const bool save = !o.checkpoint_dir.empty();
+            if (save && saved_step != steps_done()) checkpoint();
+            throw weft_examples::run_stopped(
+                std::string("stopped by ") + weft_examples::signal_name(signal) + " after step " +
+                    std::to_string(steps_done() - 1) +
+                    (save ? "; checkpoint saved: continue with --resume " + o.checkpoint_dir
+                          : "; nothing saved (give --checkpoint-dir to save on a stop)"),
+                exit_stopped_by_signal);
+        }
     }
     report_memory(world, engine);
+    if (!o.checkpoint_dir.empty() && saved_step != steps_done()) checkpoint();
     if (!o.save.empty()) {
         weft::train::save(engine, o.save);
         if (world.rank() == 0) std::printf("saved %s\n", o.save.c_str());
@@ -203,8 +260,7 @@ int main(int argc, char** argv) {
     app.add_option("--min-lr", o.min_lr, "learning rate the cosine decay ends at (default: --lr, no decay)")
         ->check(weft_examples::finite_at_least(0, false));
     app.add_option("--decay-steps", o.decay_steps,
-                   "the step the cosine decay reaches --min-lr (default: the last step of this run; give the "
-                   "same value to runs that resume one another)")
+                   "the step the cosine decay reaches --min-lr (default: --steps)")
         ->check(weft_examples::int_in(0, 1LL << 40));
     app.add_option("--skip-nonfinite", o.skip_nonfinite,
                    "non-finite steps (NaN or infinite loss or gradients) to skip, not applied, before the run "
@@ -219,11 +275,29 @@ int main(int argc, char** argv) {
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
                    "(default: balanced by estimated flops per stage)")
         ->delimiter(',');
+    app.get_option("--steps")->description(
+        "the step the run ends at: a run resumed at step k trains --steps - k more");
+    auto* checkpoint_dir = app.add_option(
+        "--checkpoint-dir", o.checkpoint_dir,
+        "save checkpoints here as step-<n>/ directories (weights, optimizer state, manifest) with a `latest` "
+        "pointer, at the end and when stopped by SIGTERM or SIGINT (docs/checkpoints.md)");
+    app.add_option("--checkpoint-every", o.checkpoint_every, "also save a checkpoint every N steps")
+        ->check(weft_examples::int_in(1, 1LL << 40))
+        ->needs(checkpoint_dir);
+    app.add_option("--keep", o.keep, "keep the newest K checkpoints (0: all)")
+        ->check(weft_examples::int_in(0, 1 << 30))
+        ->capture_default_str()
+        ->needs(checkpoint_dir);
+    app.add_option("--resume", o.resume,
+                   "continue a run from a checkpoint directory, or from the newest one of a --checkpoint-dir: "
+                   "weights, optimizer, step and data position, checked against its manifest");
     CLI11_PARSE(app, argc, argv);
 
     // Reuse freed activation memory from step to step instead of page-faulting it in again
     // (10-30 % of a CPU step; docs/performance.md).
     weft::exec::retain_freed_memory();
+    // SIGTERM (Slurm's warning before it kills a job) and SIGINT finish the step first.
+    const weft_examples::stop_on_signals stop_signals;
     // Without mpirun the default is one thread per rank of the layout.
     const long long layout_ranks = static_cast<long long>(o.pp) * o.dp * o.tp;
     if (layout_ranks > (1 << 16)) {

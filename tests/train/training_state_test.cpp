@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "training_run.hpp"
 #include "weft/shard/any_zero.hpp"
 #include "weft/train/checkpoint.hpp"
+#include "weft/train/checkpoint_directory.hpp"
 #include "weft/train/training_state.hpp"
 
 namespace {
@@ -202,6 +204,116 @@ TEST_CASE("a run saved and resumed continues as if it had not stopped", "[train]
         CHECK(resumed.losses[i] == straight.losses[std::size_t(stop) + i]);
     }
     require_same(straight, resumed);
+}
+
+TEST_CASE("checkpoint directories resume bit for bit, and in another layout within rounding",
+          "[train][state][checkpoint]") {
+    const int zero = GENERATE(0, 3);
+    INFO("zero " << zero);
+    const weft_test::scratch_dir dir("resume_directory");
+    const auto root = dir.path / "ckpt";
+    std::filesystem::create_directory(root);
+    std::mutex lock;
+    trace straight, resumed, other_layout;
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(weft::optim::optimizer_kind::adamw));
+        trace t;
+        train(engine, 5, t);
+        collect(engine, t, straight, lock);
+    });
+    std::vector<std::filesystem::path> saved_paths;
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(weft::optim::optimizer_kind::adamw));
+        for (int step = 0; step < 3; ++step) {
+            trace t;
+            train(engine, 1, t);
+            const auto saved = weft::train::save_checkpoint_directory(engine, root, {{"note", "test"}}, 1);
+            const std::lock_guard guard(lock);
+            if (world.rank() == 0) saved_paths.push_back(saved.directory);
+        }
+    });
+    REQUIRE(saved_paths.size() == 3);
+    CHECK(saved_paths.back() == root / "step-00000003");
+    // --keep 1: only the newest is left, and `latest` names it.
+    CHECK_FALSE(std::filesystem::exists(root / "step-00000001"));
+    CHECK_FALSE(std::filesystem::exists(root / "step-00000002"));
+    CHECK(weft::io::resolve_checkpoint(root, "resume") == root / "step-00000003");
+    const auto manifest = weft::io::read_manifest(root / "step-00000003");
+    CHECK(manifest.step == 3);
+    CHECK(manifest.samples == 3 * batch_size);
+    CHECK(manifest.layout == weft::io::checkpoint_layout{.pp = 2, .dp = 2, .tp = 1, .zero = zero, .chunks = 1,
+                                                         .microbatches = 4, .world = 4, .schedule = "zb-h1"});
+    CHECK(manifest.run == nlohmann::json{{"note", "test"}});
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(2, 2, zero), test_model(), options(weft::optim::optimizer_kind::adamw));
+        weft::train::load_checkpoint_directory(engine, root);
+        trace t;
+        train(engine, 2, t);
+        collect(engine, t, resumed, lock);
+    });
+    CHECK(resumed.steps == std::vector<long long>{3, 4});
+    CHECK(resumed.losses == std::vector<double>(straight.losses.begin() + 3, straight.losses.end()));
+    require_same(straight, resumed);
+    // Another layout: four data-parallel replicas under ZeRO-2 sum the gradients in another order.
+    local::run(4, [&](local& world) {
+        engine_t engine(world, layout(1, 4, 2), test_model(), options(weft::optim::optimizer_kind::adamw));
+        weft::train::load_checkpoint_directory(engine, root);
+        trace t;
+        train(engine, 2, t);
+        collect(engine, t, other_layout, lock);
+    });
+    REQUIRE(other_layout.losses.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i)
+        CHECK(other_layout.losses[i] == Approx(straight.losses[3 + i]).epsilon(1e-5));
+    for (const auto& [name, values] : straight.parameters) {
+        const auto& other = other_layout.parameters.at(name);
+        REQUIRE(other.size() == values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) CHECK(other[i] == Approx(values[i]).epsilon(1e-4).margin(1e-6));
+    }
+}
+
+TEST_CASE("a damaged checkpoint directory is refused before anything is loaded", "[train][state][checkpoint]") {
+    const weft_test::scratch_dir dir("damaged_directory");
+    const auto root = dir.path / "ckpt";
+    std::filesystem::create_directory(root);
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(2, 1, 1), test_model(), options(weft::optim::optimizer_kind::adamw));
+        trace t;
+        train(engine, 2, t);
+        (void)weft::train::save_checkpoint_directory(engine, root);
+    });
+    const auto checkpoint = root / "step-00000002";
+    std::filesystem::resize_file(checkpoint / "optimizer.safetensors",
+                                 std::filesystem::file_size(checkpoint / "optimizer.safetensors") - 4);
+    std::mutex lock;
+    std::vector<std::string> messages;
+    std::vector<std::uint64_t> steps_after;
+    std::vector<bool> untouched;
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(2, 1, 1), test_model(), options(weft::optim::optimizer_kind::adamw));
+        engine_t fresh(world, layout(2, 1, 1), test_model(), options(weft::optim::optimizer_kind::adamw));
+        std::string message = "no error";
+        try {
+            weft::train::load_checkpoint_directory(engine, root, "--resume");
+        } catch (const weft::error& e) {
+            message = e.what();
+        }
+        const auto mine = weft::train::gather_full_stages(engine);
+        const auto initial = weft::train::gather_full_stages(fresh);
+        bool same = mine.size() == initial.size();
+        for (std::size_t s = 0; same && s < mine.size(); ++s) same = mine[s].parameters == initial[s].parameters;
+        const std::lock_guard guard(lock);
+        messages.push_back(message);
+        steps_after.push_back(engine.progress().step);
+        untouched.push_back(same);
+    });
+    REQUIRE(messages.size() == 2);
+    for (std::size_t r = 0; r < 2; ++r) {
+        CHECK_THAT(messages[r], Catch::Matchers::Contains("optimizer.safetensors") &&
+                                    Catch::Matchers::Contains("bytes but the manifest records"));
+        CHECK(steps_after[r] == 0);
+        CHECK(untouched[r]);
+    }
 }
 
 TEST_CASE("a training state of another layout or optimizer is refused before anything runs", "[train][state]") {

@@ -164,7 +164,8 @@ inline void require_writable(const std::filesystem::path& path, std::string_view
     std::filesystem::remove(temporary, ignored);
 }
 
-// Removes what killed writers left next to `path`: "<name>.tmp.<pid>.<n>" files whose
+// Removes what killed writers left next to `path`: "<name>.tmp.<pid>.<n>" files (or staged
+// directories) whose
 // process no longer runs on this machine and that have not changed for `min_age`. The age
 // guards a writer on another machine sharing the directory, whose pid means nothing here.
 // Returns how many it removed.
@@ -177,7 +178,10 @@ inline int remove_stale_temporaries(const std::filesystem::path& path,
     int removed = 0;
     for (const auto& entry : fs::directory_iterator(directory, error)) {
         const std::string name = entry.path().filename().string();
-        if (!name.starts_with(prefix) || !entry.is_regular_file(error)) continue;
+        // Staged checkpoint directories (io/checkpoint_root.hpp) are temporaries too.
+        const bool file_or_directory =
+            entry.is_regular_file(error) || (!entry.is_symlink(error) && entry.is_directory(error));
+        if (!name.starts_with(prefix) || !file_or_directory) continue;
         const std::string rest = name.substr(prefix.size());  // "<pid>.<n>"
         const auto dot = rest.find('.');
         if (dot == 0 || dot == std::string::npos) continue;
@@ -190,7 +194,7 @@ inline int remove_stale_temporaries(const std::filesystem::path& path,
         const bool alive = pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
         const auto age = fs::file_time_type::clock::now() - fs::last_write_time(entry.path(), error);
         if (alive || error || age < min_age) continue;
-        if (fs::remove(entry.path(), error)) ++removed;
+        if (fs::remove_all(entry.path(), error) > 0) ++removed;
     }
     return removed;
 }

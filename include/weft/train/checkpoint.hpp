@@ -184,11 +184,19 @@ template <class Engine>
     return out;
 }
 
-// Collective over the world. Writes `path` and its optimizer companion from pipeline rank
-// 0 of data-parallel replica 0; other replicas hold the same values (ZeRO ranges are
-// gathered first). Files are written atomically.
+// Whether this rank writes checkpoints: pipeline rank 0 of data-parallel replica 0 and
+// tensor-parallel rank 0, which receives every stage's whole state.
 template <class Engine>
-void save(Engine& engine, const std::filesystem::path& path) {
+[[nodiscard]] bool is_checkpoint_writer(Engine& engine) {
+    return engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0 &&
+           engine.pipeline_group().rank() == 0;
+}
+
+// Collective over the world. Writes the weights to `path` and the optimizer state to
+// `optimizer_path` from the checkpoint writer (is_checkpoint_writer); other replicas hold
+// the same values (ZeRO ranges are gathered first). Files are written atomically.
+template <class Engine>
+void save(Engine& engine, const std::filesystem::path& path, const std::filesystem::path& optimizer_path) {
     static_assert(std::is_same_v<typename Engine::scalar, float>, "checkpoints store F32 tensors");
     std::vector<full_stage_state> local = gather_full_stages(engine);
     // Replica 0's tensor-parallel rank 0 ranks now hold whole stages; they write.
@@ -238,7 +246,13 @@ void save(Engine& engine, const std::filesystem::path& path) {
     if constexpr (describable_model<typename Engine::model_type>)
         metadata.emplace(std::string(model_key), Engine::model_type::describe(engine.model()));
     io::save_checkpoint(path, stages, metadata);
-    io::save_optimizer_state(optimizer_companion(path), optimizers);
+    io::save_optimizer_state(optimizer_path, optimizers);
+}
+
+// save() with the optimizer state in the companion file next to `path`.
+template <class Engine>
+void save(Engine& engine, const std::filesystem::path& path) {
+    save(engine, path, optimizer_companion(path));
 }
 
 namespace detail {
@@ -301,11 +315,10 @@ void require_same_model(const Engine& engine, const io::safetensors_file& weight
 // progress) must have its companion; weights from elsewhere may come without one, and
 // then the optimizer starts fresh.
 template <class Engine>
-void load(Engine& engine, const std::filesystem::path& path) {
+void load(Engine& engine, const std::filesystem::path& path, const std::filesystem::path& companion_path) {
     const io::safetensors_file weights = io::read_safetensors(path);
     detail::require_same_model(engine, weights);
     const std::optional<training_progress> progress = detail::saved_progress(weights);
-    const auto companion_path = optimizer_companion(path);
     const bool has_optimizer = std::filesystem::exists(companion_path);
     require(has_optimizer || !progress, "optimizer companion", companion_path.string(),
             "must exist: a weft checkpoint that records its progress is saved with it (is this a torn or "
@@ -334,6 +347,12 @@ void load(Engine& engine, const std::filesystem::path& path) {
         optimizer.import_state(std::move(state));
     }
     if (progress) engine.set_progress(*progress);
+}
+
+// load() with the optimizer state from the companion file next to `path`.
+template <class Engine>
+void load(Engine& engine, const std::filesystem::path& path) {
+    load(engine, path, optimizer_companion(path));
 }
 
 }  // namespace weft::train
