@@ -52,6 +52,7 @@ struct run_options : weft_examples::gpt_run_options {
     long long warmup_steps = 0;
     double min_lr = 0;           // 0: --lr (no decay)
     long long decay_steps = -1;  // -1: --steps, the step the run ends at
+    double grad_clip = 0;        // the global gradient norm to clip to; 0: no clipping
     std::string checkpoint_dir;  // a root of checkpoint directories (step-<n>/, latest)
     long long checkpoint_every = 0;  // 0: only at the end (and when stopped by a signal)
     int keep = 0;                    // newest checkpoints kept; 0: all
@@ -69,7 +70,7 @@ nlohmann::json run_settings(const run_options& o, long long decay_steps) {
     return {{"program", "train_gpt"}, {"data", o.data}, {"batch", o.batch}, {"seq_len", o.seq_len},
             {"steps", o.steps}, {"lr", o.lr}, {"min_lr", o.min_lr > 0 ? o.min_lr : o.lr},
             {"warmup_steps", o.warmup_steps}, {"decay_steps", decay_steps}, {"optimizer", o.optimizer},
-            {"weight_decay", o.weight_decay}, {"seed", o.seed}};
+            {"weight_decay", o.weight_decay}, {"grad_clip", o.grad_clip}, {"seed", o.seed}};
 }
 
 
@@ -127,7 +128,8 @@ void train(Comm& world, const run_options& o) {
     engine_t engine(world, config, model,
                     {.batch_size = o.batch,
                      .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},
-                     .partition = o.partition});
+                     .partition = o.partition,
+                     .grad_clip = o.grad_clip});
     if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
     if (!o.resume.empty()) {
         const auto manifest = weft::train::load_checkpoint_directory(engine, o.resume, "--resume");
@@ -268,6 +270,11 @@ int main(int argc, char** argv) {
         ->check(weft_examples::int_in(0, 1 << 30))
         ->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
+    app.add_option("--grad-clip", o.grad_clip,
+                   "clip the gradients to this global L2 norm (over every rank, tied wte once), as "
+                   "torch.nn.utils.clip_grad_norm_; 0: no clipping (the norm is logged either way)")
+        ->check(weft_examples::finite_at_least(0, true))
+        ->capture_default_str();
     app.add_option("--peak-tflops", o.peak_tflops,
                    "peak TFLOP/s for MFU (0: measure this CPU's single-thread GEMM rate and use it)")
         ->capture_default_str();

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch reference for weft's GPT-2: loads the checkpoint and token file weft trained
 from, runs the same AdamW steps on the same llm.c batches, and compares its losses with
-the ones weft logged (--log-json, one JSON object per step). Exits 1 when any step's
-loss differs by more than --rtol (relative); prints both series either way.
+the ones weft logged (--log-json, one JSON object per step), and the global gradient
+norms where weft logged them (clipping them as weft's --grad-clip when given). Exits 1 when
+any step's loss or norm differs by more than --rtol (relative); prints both series either way.
 
 Runs on Debian's python3-torch (PyTorch 1.13) and python3-numpy; needs nothing else."""
 import argparse
@@ -110,6 +111,12 @@ def main():
     parser.add_argument("--weight-decay", type=float, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--grad-clip", type=float, default=0.0,
+                        help="clip the global gradient norm to this, as weft's --grad-clip (0: off)")
+    parser.add_argument("--val-data", help="llm.c .bin token file of weft's --val-data: compare its val losses")
+    parser.add_argument("--val-batches", type=int, default=8)
+    parser.add_argument("--require-clipping", action="store_true",
+                        help="fail unless some step's norm was above --grad-clip (the test exercises clipping)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -123,23 +130,54 @@ def main():
                                   lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
     tokens = read_tokens(args.data)
     with open(args.weft_log) as f:
-        weft_losses = [json.loads(line)["loss"] for line in f if line.strip()]
+        lines = [json.loads(line) for line in f if line.strip()]
+    # Step lines; validation lines ({"step", "val_loss"}) are not training steps.
+    weft_steps = [s for s in lines if "loss" in s]
+    # Validation lines: the steps taken when weft evaluated, and its loss then.
+    weft_val = {s["step"]: s["val_loss"] for s in lines if "val_loss" in s}
+    val_tokens = read_tokens(args.val_data) if args.val_data else None
+    if val_tokens is not None and not weft_val:
+        sys.exit(f"{args.weft_log}: no validation losses logged")
+    weft_losses = [s["loss"] for s in weft_steps]
     if len(weft_losses) < args.steps:
         sys.exit(f"{args.weft_log}: {len(weft_losses)} steps logged, {args.steps} expected")
 
     worst = 0.0
+    clipped_steps = 0
     for step in range(args.steps):
         inputs, targets = batch_at(tokens, step, args.batch, args.seq_len)
         logits = model(inputs)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
+        # The global norm over every parameter, the tied wte once; clipped when asked
+        # (an infinite bound measures without clipping).
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                              args.grad_clip if args.grad_clip > 0 else float("inf")).item()
         optimizer.step()
+        clipped_steps += 1 if 0 < args.grad_clip < norm else 0
         relative = abs(loss.item() - weft_losses[step]) / abs(loss.item())
         worst = max(worst, relative)
-        print(f"step {step:2d} | torch {loss.item():.6f} | weft {weft_losses[step]:.6f} | rel diff {relative:.2e}")
+        line = f"step {step:2d} | torch {loss.item():.6f} | weft {weft_losses[step]:.6f} | rel diff {relative:.2e}"
+        if "grad_norm" in weft_steps[step]:
+            norm_relative = abs(norm - weft_steps[step]["grad_norm"]) / norm
+            worst = max(worst, norm_relative)
+            line += f" | norm torch {norm:.6f} weft {weft_steps[step]['grad_norm']:.6f} rel diff {norm_relative:.2e}"
+        print(line)
+        if val_tokens is not None and step + 1 in weft_val:
+            with torch.no_grad():
+                val = sum(F.cross_entropy(model(x).flatten(0, 1), y.reshape(-1)).item()
+                          for x, y in (batch_at(val_tokens, b, args.batch, args.seq_len)
+                                       for b in range(args.val_batches))) / args.val_batches
+            val_relative = abs(val - weft_val[step + 1]) / abs(val)
+            worst = max(worst, val_relative)
+            print(f"after {step + 1:2d} steps | val loss torch {val:.6f} weft {weft_val[step + 1]:.6f} "
+                  f"rel diff {val_relative:.2e}")
+    if args.require_clipping and clipped_steps == 0:
+        print(f"FAIL: no step's norm was above --grad-clip {args.grad_clip}: clipping was not exercised")
+        return 1
     verdict = "PASS" if worst <= args.rtol else "FAIL"
-    print(f"{verdict}: largest relative loss difference {worst:.2e} (tolerance {args.rtol:.0e})")
+    print(f"{verdict}: largest relative loss or norm difference {worst:.2e} (tolerance {args.rtol:.0e})")
     return 0 if worst <= args.rtol else 1
 
 

@@ -1,6 +1,7 @@
 // The correctness matrix: GPT-2 trained under every factorization pp x dp x tp of the
 // MPI world, every ZeRO stage and the schedules 1f1b, zb-h1 and interleaved must give
-// the losses and final weights of one process, within 1e-5 relative. Run under mpiexec
+// the losses, global gradient norms and final weights of one process, within 1e-5
+// relative, with the gradients clipped by that norm (tied wte counted once). Run under mpiexec
 // with 1, 2, 4 and 8 ranks (8 oversubscribed on 2 cores): every rank computes the
 // single-process reference itself, in-process, then joins each parallel run.
 //
@@ -39,6 +40,7 @@ using gpt_engine = weft::train::engine<schedules, Sharding, Comm, weft::exec::cp
 
 constexpr int steps = 2;
 constexpr int batch_rows = 8;  // a multiple of dp * microbatches for every layout of 8 ranks
+constexpr double clip_norm = 0.5;
 
 // 14 layers: 16 units, enough for 8 ranks x 2 interleaved chunks. 8 heads so that every
 // tensor-parallel degree up to 8 splits them.
@@ -55,7 +57,9 @@ weft::train::engine_options matrix_options() {
     return {.batch_size = batch_rows,
             .optimizer = {.kind = weft::optim::optimizer_kind::sgd, .lr = 1e-1, .weight_decay = 0.1, .momentum = 0.9},
             // Small buckets, so that replicate's bucketing is exercised even on this model.
-            .bucket_elements = 1000};
+            .bucket_elements = 1000,
+            // Below the first steps' norms (checked below): the update depends on the exact norm.
+            .grad_clip = clip_norm};
 }
 
 weft::data::token_batch matrix_batch(int step) {
@@ -70,6 +74,7 @@ weft::data::token_batch matrix_batch(int step) {
 
 struct training {
     std::vector<double> losses;
+    std::vector<double> grad_norms;
     std::map<std::string, std::vector<float>> tensors;  // full tensors of this rank's stages
     weft::train::memory_report memory{};
 };
@@ -77,7 +82,11 @@ struct training {
 template <class Engine>
 training train(Engine& engine) {
     training out;
-    for (int step = 0; step < steps; ++step) out.losses.push_back(engine.step(matrix_batch(step)).loss);
+    for (int step = 0; step < steps; ++step) {
+        const auto stats = engine.step(matrix_batch(step));
+        out.losses.push_back(stats.loss);
+        out.grad_norms.push_back(stats.grad_norm);
+    }
     for (const auto& full : weft::train::gather_full_stages(engine)) {
         for (const auto& info : full.registry.entries())
             out.tensors[info.name].assign(
@@ -156,7 +165,7 @@ void report(weft::comm::mpi& world, const layout& l, const double (&worst)[2], c
     for (int r = 0; r < world.size(); ++r)
         for (int i = 0; i < 5; ++i) most[i] = std::max(most[i], all[5 * std::size_t(r) + std::size_t(i)]);
     std::printf(
-        "%-34s loss %.1e weights %.1e | per rank max KiB: params %6.1f grads %6.1f optimizer %6.1f "
+        "%-34s loss/norm %.1e weights %.1e | per rank max KiB: params %6.1f grads %6.1f optimizer %6.1f "
         "state peak %6.1f activations %6.1f\n",
         (std::to_string(world.size()) + " ranks " + l.name()).c_str(), worst[0], worst[1], most[0] / 1024,
         most[1] / 1024, most[2] / 1024, most[3] / 1024, most[4] / 1024);
@@ -167,6 +176,8 @@ void report(weft::comm::mpi& world, const layout& l, const double (&worst)[2], c
 TEST_CASE("every layout, ZeRO stage and schedule trains the single-process model", "[train][mpi][matrix]") {
     auto world = weft::comm::mpi::world();
     const training& ref = reference();
+    INFO("reference gradient norms " << ref.grad_norms[0] << ", " << ref.grad_norms[1]);
+    REQUIRE(ref.grad_norms[0] > clip_norm);  // so clipping is exercised
     const auto layouts = layouts_of(world.size());
     REQUIRE(!layouts.empty());
     for (const auto& l : layouts) {
@@ -174,8 +185,11 @@ TEST_CASE("every layout, ZeRO stage and schedule trains the single-process model
         const training run = train_layout(world, l);
         // Worst relative error over this rank's tensors, then over every rank.
         double worst_loss = 0;
-        for (int s = 0; s < steps; ++s)
+        for (int s = 0; s < steps; ++s) {
             worst_loss = std::max(worst_loss, std::abs(run.losses[s] - ref.losses[s]) / std::abs(ref.losses[s]));
+            worst_loss =
+                std::max(worst_loss, std::abs(run.grad_norms[s] - ref.grad_norms[s]) / std::abs(ref.grad_norms[s]));
+        }
         double worst_weight = 0;
         std::string worst_name;
         for (const auto& [name, values] : run.tensors) {
@@ -192,7 +206,7 @@ TEST_CASE("every layout, ZeRO stage and schedule trains the single-process model
             worst[0] = std::max(worst[0], all[2 * std::size_t(r)]);
             worst[1] = std::max(worst[1], all[2 * std::size_t(r) + 1]);
         }
-        INFO("worst loss difference " << worst[0] << ", worst tensor difference " << worst[1]
+        INFO("worst loss or norm difference " << worst[0] << ", worst tensor difference " << worst[1]
                                       << " (this rank: " << worst_name << ")");
         report(world, l, worst, run.memory);
         CHECK(worst[0] <= 1e-5);

@@ -29,6 +29,12 @@ TEST_CASE("the GPT step log line has lr, tok/s, bubble and MFU") {
     s.mfu = 0.312;
     CHECK(weft::train::format_step(s) ==
           "step 12 | loss 3.4812 | lr 3.0e-04 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%");
+    s.grad_norm = 1.20346;
+    CHECK(weft::train::format_step(s) ==
+          "step 12 | loss 3.4812 | lr 3.0e-04 | norm 1.2035 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%");
+    CHECK(weft::train::format_step_json(s).find("\"grad_norm\": 1.20346}") != std::string::npos);
+    s.grad_norm = std::nan("");
+    CHECK(weft::train::format_step_json(s).find("\"grad_norm\": null}") != std::string::npos);
 }
 
 TEST_CASE("a step that was not applied says where it turned non-finite, and its JSON stays JSON") {

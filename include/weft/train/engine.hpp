@@ -38,6 +38,7 @@
 #include "weft/shard/sharding.hpp"
 #include "weft/train/engine_options.hpp"
 #include "weft/train/finite_guard.hpp"
+#include "weft/train/grad_norm.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
@@ -166,28 +167,44 @@ public:
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
         for (auto& [index, sharding] : shardings_) sharding.finish_reduce();
 
-        // One reduction carries the loss, every rank's idle fraction of the program and, per
-        // stage, whether its reduced gradients are finite; it comes before the update, so that
-        // a non-finite step is not applied. Every rank reports the same loss: last-stage ranks
+        // One reduction carries the loss, every rank's idle fraction of the program, its part
+        // of the squared global gradient norm and, per stage, whether its reduced gradients
+        // are finite; it comes before the update, so that a non-finite step is not applied
+        // and clipping knows the norm. Every rank reports the same loss: last-stage ranks
         // contribute their replica's mean (once per replica: tensor-parallel slices of it
         // compute the same loss).
         const int stages = loop_.program().num_stages;
-        std::vector<double> totals(2 + static_cast<std::size_t>(stages), 0.0);
+        constexpr std::size_t first_flag = 3;
+        std::vector<double> totals(first_flag + static_cast<std::size_t>(stages), 0.0);
         const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
         totals[0] = reports_loss ? last_program_.loss_sum / config_.dp() : 0.0;
         totals[1] = idle_fraction();
-        for (const auto& [index, sharding] : shardings_)
-            if (!all_finite(sharding.owned_gradients())) totals[2 + static_cast<std::size_t>(index)] = 1;
+        for (const auto& [index, sharding] : shardings_) {
+            const auto owned = sharding.owned_gradients();
+            if (!all_finite(owned)) totals[first_flag + static_cast<std::size_t>(index)] = 1;
+            // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
+            if (sharding.zero_stage() == 0 && coordinates().dp_index != 0) continue;
+            const std::size_t offset = sharding.zero_stage() == 0 ? 0 : sharding.shard().offset;
+            totals[2] += counted_sum_of_squares(owned, offset, find(norm_runs_, index));
+        }
         world_->allreduce_sum(std::span<double>(totals));
         const int nonfinite_stage =
-            first_nonfinite_stage(std::span<const double>(totals).subspan(2), std::isfinite(totals[0]));
+            first_nonfinite_stage(std::span<const double>(totals).subspan(first_flag), std::isfinite(totals[0]));
+        const double grad_norm = std::sqrt(totals[2]);
+        const auto clip = static_cast<scalar>(clip_coefficient(options_.grad_clip, grad_norm));
 
         for (auto& [index, sharding] : shardings_) {
             auto& stage = state_.stage(index);
             // A non-finite step still runs each sharding's step (its collectives and the reset
             // of the gradients), without the update.
             sharding.step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
-                if (nonfinite_stage < 0) stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
+                if (nonfinite_stage >= 0) return;
+                if (clip < scalar(1)) {
+                    clipped_.assign(grads.begin(), grads.end());
+                    for (scalar& g : clipped_) g *= clip;
+                    grads = clipped_;
+                }
+                stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
             });
         }
         // The batch was used either way: a skipped step still moves the data on.
@@ -197,7 +214,7 @@ public:
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
                 .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
-                .nonfinite_stage = nonfinite_stage};
+                .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
     }
 
     // ---- the parts -------------------------------------------------------------------
@@ -207,6 +224,7 @@ public:
     [[nodiscard]] state_type release_state() && {
         runners_.clear();
         shardings_.clear();
+        norm_runs_.clear();
         released_ = true;
         return std::move(state_);
     }
@@ -336,6 +354,9 @@ private:
                                      nn::make_tp_group<scalar>(grid_.tensor()));
             else
                 runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full);
+            norm_runs_.try_emplace(stage.index,
+                                   norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
+                                                     Model::tied_parameters(model_), units_));
         }
     }
 
@@ -353,6 +374,8 @@ private:
                 "batch_size", options.batch_size,
                 "must be a positive multiple of dp*microbatches = " +
                     std::to_string(config.dp() * config.microbatches()));
+        require(std::isfinite(options.grad_clip) && options.grad_clip >= 0, "grad_clip", options.grad_clip,
+                "must be a finite number >= 0 (0: no clipping)");
         return config;
     }
 
@@ -477,6 +500,8 @@ private:
     // Both point into state_ (and grid_, backend_): declared after them, destroyed before.
     std::map<int, sharding_type> shardings_;
     std::map<int, runner_type> runners_;
+    std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
+    std::vector<scalar> clipped_;                      // the clipped gradients of the update being made
     program_report last_program_;
     bool released_ = false;
 };

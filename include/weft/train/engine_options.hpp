@@ -22,6 +22,9 @@ struct engine_options {
     // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = balanced by the
     // model's cost per unit (Model::unit_costs, e.g. GPT's flops), or even in unit count.
     std::vector<int> partition{};
+    // Clip the gradients to this global L2 norm before the update (train/grad_norm.hpp, as
+    // PyTorch's clip_grad_norm_); 0: no clipping. The norm is measured and reported either way.
+    double grad_clip = 0;
 };
 
 // What a rank holds for its stages: the training state between steps, its peak during a

@@ -1,5 +1,5 @@
 // The one line per step that every weft run prints, in the style of Megatron and
-// llm.c: "step 12 | loss 3.4812 | lr 3.0e-04 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%".
+// llm.c: "step 12 | loss 3.4812 | lr 3.0e-04 | norm 1.2034 | 41.2 ms | 12 480 tok/s | bubble 7.9% | MFU 31%".
 // Fields a run does not measure (lr, tokens, MFU) are left out rather than printed as 0.
 #pragma once
 
@@ -18,6 +18,7 @@ struct step_stats {
     double lr = -1;                  // < 0: not printed
     double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
     double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
+    double grad_norm = -1;           // the global gradient norm before clipping; < 0: not printed
     // -1: the step was applied. Otherwise its loss or gradients were not finite, it was not
     // applied, and this is the stage where that showed first (train/finite_guard.hpp).
     int nonfinite_stage = -1;
@@ -53,6 +54,11 @@ struct step_stats {
         std::snprintf(lr, sizeof lr, "lr %.1e | ", s.lr);
         line += lr;
     }
+    if (!(s.grad_norm < 0)) {  // measured (NaN and infinity included)
+        char norm[32];
+        std::snprintf(norm, sizeof norm, "norm %.4f | ", s.grad_norm);
+        line += norm;
+    }
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f ms | ", s.milliseconds);
     line += ms;
@@ -75,13 +81,14 @@ struct step_stats {
 }
 
 // The same step as one JSON object (train_gpt's --log-json, one per line): step, loss,
-// ms, tokens_per_s, bubble, with 9 significant digits so that losses compare exactly, and
-// "nonfinite_stage" on a step that was not applied. Always valid JSON: a loss that is not
-// finite is null.
+// ms, tokens_per_s, bubble, grad_norm (when measured), with 9 significant digits so that
+// losses compare exactly, and "nonfinite_stage" on a step that was not applied. Always
+// valid JSON: a loss or norm that is not finite is null.
 [[nodiscard]] inline std::string format_step_json(const step_stats& s) {
     std::string line = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + json_number(s.loss) +
                        ", \"ms\": " + json_number(s.milliseconds) + ", \"tokens_per_s\": " +
                        json_number(s.tokens_per_second) + ", \"bubble\": " + json_number(s.bubble);
+    if (!(s.grad_norm < 0)) line += ", \"grad_norm\": " + json_number(s.grad_norm);
     if (!s.applied()) line += ", \"nonfinite_stage\": " + std::to_string(s.nonfinite_stage);
     return line + "}";
 }
