@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <algorithm>
@@ -53,6 +54,9 @@ struct run_options : weft_examples::gpt_run_options {
     double min_lr = 0;           // 0: --lr (no decay)
     long long decay_steps = -1;  // -1: --steps, the step the run ends at
     double grad_clip = 0;        // the global gradient norm to clip to; 0: no clipping
+    std::string val_data;        // an llm.c token file for the validation loss
+    long long val_every = 0;     // 0: the validation loss at the end only
+    int val_batches = 8;         // batches of --batch sequences per validation loss
     std::string checkpoint_dir;  // a root of checkpoint directories (step-<n>/, latest)
     long long checkpoint_every = 0;  // 0: only at the end (and when stopped by a signal)
     int keep = 0;                    // newest checkpoints kept; 0: all
@@ -104,11 +108,18 @@ void train(Comm& world, const run_options& o) {
     const weft::nn::gpt_config model = o.model();
     weft::require(!o.data.empty(), "--data", o.data,
                   "name an llm.c token file (make one with make_dataset --out-dir DIR)");
-    const auto tokens = weft::io::read_token_file(o.data);
-    for (const auto token : tokens.tokens())
-        if (token >= o.vocab)
-            throw weft::invalid_argument("--vocab", o.vocab,
-                                         "the data holds token " + std::to_string(token) + "; use a larger --vocab");
+    const auto read_tokens = [&](const std::string& path, const char* option) {
+        auto file = weft::io::read_token_file(path);
+        for (const auto token : file.tokens())
+            if (token >= o.vocab)
+                throw weft::invalid_argument("--vocab", o.vocab,
+                                             std::string("the ") + option + " file holds token " +
+                                                 std::to_string(token) + "; use a larger --vocab");
+        return file;
+    };
+    const auto tokens = read_tokens(o.data, "--data");
+    std::optional<weft::io::token_file> val_tokens;
+    if (!o.val_data.empty()) val_tokens = read_tokens(o.val_data, "--val-data");
 
     weft::require(o.resume.empty() || o.init_from.empty(), "--resume", o.resume,
                   "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
@@ -183,6 +194,22 @@ void train(Comm& world, const run_options& o) {
             std::fflush(stdout);
         }
     };
+    // The validation loss: the mean of --val-batches batches from the start of --val-data,
+    // forwards only (engine.evaluate), the same batches every time so that values compare.
+    long long validated_step = -1;
+    const auto validate = [&] {
+        double sum = 0;
+        for (int b = 0; b < o.val_batches; ++b) sum += engine.evaluate(weft::data::batch_at(*val_tokens, b, o.batch, o.seq_len));
+        const double val_loss = sum / o.val_batches;
+        validated_step = steps_done();
+        if (world.rank() == 0) {
+            std::printf("val loss %.4f | after %lld steps | %d batches\n", val_loss, steps_done(), o.val_batches);
+            std::fflush(stdout);
+            if (log.is_open())
+                log << "{\"step\": " << steps_done() << ", \"val_loss\": " << weft::train::json_number(val_loss)
+                    << "}\n" << std::flush;
+        }
+    };
     int nonfinite_steps = 0;
     while (steps_done() < o.steps) {
         const double step_lr = lr.at(static_cast<long long>(engine.progress().step));
@@ -210,6 +237,7 @@ void train(Comm& world, const run_options& o) {
                     std::to_string(nonfinite_steps) + " non-finite step(s), --skip-nonfinite " +
                     std::to_string(o.skip_nonfinite) + "): lower --lr or check the data",
                 exit_nonfinite);
+        if (val_tokens && o.val_every > 0 && steps_done() % o.val_every == 0) validate();
         if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && steps_done() % o.checkpoint_every == 0)
             checkpoint();
         // Every rank learns of a signal any rank got, and all stop after this same step.
@@ -224,6 +252,7 @@ void train(Comm& world, const run_options& o) {
                 exit_stopped_by_signal);
         }
     }
+    if (val_tokens && validated_step != steps_done()) validate();
     report_memory(world, engine);
     if (!o.checkpoint_dir.empty() && saved_step != steps_done()) checkpoint();
     if (!o.save.empty()) {
@@ -295,6 +324,17 @@ int main(int argc, char** argv) {
         ->check(weft_examples::int_in(0, 1 << 30))
         ->capture_default_str()
         ->needs(checkpoint_dir);
+    auto* val_data = app.add_option("--val-data", o.val_data,
+                                    "llm.c token file for a validation loss (forwards only), at the end of the run "
+                                    "and every --val-every steps");
+    app.add_option("--val-every", o.val_every, "steps between validation losses (0: at the end only)")
+        ->check(weft_examples::int_in(0, 1LL << 40))
+        ->capture_default_str()
+        ->needs(val_data);
+    app.add_option("--val-batches", o.val_batches, "batches of --batch sequences per validation loss")
+        ->check(weft_examples::int_in(1, 1 << 20))
+        ->capture_default_str()
+        ->needs(val_data);
     app.add_option("--resume", o.resume,
                    "continue a run from a checkpoint directory, or from the newest one of a --checkpoint-dir: "
                    "weights, optimizer, step and data position, checked against its manifest");

@@ -45,3 +45,23 @@ TEST_CASE("a type missing a part of the model interface fails that part", "[mode
     STATIC_REQUIRE_FALSE(weft::models::pipeline_model<no_loss, cpu>);
     STATIC_REQUIRE_FALSE(weft::models::model_types<int>);
 }
+
+TEST_CASE("a GPT description reads back as the config it describes", "[models][gpt]") {
+    const weft::nn::gpt_config c{.num_layers = 3, .d_model = 48, .num_heads = 4, .vocab_size = 256, .seq_len = 32,
+                                 .seed = 9};
+    const auto read = weft::models::gpt::parse_description(weft::models::gpt::describe(c));
+    CHECK(read.num_layers == 3);
+    CHECK(read.d_model == 48);
+    CHECK(read.num_heads == 4);
+    CHECK(read.vocab_size == 256);
+    CHECK(read.seq_len == 32);
+    CHECK(weft::models::gpt::describe(read) == weft::models::gpt::describe(c));
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH(weft::models::gpt::parse_description("mlp blocks=2"), Contains("it is not a GPT"));
+    CHECK_THROWS_WITH(weft::models::gpt::parse_description("gpt layers=2 d_model=32 heads=2 vocab=256"),
+                      Contains("no seq_len="));
+    CHECK_THROWS_WITH(weft::models::gpt::parse_description("gpt layers=x d_model=32 heads=2 vocab=256 seq_len=8"),
+                      Contains("a bad layers="));
+    // Sizes the config refuses (heads must divide d_model) are refused here too.
+    CHECK_THROWS(weft::models::gpt::parse_description("gpt layers=2 d_model=30 heads=4 vocab=256 seq_len=8"));
+}

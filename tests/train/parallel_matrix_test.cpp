@@ -1,7 +1,8 @@
 // The correctness matrix: GPT-2 trained under every factorization pp x dp x tp of the
 // MPI world, every ZeRO stage and the schedules 1f1b, zb-h1 and interleaved must give
-// the losses, global gradient norms and final weights of one process, within 1e-5
-// relative, with the gradients clipped by that norm (tied wte counted once). Run under mpiexec
+// the losses, global gradient norms, final weights and evaluated (validation) loss of one
+// process, within 1e-5 relative, with the gradients clipped by that norm (tied wte
+// counted once). Run under mpiexec
 // with 1, 2, 4 and 8 ranks (8 oversubscribed on 2 cores): every rank computes the
 // single-process reference itself, in-process, then joins each parallel run.
 //
@@ -75,6 +76,7 @@ weft::data::token_batch matrix_batch(int step) {
 struct training {
     std::vector<double> losses;
     std::vector<double> grad_norms;
+    double evaluated = 0;  // evaluate() on the next batch after training
     std::map<std::string, std::vector<float>> tensors;  // full tensors of this rank's stages
     weft::train::memory_report memory{};
 };
@@ -87,6 +89,7 @@ training train(Engine& engine) {
         out.losses.push_back(stats.loss);
         out.grad_norms.push_back(stats.grad_norm);
     }
+    out.evaluated = engine.evaluate(matrix_batch(steps));
     for (const auto& full : weft::train::gather_full_stages(engine)) {
         for (const auto& info : full.registry.entries())
             out.tensors[info.name].assign(
@@ -190,6 +193,7 @@ TEST_CASE("every layout, ZeRO stage and schedule trains the single-process model
             worst_loss =
                 std::max(worst_loss, std::abs(run.grad_norms[s] - ref.grad_norms[s]) / std::abs(ref.grad_norms[s]));
         }
+        worst_loss = std::max(worst_loss, std::abs(run.evaluated - ref.evaluated) / std::abs(ref.evaluated));
         double worst_weight = 0;
         std::string worst_name;
         for (const auto& [name, values] : run.tensors) {

@@ -272,6 +272,49 @@ TEST_CASE("checkpoint directories resume bit for bit, and in another layout with
     }
 }
 
+TEST_CASE("evaluate() is the loss a step would report, and changes nothing", "[train][state][evaluate]") {
+    const auto schedule =
+        GENERATE(weft::sched::zb_h1::kind, weft::sched::interleaved::kind, weft::sched::dualpipev::kind);
+    const int zero = GENERATE(0, 3);
+    INFO(weft::to_string(schedule) << ", zero " << zero);
+    const parallel_config config({.pp = 2, .dp = 2, .zero_stage = zero, .microbatches = 4,
+                                  .chunks = schedule.default_chunks(), .schedule = schedule, .world_size = 4});
+    std::mutex lock;
+    std::vector<double> evaluated, stepped, after;
+    trace evaluated_run, plain_run;
+    local::run(4, [&](local& world) {
+        engine_t engine(world, config, test_model(), options(weft::optim::optimizer_kind::adamw));
+        const auto batch = data().batch(0, batch_size);
+        const double first = engine.evaluate(batch);
+        const double again = engine.evaluate(batch);
+        trace t;
+        train(engine, 2, t);
+        const double later = engine.evaluate(data().batch(9, batch_size));
+        collect(engine, t, evaluated_run, lock);
+        const std::lock_guard guard(lock);
+        evaluated.push_back(first);
+        evaluated.push_back(again);
+        after.push_back(later);
+    });
+    local::run(4, [&](local& world) {
+        engine_t engine(world, config, test_model(), options(weft::optim::optimizer_kind::adamw));
+        trace t;
+        train(engine, 2, t);
+        collect(engine, t, plain_run, lock);
+        const auto stats = engine.step(data().batch(9, batch_size));
+        const std::lock_guard guard(lock);
+        stepped.push_back(stats.loss);
+    });
+    REQUIRE(evaluated.size() == 8);
+    // The forward of step 0 on the same weights: bit for bit, on every rank, every time.
+    for (const double e : evaluated) CHECK(e == plain_run.losses[0]);
+    for (const double a : after) CHECK(a == stepped.front());
+    // Evaluating changed neither the training nor its progress.
+    CHECK(evaluated_run.losses == plain_run.losses);
+    CHECK(evaluated_run.parameters == plain_run.parameters);
+    CHECK(evaluated_run.progress.step == 2);
+}
+
 TEST_CASE("a damaged checkpoint directory is refused before anything is loaded", "[train][state][checkpoint]") {
     const weft_test::scratch_dir dir("damaged_directory");
     const auto root = dir.path / "ckpt";

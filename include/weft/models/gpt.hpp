@@ -3,8 +3,12 @@
 // token of the micro-batch, and the token embedding tied to the LM head.
 #pragma once
 
+#include <charconv>
+#include <cstring>
 #include <span>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -43,6 +47,28 @@ struct gpt {
         return "gpt layers=" + std::to_string(c.num_layers) + " d_model=" + std::to_string(c.d_model) +
                " heads=" + std::to_string(c.num_heads) + " vocab=" + std::to_string(c.vocab_size) +
                " seq_len=" + std::to_string(c.seq_len);
+    }
+    // The inverse of describe(): the sizes of the model a checkpoint holds (sample_gpt reads
+    // them so that a user need not repeat them). The seed is not recorded: it is 0.
+    static config parse_description(const std::string& text) {
+        const auto fail = [&](const std::string& why) -> config {
+            throw invalid_argument("model description", text,
+                                   "must read \"gpt layers=L d_model=C heads=H vocab=V seq_len=T\" (" + why + ")");
+        };
+        if (!text.starts_with("gpt ")) return fail("it is not a GPT");
+        config c{.num_layers = 0, .d_model = 0, .num_heads = 0, .vocab_size = 0, .seq_len = 0, .seed = 0};
+        const std::pair<const char*, int*> fields[] = {{"layers=", &c.num_layers}, {"d_model=", &c.d_model},
+                                                       {"heads=", &c.num_heads},   {"vocab=", &c.vocab_size},
+                                                       {"seq_len=", &c.seq_len}};
+        for (const auto& [key, value] : fields) {
+            const auto at = text.find(std::string(" ") + key);
+            if (at == std::string::npos) return fail(std::string("no ") + key);
+            const char* first = text.data() + at + 1 + std::strlen(key);
+            const auto [end, error] = std::from_chars(first, text.data() + text.size(), *value);
+            if (error != std::errc() || end == first) return fail(std::string("a bad ") + key);
+        }
+        c.validate();
+        return c;
     }
     static int batch_rows(const batch& b) { return b.rows; }
     // Stages exchange one row of d_model values per token.

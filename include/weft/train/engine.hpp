@@ -37,6 +37,7 @@
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/train/engine_options.hpp"
+#include "weft/sched/forward_only.hpp"
 #include "weft/train/finite_guard.hpp"
 #include "weft/train/grad_norm.hpp"
 #include "weft/train/program_loop.hpp"
@@ -215,6 +216,31 @@ public:
         return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
                 .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
                 .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
+    }
+
+    // The model's mean loss on `batch` without training it (a validation loss): the
+    // schedule's forwards only, no gradients, no update, the progress unchanged. Collective
+    // over the world, like step(); every rank returns the same loss.
+    double evaluate(const batch_type& batch) {
+        require(!released_, "engine", "without its training state",
+                "release_state() handed the state over; build an engine around it to evaluate");
+        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
+                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+        if (!eval_loop_) {
+            // Built on first use: a run that never evaluates pays nothing.
+            const sched::shard_action_options shard_actions{
+                .reduce_grad = false, .unshard = config_.zero_stage() == 3, .prefetch = options_.unshard_prefetch};
+            eval_loop_.emplace(
+                sched::add_shard_actions(sched::forward_only(loop_.program()), shard_actions),
+                grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead);
+        }
+        sharding_actions actions{this};
+        const int first_row = coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
+        const program_report report = eval_loop_->run(batch, first_row, runners_, grid_.pipeline(), actions);
+        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
+        double loss[1] = {reports_loss ? report.loss_sum / config_.dp() : 0.0};
+        world_->allreduce_sum(std::span<double>(loss));
+        return loss[0];
     }
 
     // ---- the parts -------------------------------------------------------------------
@@ -503,6 +529,7 @@ private:
     std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
     std::vector<scalar> clipped_;                      // the clipped gradients of the update being made
     program_report last_program_;
+    std::optional<program_loop<Model, Backend, Comm>> eval_loop_;  // evaluate()'s forward-only program
     bool released_ = false;
 };
 

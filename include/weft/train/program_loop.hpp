@@ -67,12 +67,20 @@ public:
                 "must be a rank of the program, in [0, " + std::to_string(program_.num_ranks) + ")");
         require(rows_per_microbatch >= 1, "rows per micro-batch", rows_per_microbatch, "must be at least 1");
         require(recv_lookahead >= 0, "recv_lookahead", recv_lookahead, "must be >= 0");
+        for (const auto& row : program_.ranks)
+            for (const auto& a : row)
+                if (a.kind == sched::action_kind::B || a.kind == sched::action_kind::I ||
+                    a.kind == sched::action_kind::W || a.kind == sched::action_kind::OVERLAP_F_B)
+                    forward_only_ = false;
         const long long tag_space = 2LL * program_.num_stages * program_.num_microbatches;
         require(tag_space <= comm::max_tag + 1LL, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(comm::max_tag));
     }
 
     [[nodiscard]] const sched::program& program() const { return program_; }
+    // A program of forwards only (evaluation, sched::forward_only): each forward's activations
+    // are dropped at once, and the last stage computes the loss without its gradient.
+    [[nodiscard]] bool forward_only() const { return forward_only_; }
     [[nodiscard]] int pipeline_rank() const { return pipeline_rank_; }
 
     // Runs this rank's row on `batch`. Micro-batch j takes batch rows [first_row + j * rows,
@@ -199,10 +207,11 @@ private:
                 matrix output =
                     r.is_first() ? r.forward(mb, batch, mb_first_row, rows)
                                  : r.forward(mb, take(m.outputs, a.stage - 1, mb, "F needs the previous stage's output"));
+                if (forward_only_) r.discard(mb);
                 if (r.is_last()) {
                     auto result = r.loss(output, batch, mb_first_row, rows, scalar{1} / program_.num_microbatches);
                     report.loss_sum += static_cast<double>(result.loss) / program_.num_microbatches;
-                    m.loss_grads.emplace(std::pair{a.stage, mb}, std::move(result.dlogits));
+                    if (!forward_only_) m.loss_grads.emplace(std::pair{a.stage, mb}, std::move(result.dlogits));
                 } else {
                     m.outputs.emplace(std::pair{a.stage, mb}, std::move(output));
                 }
@@ -277,6 +286,7 @@ private:
     model_config model_;
     int rows_per_microbatch_;
     int recv_lookahead_;
+    bool forward_only_ = true;  // no backward action anywhere in the program
 };
 
 }  // namespace weft::train

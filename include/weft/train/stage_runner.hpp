@@ -84,6 +84,8 @@ public:
     [[nodiscard]] std::size_t stashed_bytes() const { return stash_.bytes(); }
     // Drops every held activation (a step that failed half-way must not leak into the next).
     void clear() { stash_.clear(); }
+    // Drops one micro-batch's activations: a forward-only pass (evaluation) needs no backward.
+    void discard(int microbatch) { stash_.erase(microbatch); }
 
 private:
     int index_;
