@@ -4,6 +4,8 @@
 // on (run_stopped) exits with its own code.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +13,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "weft/comm/local.hpp"
 #include "weft/core/error.hpp"
@@ -72,6 +75,16 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
             } catch (const run_stopped& stop) {
                 if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
                 return stop.exit_code();
+            } catch (const weft::comm::timeout_error& e) {
+                // The ranks waiting on the same stopped peer time out moments after this one; a
+                // grace before the abort lets their reports reach the log too: together they
+                // show who waited on whom, and the one rank that reported nothing.
+                std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
+                std::fflush(stderr);
+                std::this_thread::sleep_for(
+                    std::min<weft::comm::timeout_duration>(world.timeout(), std::chrono::seconds(10)));
+                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+                return 2;
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
                 std::fflush(stderr);
