@@ -4,8 +4,6 @@
 // on (run_stopped) exits with its own code.
 #pragma once
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -13,7 +11,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "weft/comm/local.hpp"
 #include "weft/core/error.hpp"
@@ -65,6 +62,9 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
         if (launched_by_mpirun()) {
 #if WEFT_HAS_MPI
             weft::comm::mpi_environment environment(argc, argv);
+            // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
+            // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
+            weft::comm::set_watchdog_label(program);
             auto world = weft::comm::mpi::world();
             try {
                 weft::require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
@@ -75,16 +75,6 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
             } catch (const run_stopped& stop) {
                 if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
                 return stop.exit_code();
-            } catch (const weft::comm::timeout_error& e) {
-                // The ranks waiting on the same stopped peer time out moments after this one; a
-                // grace before the abort lets their reports reach the log too: together they
-                // show who waited on whom, and the one rank that reported nothing.
-                std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
-                std::fflush(stderr);
-                std::this_thread::sleep_for(
-                    std::min<weft::comm::timeout_duration>(world.timeout(), std::chrono::seconds(10)));
-                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-                return 2;
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
                 std::fflush(stderr);

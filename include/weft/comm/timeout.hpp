@@ -1,6 +1,7 @@
 // The communication watchdog's vocabulary: how long a rank may wait on a peer (per
-// communicator, 300 s by default), and the error it raises when a receive or a collective
-// waits longer, as NCCL's and PyTorch's watchdogs end a job instead of letting it hang.
+// communicator, 300 s by default), and the error (or, for comm::mpi, the report) when a
+// receive or a collective waits longer, as NCCL's and PyTorch's watchdogs end a job
+// instead of letting it hang.
 #pragma once
 
 #include <chrono>
@@ -59,7 +60,8 @@ template <class Rep, class Period>
 // names this rank, what it waited for, the peer(s) it waited on, how long, and what to do;
 // the program loop adds the schedule action the rank was executing (with_action). After
 // it, the communicator is not fit for further collectives (a peer may be half-way through
-// one): end the job, as train_gpt does (MPI_Abort, exit code 2).
+// one): end the run. Thrown by comm::local and comm::nccl; comm::mpi's waits cannot give up,
+// and its watchdog (weft/comm/watchdog.hpp) prints this message and ends the process.
 class timeout_error : public error {
 public:
     struct details {

@@ -19,6 +19,7 @@
 
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/timeout.hpp"
+#include "weft/comm/watchdog.hpp"
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/program.hpp"
@@ -86,7 +87,10 @@ public:
         program_report report;
         const auto start = std::chrono::steady_clock::now();
         const auto& row = program_.ranks[static_cast<std::size_t>(pipeline_rank_)];
-        const sched::action* current = nullptr;  // what a communication timeout happened in
+        // What a communication timeout happened in: thrown timeout_errors (comm::local, nccl)
+        // get it below; the watchdog (comm::mpi) reads it from the published activity.
+        const sched::action* current = nullptr;
+        const comm::activity_scope activity(this, &describe_activity);
         try {
             std::size_t posted_until = 0;
             for (std::size_t i = 0; i < row.size(); ++i) {
@@ -94,14 +98,15 @@ public:
                      ++posted_until)
                     post_recv(row[posted_until], runners, pipeline, messages);
                 current = &row[i];
+                comm::activity_scope::set_item(current);
                 execute(row[i], batch, first_row, runners, pipeline, actions, messages, report);
             }
             current = nullptr;
+            comm::activity_scope::set_item(nullptr);
             for (auto& send : messages.sends) send.request.wait();
         } catch (const comm::timeout_error& e) {
             for (auto& [index, r] : runners) r.clear();
-            throw e.with_action(current != nullptr ? describe(*current)
-                                                   : "the end of the step, waiting for its sends to be received");
+            throw e.with_action(describe_activity(this, current));
         } catch (...) {
             for (auto& [index, r] : runners) r.clear();
             throw;
@@ -257,6 +262,15 @@ private:
         it->second.request.wait();
         target.emplace(std::pair{peer_stage, a.microbatch}, std::move(it->second.buffer));
         m.recvs.erase(it);
+    }
+
+    // The current action (nullptr: the sends at the end of the step) in words, for a
+    // timeout's message; called by the watchdog's thread while this rank is blocked in a
+    // wait, so it reads only what does not change during run().
+    static std::string describe_activity(const void* loop, const void* current) {
+        return current != nullptr
+                   ? static_cast<const program_loop*>(loop)->describe(*static_cast<const sched::action*>(current))
+                   : "the end of the step, waiting for its sends to be received";
     }
 
     // An action in words, for a timeout's message: the user sees what the schedule was
