@@ -62,6 +62,9 @@ int run(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] char**
         if (launched_by_mpirun()) {
 #if WEFT_HAS_MPI
             weft::comm::mpi_environment environment(argc, argv);
+            // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
+            // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
+            weft::comm::set_watchdog_label(program);
             auto world = weft::comm::mpi::world();
             try {
                 weft::require(ranks == 0 || ranks == world.size(), "--ranks", ranks,

@@ -45,6 +45,7 @@ struct run_options : weft_examples::gpt_run_options {
     int zero = 0;
     int chunks = 0;
     int ranks = 0;
+    double comm_timeout = 300;  // seconds a rank waits on a peer before it aborts the job
     int microbatches = 4;
     std::string optimizer = "adamw";
     double peak_tflops = 0;  // 0: measure this machine's GEMM rate and report MFU against it
@@ -97,6 +98,7 @@ void report_memory(Comm& world, const Engine& engine) {
 
 template <weft::communicator Comm>
 void train(Comm& world, const run_options& o) {
+    world.set_timeout(std::chrono::duration<double>(o.comm_timeout));  // the engine's groups inherit it
     // any_zero: the ZeRO stage is a run-time choice (--zero), like the schedule.
     using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, Comm, weft::exec::cpu,
                                   weft::models::gpt>;
@@ -280,6 +282,11 @@ int main(int argc, char** argv) {
     app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
     app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)")
         ->check(weft_examples::int_in(1, 1 << 16));
+    app.add_option("--comm-timeout", o.comm_timeout,
+                   "seconds a rank waits for a receive or collective before it reports what it waited for and "
+                   "on which rank, and the job ends (exit code 2)")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
     weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
                                                 .batch = "a multiple of --dp times --microbatches"});
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/timeout.hpp"
 #include "weft/core/error.hpp"
 
 namespace weft_test {
@@ -340,6 +342,32 @@ void check_collective_length_mismatch(C& c, expectations& e) {
                         "allgather with mismatched lengths", {"mismatch"});
     e.expect_weft_error([&] { c.iallreduce_sum(std::span<float>(data)).wait(); },
                         "iallreduce_sum with mismatched lengths", {"mismatch"});
+}
+
+// The watchdog's setting: 300 s by default, > 0, "forever" expressible, inherited by split.
+// Not in check_all: only the host backends have it (nccl's is for host waits only).
+template <weft::communicator C>
+void check_timeout_setting(C& c, expectations& e) {
+    using namespace std::chrono_literals;
+    e.expect(c.timeout() == weft::comm::default_timeout, "the default timeout is 300 s");
+    e.expect(weft::comm::default_timeout == 300s, "default_timeout is 300 s");
+    e.expect_weft_error([&] { c.set_timeout(0s); }, "timeout 0", {"timeout = \"0 s\" is invalid", "must be > 0"});
+    e.expect_weft_error([&] { c.set_timeout(-1500ms); }, "negative timeout", {"timeout = \"-1.5 s\" is invalid"});
+    e.expect_weft_error([&] { c.set_timeout(std::chrono::duration<double>(std::nan(""))); }, "NaN timeout",
+                        {"timeout", "must be > 0"});
+    e.expect(c.timeout() == weft::comm::default_timeout, "a refused timeout leaves the setting alone");
+    c.set_timeout(std::chrono::seconds::max());
+    e.expect(c.timeout() == weft::comm::no_timeout, "seconds::max() is no_timeout");
+    c.set_timeout(std::chrono::duration<double>(INFINITY));
+    e.expect(c.timeout() == weft::comm::no_timeout, "an infinite duration is no_timeout");
+    c.set_timeout(2500ms);
+    e.expect(c.timeout() == 2500ms, "2.5 s is kept as given");
+    {
+        C sub = c.split(0, c.rank());
+        e.expect(sub.timeout() == 2500ms, "split() inherits the timeout");
+        sub.barrier();  // waits within the timeout are not affected
+    }
+    c.set_timeout(weft::comm::default_timeout);
 }
 
 template <weft::communicator C>

@@ -3,13 +3,17 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "communicator_checks.hpp"
 #include "weft/comm/local.hpp"
+#include "weft/comm/timeout.hpp"
 
 using weft::comm::local;
 using Catch::Matchers::Contains;
@@ -60,6 +64,7 @@ TEST_CASE("local passes the shared communicator checks", "[comm][local]") {
     SECTION("collective length mismatch") {
         run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_collective_length_mismatch(c, e); });
     }
+    SECTION("timeout setting") { run_on_all_ranks(n, [](local& c, auto& e) { weft_test::check_timeout_setting(c, e); }); }
 }
 
 TEST_CASE("local allreduce sums in rank order, bit for bit on every rank", "[comm][local]") {
@@ -178,4 +183,95 @@ TEST_CASE("local::run rejects a bad world size and moved-from communicators", "[
         e.expect_weft_error([&] { c.barrier(); }, "barrier on a moved-from local", {"moved-from"});
         moved.barrier();
     });
+}
+
+// A peer that computes (here: sleeps) past the timeout is no deadlock, so only the timeout
+// reports it: the waiting rank throws timeout_error, and the run fails with its message.
+TEST_CASE("local waits end at the communicator's timeout", "[comm][local][timeout]") {
+    using namespace std::chrono_literals;
+    using weft::comm::timeout_error;
+    std::mutex mutex;
+    std::optional<timeout_error::details> seen;
+    auto record = [&](const timeout_error& e) {
+        std::lock_guard lock(mutex);
+        seen = e.info();
+    };
+    SECTION("a receive whose sender never sends") {
+        auto run = [&] {
+            local::run(2, [&](local& c) {
+                c.set_timeout(200ms);
+                if (c.rank() == 1) {
+                    std::this_thread::sleep_for(1500ms);
+                    return;
+                }
+                std::vector<std::byte> buffer(8);
+                try {
+                    c.irecv(std::span<std::byte>(buffer), 1, 17).wait();
+                } catch (const timeout_error& e) {
+                    record(e);
+                    throw;
+                }
+            });
+        };
+        REQUIRE_THROWS_WITH(run(), Contains("rank 0 failed: communication timeout: rank 0 waited") &&
+                                       Contains("irecv(source=1, tag=17) of 8 bytes for rank 1") &&
+                                       Contains("not stopped") && Contains("--comm-timeout"));
+        REQUIRE(seen);
+        CHECK(seen->rank == 0);
+        CHECK(seen->peers == std::vector<int>{1});
+        CHECK(seen->waited_seconds >= 0.2);
+        CHECK(seen->waited_seconds < 1.4);
+        CHECK(seen->timeout_seconds == Approx(0.2));
+    }
+    SECTION("a collective one rank of a split group does not join names that rank") {
+        auto run = [&] {
+            local::run(4, [&](local& c) {
+                c.set_timeout(200ms);
+                local sub = c.split(c.rank() % 2, c.rank());  // {0, 2} and {1, 3}; the timeout is inherited
+                if (c.rank() == 3) {
+                    std::this_thread::sleep_for(1500ms);
+                    return;
+                }
+                if (c.rank() != 1) {
+                    sub.barrier();  // {0, 2} is complete and unaffected
+                    return;
+                }
+                std::vector<float> values(2, 1.0f);
+                try {
+                    sub.allreduce_sum(std::span<float>(values));
+                } catch (const timeout_error& e) {
+                    record(e);
+                    throw;
+                }
+            });
+        };
+        REQUIRE_THROWS_WITH(run(), Contains("rank 1 failed: communication timeout: rank 1 waited") &&
+                                       Contains("allreduce_sum(float) of 2 elements for rank 3"));
+        REQUIRE(seen);
+        CHECK(seen->peers == std::vector<int>{3});
+    }
+    SECTION("the other ranks wake when one times out") {
+        std::atomic<int> woken{0};
+        auto run = [&] {
+            local::run(3, [&](local& c) {
+                c.set_timeout(c.rank() == 0 ? 200ms : 100s);
+                if (c.rank() == 2) {
+                    std::this_thread::sleep_for(1500ms);
+                    return;
+                }
+                try {
+                    c.barrier();
+                } catch (const timeout_error&) {
+                    throw;
+                } catch (const weft::error& e) {
+                    if (std::string(e.what()).find("rank 0 failed: communication timeout") != std::string::npos) ++woken;
+                    throw;
+                }
+            });
+        };
+        const auto start = std::chrono::steady_clock::now();
+        REQUIRE_THROWS_WITH(run(), Contains("rank 0 failed: communication timeout") && Contains("for rank 2"));
+        CHECK(woken == 1);  // rank 1, whose own timeout is 100 s
+        CHECK(std::chrono::steady_clock::now() - start < 10s);
+    }
 }

@@ -52,6 +52,7 @@ TEST_CASE("mpi passes the shared communicator checks", "[comm][mpi]") {
     SECTION("collective length mismatch") {
         run_check([](mpi& c, auto& e) { weft_test::check_collective_length_mismatch(c, e); });
     }
+    SECTION("timeout setting") { run_check([](mpi& c, auto& e) { weft_test::check_timeout_setting(c, e); }); }
 }
 
 TEST_CASE("mpi wraps MPI_COMM_WORLD and owns what split creates", "[comm][mpi]") {
@@ -107,3 +108,6 @@ TEST_CASE("mpi_environment leaves an MPI it did not start alone", "[comm][mpi]")
     MPI_Finalized(&finalized);
     CHECK(finalized == 0);
 }
+
+// What happens when a wait outlasts the timeout (the watchdog ends the process) is tested
+// by mpi_watchdog_probe.cpp under tests/comm/mpi_watchdog.sh, not here.

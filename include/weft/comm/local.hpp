@@ -1,9 +1,11 @@
 // A communicator whose ranks are threads of one process, for tests, examples and
-// single-node runs without MPI. local::run starts the ranks; a failure or a deadlock
-// on any rank ends the whole run with an error instead of a hang.
+// single-node runs without MPI. local::run starts the ranks; a failure, a deadlock or a
+// wait past the communicator's timeout on any rank ends the whole run with an error
+// instead of a hang.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
@@ -98,8 +101,9 @@ struct local_part {
 struct local_group;
 
 struct local_round {
-    explicit local_round(std::size_t size) : parts(size), groups(size), ranks(size) {}
+    explicit local_round(std::size_t size) : parts(size), joined(size, false), groups(size), ranks(size) {}
     std::vector<local_part> parts;
+    std::vector<bool> joined;  // which group ranks have arrived: a timeout names the others
     std::size_t arrived = 0;
     bool done = false;
     std::string error;
@@ -138,13 +142,27 @@ public:
     // Blocks `world_rank` until done() holds. Throws when some rank failed, or when every
     // rank is blocked or has returned, which is a deadlock: nothing could ever wake them.
     // A blocked rank counts as stuck only once it has seen the latest change, so a rank
-    // that was just unblocked but has not run yet never causes a false alarm.
-    template <class Done>
-    void block_until(std::unique_lock<std::mutex>& lock, int world_rank, Done done,
-                     const std::string& doing) {
+    // that was just unblocked but has not run yet never causes a false alarm. Past
+    // `timeout` (a peer stuck in compute is no deadlock) it throws timeout_error naming
+    // awaited() (the world ranks it waits on), and the whole run fails with it, as under
+    // MPI the job is aborted: the ranks waiting on this one must not wait in turn.
+    template <class Done, class Awaited>
+    void block_until(std::unique_lock<std::mutex>& lock, int world_rank, Done done, const std::string& doing,
+                     timeout_duration timeout, Awaited awaited) {
         auto& self = ranks_[static_cast<std::size_t>(world_rank)];
+        const auto start = timeout_clock::now();
+        const auto deadline = deadline_after(timeout);
         while (!done()) {
             check_alive();
+            const auto now = timeout_clock::now();
+            if (now >= deadline) {
+                timeout_error e({.rank = world_rank, .operation = doing, .peers = awaited(),
+                                 .waited_seconds = std::chrono::duration<double>(now - start).count(),
+                                 .timeout_seconds = timeout_seconds(timeout), .action = {}});
+                fail("rank " + std::to_string(world_rank) + " failed: " + without_weft_prefix(e.what()));
+                timed_out_rank_ = world_rank;
+                throw e;
+            }
             self.waiting = true;
             self.seen_epoch = epoch_;
             self.doing = doing;
@@ -153,7 +171,11 @@ public:
                 self.waiting = false;
                 check_alive();
             }
-            cv_.wait(lock);
+            if (deadline == timeout_clock::time_point::max()) {
+                cv_.wait(lock);
+            } else {
+                cv_.wait_until(lock, deadline);
+            }
             self.waiting = false;
         }
     }
@@ -167,9 +189,17 @@ public:
         changed();
     }
 
+    // A rank whose timeout failed the run has the last word on it: what it finally threw
+    // says more (the program loop adds the schedule action it was in).
     void fail_rank(int world_rank, const std::string& what) {
         std::lock_guard lock(mutex);
-        fail("rank " + std::to_string(world_rank) + " failed: " + without_weft_prefix(what));
+        std::string message = "rank " + std::to_string(world_rank) + " failed: " + without_weft_prefix(what);
+        if (failed_ && timed_out_rank_ == world_rank) {
+            failure_ = std::move(message);
+            timed_out_rank_ = -1;
+            return;
+        }
+        fail(std::move(message));
     }
 
     void finish(int world_rank) {
@@ -212,6 +242,7 @@ private:
     std::uint64_t epoch_ = 0;
     bool failed_ = false;
     std::string failure_;
+    int timed_out_rank_ = -1;  // the rank whose timeout is the failure, until it reports
 };
 
 inline void local_deliver(local_posted_recv& recv, const std::vector<std::byte>& message) {
@@ -344,6 +375,7 @@ public:
                 doing_ = std::move(other.doing_);
                 key_ = other.key_;
                 world_rank_ = other.world_rank_;
+                timeout_ = other.timeout_;
             }
             return *this;
         }
@@ -363,7 +395,9 @@ public:
                 const auto& [dest, source, tag] = key_;
                 world_->block_until(
                     lock, world_rank_, [&] { return recv_->done; },
-                    "irecv(source=" + std::to_string(source) + ", tag=" + std::to_string(tag) + ")");
+                    "irecv(source=" + std::to_string(source) + ", tag=" + std::to_string(tag) + ") of " +
+                        std::to_string(recv_->buffer.size()) + " bytes",
+                    timeout_, [&] { return std::vector<int>{group_->world_ranks[static_cast<std::size_t>(source)]}; });
                 (void)dest;
             } catch (...) {
                 cancel_locked();
@@ -383,7 +417,12 @@ public:
             auto round = std::move(round_);
             {
                 std::unique_lock lock(world_->mutex);
-                world_->block_until(lock, world_rank_, [&] { return round->done; }, doing_);
+                world_->block_until(lock, world_rank_, [&] { return round->done; }, doing_, timeout_, [&] {
+                    std::vector<int> missing;
+                    for (std::size_t r = 0; r < round->joined.size(); ++r)
+                        if (!round->joined[r]) missing.push_back(group_->world_ranks[r]);
+                    return missing;
+                });
             }
             if (!round->error.empty()) throw error(round->error);
             if (!result_.empty()) std::memcpy(result_.data(), round->result.data() + result_from_, result_.size());
@@ -426,6 +465,7 @@ public:
         std::string doing_;
         detail::local_channel_key key_{};
         int world_rank_ = 0;
+        timeout_duration timeout_ = default_timeout;
     };
 
     local(local&&) noexcept = default;
@@ -436,6 +476,17 @@ public:
 
     [[nodiscard]] int rank() const { return rank_; }
     [[nodiscard]] int size() const { return static_cast<int>(group().world_ranks.size()); }
+
+    // How long a wait on a peer (a receive, a collective) may take before it throws
+    // timeout_error and fails the run; > 0, no_timeout (or anything from 100 years) waits
+    // forever. A deadlock (every rank waits) is reported at once whatever the timeout; the
+    // timeout catches a peer that computes, or is stuck, for too long. Communicators made by
+    // split() start with this one's; requests keep the timeout they were started with.
+    template <class Rep, class Period>
+    void set_timeout(std::chrono::duration<Rep, Period> timeout) {
+        timeout_ = checked_timeout(timeout);
+    }
+    [[nodiscard]] timeout_duration timeout() const { return timeout_; }
 
     // Copies `data`, so the caller may reuse it as soon as isend returns.
     [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
@@ -480,6 +531,7 @@ public:
         r.recv_ = std::move(recv);
         r.key_ = key;
         r.world_rank_ = world_rank_;
+        r.timeout_ = timeout_;
         return r;
     }
 
@@ -534,12 +586,16 @@ public:
         const auto round = r.round_;
         r.wait();
         auto me = static_cast<std::size_t>(rank_);
-        return local(world_, round->groups[me], world_rank_, round->ranks[me]);
+        local sub(world_, round->groups[me], world_rank_, round->ranks[me]);
+        sub.timeout_ = timeout_;
+        return sub;
     }
 
     // Runs fn(local&) on world_size threads, one per rank, and joins them. When a rank
     // throws, every rank blocked in this run wakes with a weft::error, and run() throws
-    // the first failure ("rank r failed: ..."). A deadlock is reported the same way.
+    // the first failure ("rank r failed: ..."). A deadlock, or a wait past its timeout, is
+    // reported the same way. run() returns once every thread has: a rank stuck in compute
+    // for good is reported by the ranks waiting on it, but cannot be ended.
     template <class F>
     static void run(int world_size, F&& fn) {
         require(world_size >= 1, "world_size", world_size, "must be at least 1");
@@ -621,6 +677,7 @@ private:
             if (!slot) slot = std::make_shared<detail::local_round>(n);
             r.round_ = slot;
             r.round_->parts[static_cast<std::size_t>(rank_)] = part;
+            r.round_->joined[static_cast<std::size_t>(rank_)] = true;
             if (++r.round_->arrived == n) {
                 detail::local_complete(*r.round_, *group_);
                 r.round_->done = true;
@@ -635,6 +692,7 @@ private:
         r.result_from_ = result_from;
         r.doing_ = std::move(doing);
         r.world_rank_ = world_rank_;
+        r.timeout_ = timeout_;
         return r;
     }
 
@@ -642,6 +700,7 @@ private:
     std::shared_ptr<detail::local_group> group_;
     int world_rank_ = 0;
     int rank_ = 0;
+    timeout_duration timeout_ = default_timeout;
     std::uint64_t next_round_ = 0;  // sequence number of this rank's next collective on the group
 };
 

@@ -1,19 +1,28 @@
 // The communicator over an MPI communicator, for mpirun-launched programs. Every MPI
 // call's return code is checked (MPI_ERRORS_RETURN is set on the communicator) and
-// turned into a weft::error that names the call and MPI's own message.
+// turned into a weft::error that names the call and MPI's own message. Every wait on a
+// peer is watched (weft/comm/watchdog.hpp): it publishes what it waits for, and a monitor
+// thread ends the process with a report when it waits longer than the communicator's
+// timeout, so a stopped or dead peer never hangs the job silently. The waits themselves
+// are MPI's own blocking calls, at their full speed.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/timeout.hpp"
+#include "weft/comm/watchdog.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
@@ -46,6 +55,25 @@ inline int mpi_count(std::size_t count, std::string_view parameter) {
     return static_cast<int>(count);
 }
 
+// Who is in a communicator, in MPI_COMM_WORLD's numbering: a report names peers by their
+// world rank, the number mpirun and the user see. Computed once per communicator.
+inline const watch_group* mpi_watch_group(MPI_Comm comm, int rank, int size) {
+    std::vector<int> ranks(static_cast<std::size_t>(size));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    std::vector<int> world_ranks = ranks;
+    MPI_Group mine = MPI_GROUP_NULL;
+    MPI_Group world = MPI_GROUP_NULL;
+    if (MPI_Comm_group(comm, &mine) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+        // Only reports depend on it: on failure the group's own numbers stand in.
+        if (MPI_Group_translate_ranks(mine, size, ranks.data(), world, world_ranks.data()) != MPI_SUCCESS)
+            world_ranks = ranks;
+    }
+    if (mine != MPI_GROUP_NULL) MPI_Group_free(&mine);
+    if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+    const int world_rank = rank >= 0 && rank < size ? world_ranks[static_cast<std::size_t>(rank)] : rank;
+    return intern_watch_group(world_rank, std::move(world_ranks));
+}
+
 }  // namespace detail
 
 class mpi {
@@ -58,26 +86,19 @@ public:
     // afterwards; a send or a collective is waited for, because MPI has no safe way to
     // abandon one whose buffer is about to go away (MPI_Request_free would leave it
     // reading freed memory). Errors in the destructor are swallowed, and nothing is done
-    // once MPI is finalised.
+    // once MPI is finalised. Both waits are watched with the timeout of the communicator
+    // that started the request.
     class request {
     public:
         request() = default;
         request(request&& other) noexcept
-            : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)),
-              is_recv_(other.is_recv_),
-              call_(other.call_),
-              bytes_(other.bytes_),
-              peer_(other.peer_),
-              tag_(other.tag_) {}
+            : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)), call_(other.call_), info_(other.info_) {}
         request& operator=(request&& other) noexcept {
             if (this != &other) {
                 abandon();
                 handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
-                is_recv_ = other.is_recv_;
                 call_ = other.call_;
-                bytes_ = other.bytes_;
-                peer_ = other.peer_;
-                tag_ = other.tag_;
+                info_ = other.info_;
             }
             return *this;
         }
@@ -89,9 +110,13 @@ public:
         void wait() {
             if (handle_ == MPI_REQUEST_NULL) return;
             MPI_Status status{};
-            int code = MPI_Wait(&handle_, &status);
+            int code = MPI_SUCCESS;
+            {
+                const wait_scope watched(info_);
+                code = MPI_Wait(&handle_, &status);
+            }
             handle_ = MPI_REQUEST_NULL;
-            if (!is_recv_) {
+            if (info_.kind != wait_kind::recv) {
                 detail::mpi_check(code, call_);
                 return;
             }
@@ -105,15 +130,15 @@ public:
                            received != MPI_UNDEFINED;
             if (error_class == MPI_ERR_TRUNCATE) {
                 // MPI may report the truncated count; only a count above the buffer is the size.
-                throw error(text() + " has a buffer of " + std::to_string(bytes_) +
+                throw error(text() + " has a buffer of " + std::to_string(info_.amount) +
                             " bytes but the message has " +
-                            (counted && static_cast<std::size_t>(received) > bytes_
+                            (counted && static_cast<std::size_t>(received) > info_.amount
                                  ? std::to_string(received)
-                                 : "more than " + std::to_string(bytes_)) +
+                                 : "more than " + std::to_string(info_.amount)) +
                             " bytes; the receive buffer must be exactly the message size");
             }
-            if (counted && static_cast<std::size_t>(received) != bytes_) {
-                throw error(text() + " has a buffer of " + std::to_string(bytes_) +
+            if (counted && static_cast<std::size_t>(received) != info_.amount) {
+                throw error(text() + " has a buffer of " + std::to_string(info_.amount) +
                             " bytes but the message has " + std::to_string(received) +
                             " bytes; the receive buffer must be exactly the message size");
             }
@@ -123,22 +148,20 @@ public:
         friend class mpi;
 
         std::string text() const {
-            return "irecv(source=" + std::to_string(peer_) + ", tag=" + std::to_string(tag_) + ")";
+            return "irecv(source=" + std::to_string(info_.peer) + ", tag=" + std::to_string(info_.tag) + ")";
         }
 
         void abandon() noexcept {
             if (handle_ == MPI_REQUEST_NULL || !detail::mpi_usable()) return;
-            if (is_recv_) MPI_Cancel(&handle_);
+            if (info_.kind == wait_kind::recv) MPI_Cancel(&handle_);
+            const wait_scope watched(info_);
             MPI_Wait(&handle_, MPI_STATUS_IGNORE);
             handle_ = MPI_REQUEST_NULL;
         }
 
         MPI_Request handle_ = MPI_REQUEST_NULL;
-        bool is_recv_ = false;
         const char* call_ = "MPI_Wait (isend)";  // what a failed wait names, for sends and collectives
-        std::size_t bytes_ = 0;
-        int peer_ = 0;
-        int tag_ = 0;
+        wait_info info_;  // what the wait is, for the watchdog; amount: bytes (isend, irecv)
     };
 
     // MPI_COMM_WORLD, not owned. Sets MPI_ERRORS_RETURN on it.
@@ -150,20 +173,26 @@ public:
         return mpi(MPI_COMM_WORLD);
     }
 
-    // Wraps `comm`; when `owned`, the destructor frees it with MPI_Comm_free.
+    // Wraps `comm`; when `owned`, the destructor frees it with MPI_Comm_free. Its timeout
+    // starts at default_timeout, and the watchdog's monitor thread is started if it is not
+    // running yet.
     explicit mpi(MPI_Comm comm, bool owned = false) : comm_(comm), owned_(owned) {
         if (comm == MPI_COMM_NULL) throw error("mpi(comm) got MPI_COMM_NULL; a communicator is needed");
         if (!detail::mpi_usable()) throw error("mpi(comm) needs MPI to be initialised and not finalised");
         detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
         detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+        group_ = detail::mpi_watch_group(comm_, rank_, size_);
+        start_watchdog();
     }
 
     mpi(mpi&& other) noexcept
         : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
           owned_(std::exchange(other.owned_, false)),
           rank_(other.rank_),
-          size_(other.size_) {}
+          size_(other.size_),
+          timeout_(other.timeout_),
+          group_(other.group_) {}
     mpi& operator=(mpi&& other) noexcept {
         if (this != &other) {
             release();
@@ -171,6 +200,8 @@ public:
             owned_ = std::exchange(other.owned_, false);
             rank_ = other.rank_;
             size_ = other.size_;
+            timeout_ = other.timeout_;
+            group_ = other.group_;
         }
         return *this;
     }
@@ -182,14 +213,22 @@ public:
     [[nodiscard]] int size() const { return size_; }
     [[nodiscard]] MPI_Comm native() const { return comm_; }
 
+    // How long any wait on a peer (a request's wait, a blocking collective, split) may take
+    // before the watchdog reports it and ends the process (exit code 2); > 0, no_timeout (or
+    // anything from 100 years) is not watched. Communicators made by split() start with this
+    // one's. Requests keep the timeout they were started with.
+    template <class Rep, class Period>
+    void set_timeout(std::chrono::duration<Rep, Period> timeout) {
+        timeout_ = checked_timeout(timeout);
+    }
+    [[nodiscard]] timeout_duration timeout() const { return timeout_; }
+
     [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
         check_usable();
         detail::check_peer("dest", dest, size_);
         detail::check_tag(tag);
         request r;
-        r.bytes_ = data.size();
-        r.peer_ = dest;
-        r.tag_ = tag;
+        r.info_ = point_to_point(wait_kind::send, data.size(), dest, tag);
         detail::mpi_check(MPI_Isend(data.data(),
                                     detail::mpi_count(data.size(), "data.size()"), MPI_BYTE, dest,
                                     tag, comm_, &r.handle_),
@@ -202,10 +241,7 @@ public:
         detail::check_peer("source", source, size_);
         detail::check_tag(tag);
         request r;
-        r.is_recv_ = true;
-        r.bytes_ = buffer.size();
-        r.peer_ = source;
-        r.tag_ = tag;
+        r.info_ = point_to_point(wait_kind::recv, buffer.size(), source, tag);
         detail::mpi_check(MPI_Irecv(buffer.data(), detail::mpi_count(buffer.size(), "buffer.size()"),
                                     MPI_BYTE, source, tag, comm_, &r.handle_),
                           "MPI_Irecv");
@@ -243,22 +279,23 @@ public:
         return start_allreduce(values, MPI_DOUBLE, "iallreduce_sum(double)");
     }
     [[nodiscard]] request iallgather(std::span<const float> mine, std::span<float> all) {
-        return start_allgather(mine, all, MPI_FLOAT, "allgather(float)");
+        return start_allgather(mine, all, MPI_FLOAT, "iallgather(float)");
     }
     [[nodiscard]] request iallgather(std::span<const double> mine, std::span<double> all) {
-        return start_allgather(mine, all, MPI_DOUBLE, "allgather(double)");
+        return start_allgather(mine, all, MPI_DOUBLE, "iallgather(double)");
     }
     [[nodiscard]] request ireduce_scatter_sum(std::span<const float> all, std::span<float> mine) {
-        return start_reduce_scatter(all, mine, MPI_FLOAT, "reduce_scatter_sum(float)");
+        return start_reduce_scatter(all, mine, MPI_FLOAT, "ireduce_scatter_sum(float)");
     }
     [[nodiscard]] request ireduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
-        return start_reduce_scatter(all, mine, MPI_DOUBLE, "reduce_scatter_sum(double)");
+        return start_reduce_scatter(all, mine, MPI_DOUBLE, "ireduce_scatter_sum(double)");
     }
 
     void broadcast(std::span<std::byte> data, int root) {
         check_usable();
         detail::check_peer("root", root, size_);
         agree("broadcast", data.size(), root);
+        const wait_scope watched(collective("broadcast", data.size()));
         detail::mpi_check(MPI_Bcast(data.data(), detail::mpi_count(data.size(), "data.size()"),
                                     MPI_BYTE, root, comm_),
                           "MPI_Bcast");
@@ -266,22 +303,39 @@ public:
 
     void barrier() {
         check_usable();
+        const wait_scope watched(collective("barrier()", 0));
         detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
     }
 
-    // MPI_Comm_split; the result owns the new communicator.
+    // MPI_Comm_split; the result owns the new communicator and has this one's timeout.
     [[nodiscard]] mpi split(int color, int key) {
         check_usable();
         require(color >= 0, "color", color, "must be >= 0 (every rank joins one group)");
         MPI_Comm comm = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
-        return mpi(comm, true);
+        {
+            const wait_scope watched(collective("split()", 0));
+            detail::mpi_check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
+        }
+        mpi result(comm, true);
+        result.timeout_ = timeout_;
+        return result;
     }
 
 private:
     void check_usable() const {
         if (comm_ == MPI_COMM_NULL) throw error("use of a moved-from weft::comm::mpi");
         if (!detail::mpi_usable()) throw error("weft::comm::mpi used after MPI_Finalize");
+    }
+
+    [[nodiscard]] wait_info point_to_point(wait_kind kind, std::size_t bytes, int peer, int tag) const {
+        return {.operation = "", .kind = kind, .peer = peer, .tag = tag, .amount = bytes, .group = group_,
+                .timeout = timeout_};
+    }
+
+    // `what` must be a string literal: the watch record keeps the pointer.
+    [[nodiscard]] wait_info collective(const char* what, std::size_t count) const {
+        return {.operation = what, .kind = wait_kind::collective, .peer = -1, .tag = 0, .amount = count,
+                .group = group_, .timeout = timeout_};
     }
 
     void release() noexcept {
@@ -293,9 +347,10 @@ private:
     // Mismatched lengths or roots make MPI truncate, hang or misread silently, so every
     // collective first agrees on them with one small MPI_Allreduce (max of x and -x gives
     // both the max and the min): every rank then throws the same error, or none does.
-    void agree(std::string_view what, std::size_t count, int root) {
+    void agree(const char* what, std::size_t count, int root) {
         std::int64_t values[4] = {static_cast<std::int64_t>(count), -static_cast<std::int64_t>(count),
                                   root, -root};
+        const wait_scope watched(collective(what, count));
         detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, 4, MPI_INT64_T, MPI_MAX, comm_),
                           "MPI_Allreduce (length check)");
         if (values[0] != -values[1]) {
@@ -312,9 +367,10 @@ private:
     }
 
     template <class T>
-    void allreduce(std::span<T> values, MPI_Datatype type, std::string_view what) {
+    void allreduce(std::span<T> values, MPI_Datatype type, const char* what) {
         check_usable();
         agree(what, values.size(), 0);
+        const wait_scope watched(collective(what, values.size()));
         detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, values.data(),
                                         detail::mpi_count(values.size(), "values.size()"), type,
                                         MPI_SUM, comm_),
@@ -322,24 +378,26 @@ private:
     }
 
     template <class T>
-    void allgather_blocking(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
+    void allgather_blocking(std::span<const T> mine, std::span<T> all, MPI_Datatype type, const char* what) {
         const int count = agreed_block_count(what, all.size(), mine.size());
+        const wait_scope watched(collective(what, mine.size()));
         detail::mpi_check(MPI_Allgather(mine.data(), count, type, all.data(), count, type, comm_), "MPI_Allgather");
     }
 
     template <class T>
-    void reduce_scatter_blocking(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
-                                 std::string_view what) {
+    void reduce_scatter_blocking(std::span<const T> all, std::span<T> mine, MPI_Datatype type, const char* what) {
         const int count = agreed_block_count(what, all.size(), mine.size());
+        const wait_scope watched(collective(what, mine.size()));
         detail::mpi_check(MPI_Reduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM, comm_),
                           "MPI_Reduce_scatter_block");
     }
 
     template <class T>
-    request start_allreduce(std::span<T> values, MPI_Datatype type, std::string_view what) {
+    request start_allreduce(std::span<T> values, MPI_Datatype type, const char* what) {
         check_usable();
         agree(what, values.size(), 0);
         request r;
+        r.info_ = collective(what, values.size());
         r.call_ = "MPI_Wait (MPI_Iallreduce)";
         detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, values.data(),
                                          detail::mpi_count(values.size(), "values.size()"), type, MPI_SUM,
@@ -349,9 +407,10 @@ private:
     }
 
     template <class T>
-    request start_allgather(std::span<const T> mine, std::span<T> all, MPI_Datatype type, std::string_view what) {
+    request start_allgather(std::span<const T> mine, std::span<T> all, MPI_Datatype type, const char* what) {
         const int count = agreed_block_count(what, all.size(), mine.size());
         request r;
+        r.info_ = collective(what, mine.size());
         r.call_ = "MPI_Wait (MPI_Iallgather)";
         detail::mpi_check(MPI_Iallgather(mine.data(), count, type, all.data(), count, type, comm_, &r.handle_),
                           "MPI_Iallgather");
@@ -359,10 +418,10 @@ private:
     }
 
     template <class T>
-    request start_reduce_scatter(std::span<const T> all, std::span<T> mine, MPI_Datatype type,
-                                 std::string_view what) {
+    request start_reduce_scatter(std::span<const T> all, std::span<T> mine, MPI_Datatype type, const char* what) {
         const int count = agreed_block_count(what, all.size(), mine.size());
         request r;
+        r.info_ = collective(what, mine.size());
         r.call_ = "MPI_Wait (MPI_Ireduce_scatter_block)";
         detail::mpi_check(MPI_Ireduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM, comm_, &r.handle_),
                           "MPI_Ireduce_scatter_block");
@@ -372,7 +431,7 @@ private:
     // What every all-gather and reduce-scatter, blocking or not, checks first: the full
     // buffer holds one block per rank, and all ranks agree on the block length. Returns
     // the block length as MPI's count.
-    int agreed_block_count(std::string_view what, std::size_t full, std::size_t block) {
+    int agreed_block_count(const char* what, std::size_t full, std::size_t block) {
         check_usable();
         require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": all.size()", full,
                 "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size_) * block));
@@ -384,6 +443,8 @@ private:
     bool owned_ = false;
     int rank_ = 0;
     int size_ = 0;
+    timeout_duration timeout_ = default_timeout;
+    const watch_group* group_ = nullptr;  // interned: never freed
 };
 
 static_assert(communicator<mpi>);

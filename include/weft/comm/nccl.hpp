@@ -14,11 +14,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
 
@@ -210,7 +212,7 @@ public:
         int previous = 0;
         const bool known = cudaGetDevice(&previous) == cudaSuccess;
         static_cast<void>(cudaSetDevice(device));
-        if (comm != nullptr) {
+        if (comm != nullptr) {  // null once a timeout aborted it
             static_cast<void>(cudaStreamSynchronize(stream->get()));
             ncclResult_t async = ncclSuccess;
             // A communicator with a failed peer may never finish a clean destroy.
@@ -238,6 +240,7 @@ public:
     // (a ring, or a rank with itself) progress together instead of deadlocking.
     void flush() {
         if (pending.empty()) return;
+        if (comm == nullptr) throw error("weft::comm::nccl used after a communication timeout aborted it");
         std::vector<nccl_p2p> batch = std::move(pending);
         pending.clear();
         auto drop = [&batch] {
@@ -299,7 +302,35 @@ public:
         }
     }
 
+    // Blocks the host until `event` (recorded after `what`) has completed on the device, an
+    // asynchronous NCCL error shows, or the timeout passes. The timeout aborts the NCCL
+    // communicator (ncclCommAbort), as PyTorch's watchdog does: that is what ends kernels
+    // that wait on a peer which never comes, and frees the streams queued behind them.
+    void host_wait(cudaEvent_t event, const std::string& what) {
+        const auto start = timeout_clock::now();
+        const auto deadline = deadline_after(timeout);
+        for (int polls = 0;; ++polls) {
+            const cudaError_t status = cudaEventQuery(event);
+            if (status == cudaSuccess) break;
+            if (status != cudaErrorNotReady) cuda_check(status, "cudaEventQuery (" + what + ")");
+            check_async();
+            const auto now = timeout_clock::now();
+            if (now >= deadline) {
+                static_cast<void>(ncclCommAbort(comm));
+                comm = nullptr;
+                throw timeout_error({.rank = rank, .operation = what + " (NCCL rank " + std::to_string(rank) +
+                                                                " of " + std::to_string(size) + ")",
+                                     .peers = {},
+                                     .waited_seconds = std::chrono::duration<double>(now - start).count(),
+                                     .timeout_seconds = timeout_seconds(timeout), .action = {}});
+            }
+            if (polls >= 64) std::this_thread::yield();
+        }
+        check_async();
+    }
+
     void check_async() const {
+        if (comm == nullptr) throw error("weft::comm::nccl used after a communication timeout aborted it");
         ncclResult_t async = ncclSuccess;
         nccl_check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
         if (async != ncclSuccess) nccl_check(async, "an NCCL operation (asynchronous error)");
@@ -315,6 +346,7 @@ public:
     std::optional<cuda_event> ready;       // recorded on the compute stream per operation
     std::optional<device_scalar> scratch;  // the barrier's one element
     std::vector<nccl_p2p> pending;         // posted sends/receives not yet enqueued
+    timeout_duration timeout = default_timeout;  // of host waits (synchronize, barrier)
 };
 
 }  // namespace detail
@@ -361,12 +393,13 @@ public:
         }
 
         // Blocks the host until the operation has completed on the device; then reports an
-        // asynchronous NCCL error (e.g. a failed peer) as a weft::error.
+        // asynchronous NCCL error (e.g. a failed peer) as a weft::error. Past the
+        // communicator's timeout it aborts the NCCL communicator and throws timeout_error.
         void synchronize() {
             if (!done_) return;
             launch();
-            done_->done.synchronize();
-            state_->check_async();
+            detail::nccl_device_guard guard(device_);
+            state_->host_wait(done_->done.get(), done_->what);
         }
 
     private:
@@ -450,6 +483,15 @@ public:
     // Later operations order after, and their wait() orders, `compute` instead (a stream
     // of this communicator's device; nullptr is the legacy default stream).
     void set_compute_stream(cudaStream_t compute) { usable().compute = compute; }
+
+    // How long a host wait (synchronize(), barrier()) may take before the NCCL communicator
+    // is aborted and timeout_error thrown; > 0, no_timeout waits forever. Stream-ordered
+    // waits do not block the host and are not timed. split() passes it on.
+    template <class Rep, class Period>
+    void set_timeout(std::chrono::duration<Rep, Period> timeout) {
+        usable().timeout = checked_timeout(timeout);
+    }
+    [[nodiscard]] timeout_duration timeout() const { return usable().timeout; }
 
     // Enqueues the pending sends and receives now (one NCCL group). Needed only before the
     // host blocks on something else that a peer can finish only after these started.
@@ -538,6 +580,7 @@ public:
         detail::nccl_device_guard guard(s.device);
         s.stream->synchronize();  // the parent has no operation in flight while it is split
         detail::nccl_check(ncclCommSplit(s.comm, color, key, &state->comm, nullptr), "ncclCommSplit");
+        state->timeout = s.timeout;
         return nccl(std::move(state));
     }
 
@@ -551,6 +594,7 @@ private:
 
     detail::nccl_state& usable() const {
         if (!state_) throw error("use of a moved-from weft::comm::nccl");
+        if (state_->comm == nullptr) throw error("weft::comm::nccl used after a communication timeout aborted it");
         return *state_;
     }
 

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/timeout.hpp"
+#include "weft/comm/watchdog.hpp"
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/program.hpp"
@@ -93,15 +95,26 @@ public:
         program_report report;
         const auto start = std::chrono::steady_clock::now();
         const auto& row = program_.ranks[static_cast<std::size_t>(pipeline_rank_)];
+        // What a communication timeout happened in: thrown timeout_errors (comm::local, nccl)
+        // get it below; the watchdog (comm::mpi) reads it from the published activity.
+        const sched::action* current = nullptr;
+        const comm::activity_scope activity(this, &describe_activity);
         try {
             std::size_t posted_until = 0;
             for (std::size_t i = 0; i < row.size(); ++i) {
                 for (; posted_until < row.size() && posted_until <= i + static_cast<std::size_t>(recv_lookahead_);
                      ++posted_until)
                     post_recv(row[posted_until], runners, pipeline, messages);
+                current = &row[i];
+                comm::activity_scope::set_item(current);
                 execute(row[i], batch, first_row, runners, pipeline, actions, messages, report);
             }
+            current = nullptr;
+            comm::activity_scope::set_item(nullptr);
             for (auto& send : messages.sends) send.request.wait();
+        } catch (const comm::timeout_error& e) {
+            for (auto& [index, r] : runners) r.clear();
+            throw e.with_action(describe_activity(this, current));
         } catch (...) {
             for (auto& [index, r] : runners) r.clear();
             throw;
@@ -258,6 +271,50 @@ private:
         it->second.request.wait();
         target.emplace(std::pair{peer_stage, a.microbatch}, std::move(it->second.buffer));
         m.recvs.erase(it);
+    }
+
+    // The current action (nullptr: the sends at the end of the step) in words, for a
+    // timeout's message; called by the watchdog's thread while this rank is blocked in a
+    // wait, so it reads only what does not change during run().
+    static std::string describe_activity(const void* loop, const void* current) {
+        return current != nullptr
+                   ? static_cast<const program_loop*>(loop)->describe(*static_cast<const sched::action*>(current))
+                   : "the end of the step, waiting for its sends to be received";
+    }
+
+    // An action in words, for a timeout's message: the user sees what the schedule was
+    // doing and, for a receive, from which stage and pipeline rank.
+    [[nodiscard]] std::string describe(const sched::action& a) const {
+        using sched::action_kind;
+        std::string text = "action " + sched::to_string(a) + " on pipeline rank " + std::to_string(pipeline_rank_);
+        const std::string mb = "micro-batch " + std::to_string(a.microbatch);
+        const auto from = [&](int stage) {
+            const bool known = stage >= 0 && stage < program_.num_stages;
+            return "stage " + std::to_string(stage) +
+                   (known ? " on pipeline rank " + std::to_string(program_.stage_rank[std::size_t(stage)]) : "");
+        };
+        switch (a.kind) {
+            case action_kind::F: return text + " (forward of " + mb + " on stage " + std::to_string(a.stage) + ")";
+            case action_kind::B:
+            case action_kind::I:
+            case action_kind::W:
+                return text + " (" +
+                       (a.kind == action_kind::B ? "backward" : a.kind == action_kind::I ? "input backward"
+                                                                                         : "weight backward") +
+                       " of " + mb + " on stage " + std::to_string(a.stage) + ")";
+            case action_kind::OVERLAP_F_B: return text + " (overlapped forward and backward)";
+            case action_kind::RECV_F:
+                return text + " (receive the activations of " + mb + " for stage " + std::to_string(a.stage) +
+                       " from " + from(a.stage - 1) + ")";
+            case action_kind::RECV_B:
+                return text + " (receive the output gradient of " + mb + " for stage " + std::to_string(a.stage) +
+                       " from " + from(a.stage + 1) + ")";
+            case action_kind::REDUCE_GRAD:
+                return text + " (the data-parallel gradient reduction of stage " + std::to_string(a.stage) + ")";
+            case action_kind::UNSHARD:
+                return text + " (gathering the parameters of stage " + std::to_string(a.stage) + ")";
+            default: return text;
+        }
     }
 
     [[nodiscard]] int tag(direction dir, int receiving_stage, int mb) const {

@@ -1,0 +1,56 @@
+// comm/timeout.hpp: the timeout setting's bounds and the timeout_error's message, which
+// must name the rank, the operation, the peer, the time waited, the action and the remedy.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "weft/comm/timeout.hpp"
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using weft::comm::checked_timeout;
+using weft::comm::no_timeout;
+using weft::comm::timeout_error;
+
+TEST_CASE("checked_timeout keeps positive durations and saturates long ones to no_timeout", "[comm][timeout]") {
+    CHECK(checked_timeout(300s) == 300s);
+    CHECK(checked_timeout(std::chrono::duration<double>(0.25)) == 250ms);
+    CHECK(checked_timeout(std::chrono::duration<double>(1e-15)).count() == 1);  // not rounded to 0
+    CHECK(checked_timeout(std::chrono::seconds::max()) == no_timeout);
+    CHECK(checked_timeout(std::chrono::hours(24 * 365 * 100)) == no_timeout);
+    CHECK(checked_timeout(std::chrono::duration<double>(INFINITY)) == no_timeout);
+    CHECK(weft::comm::deadline_after(no_timeout) == weft::comm::timeout_clock::time_point::max());
+}
+
+TEST_CASE("checked_timeout refuses zero, negative and NaN durations, naming the parameter", "[comm][timeout]") {
+    CHECK_THROWS_WITH(checked_timeout(0s), Contains("timeout = \"0 s\" is invalid: must be > 0"));
+    CHECK_THROWS_WITH(checked_timeout(-2s, "--comm-timeout"), Contains("--comm-timeout = \"-2 s\" is invalid"));
+    CHECK_THROWS_WITH(checked_timeout(std::chrono::duration<double>(std::nan(""))), Contains("must be > 0"));
+}
+
+TEST_CASE("timeout_error names rank, operation, peer, time, action and remedy", "[comm][timeout]") {
+    const timeout_error e({.rank = 2,
+                           .operation = "irecv(source=1, tag=17) of 64 bytes",
+                           .peers = {1},
+                           .waited_seconds = 5.04,
+                           .timeout_seconds = 5,
+                           .action = {}});
+    const std::string text = e.what();
+    CHECK_THAT(text, Contains("weft: communication timeout: rank 2 waited 5.0 s (timeout 5 s) in "
+                              "irecv(source=1, tag=17) of 64 bytes for rank 1;"));
+    CHECK_THAT(text, Contains("not stopped") && Contains("--comm-timeout") && Contains("set_timeout"));
+    CHECK_THAT(text, !Contains("during"));
+
+    const timeout_error with = e.with_action("action 1RECV_F3 on pipeline rank 1");
+    CHECK_THAT(with.what(), Contains("for rank 1, during action 1RECV_F3 on pipeline rank 1;"));
+    CHECK(with.info().peers == std::vector<int>{1});
+    CHECK_THAT(with.what(), !Contains("weft: weft:"));
+
+    const timeout_error several({.rank = 0, .operation = "barrier()", .peers = {2, 3}, .waited_seconds = 1,
+                                 .timeout_seconds = 1, .action = {}});
+    CHECK_THAT(several.what(), Contains("in barrier() for ranks 2, 3;"));
+    // An error like any other weft::error.
+    CHECK_THROWS_AS(throw several, weft::error);
+}
