@@ -8,7 +8,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libopenmpi-dev openmpi-bin
           libcli11-dev nlohmann-json3-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-    packages+=(catch2 libbenchmark-dev python3-torch python3-numpy)
+    # procps: pgrep, which the stalled-peer and preemption tests use to find rank processes.
+    packages+=(catch2 libbenchmark-dev python3-torch python3-numpy procps)
 elif [[ -n "${1:-}" ]]; then
     echo "install-deps: unknown option '$1' (valid: --tests)" >&2
     exit 2

@@ -267,3 +267,23 @@ TEST_CASE("an optimizer file that does not fit is refused") {
                                            {{"step", "1"}}),
                       Catch::Contains("reserved"));
 }
+
+TEST_CASE("the weights fingerprint follows every byte, name and shape, not the order", "[io][checkpoint]") {
+    using weft::io::tensor_record;
+    const auto record = [](std::string name, std::vector<std::int64_t> shape, std::vector<float> values) {
+        const auto bytes = std::as_bytes(std::span<const float>(values));
+        return tensor_record{std::move(name), weft::dtype::f32, std::move(shape),
+                             std::vector<std::byte>(bytes.begin(), bytes.end())};
+    };
+    const std::vector<tensor_record> a{record("x", {3}, {1, 2, 3}), record("y", {1}, {4})};
+    const std::vector<tensor_record> reordered{a[1], a[0]};
+    const std::vector<tensor_record> other_value{record("x", {3}, {1, 2, 3.0001f}), record("y", {1}, {4})};
+    const std::vector<tensor_record> other_name{record("x", {3}, {1, 2, 3}), record("z", {1}, {4})};
+    const std::vector<tensor_record> other_shape{record("x", {1, 3}, {1, 2, 3}), record("y", {1}, {4})};
+    const std::string fingerprint = weft::io::weights_fingerprint(a);
+    CHECK(fingerprint.size() == 16);
+    CHECK(weft::io::weights_fingerprint(reordered) == fingerprint);
+    CHECK(weft::io::weights_fingerprint(other_value) != fingerprint);
+    CHECK(weft::io::weights_fingerprint(other_name) != fingerprint);
+    CHECK(weft::io::weights_fingerprint(other_shape) != fingerprint);
+}

@@ -74,4 +74,20 @@ echo "$resumed"
 [ "$rc" -eq 0 ] || fail "the resumed run exited $rc"
 echo "$resumed" | grep -q "^resumed at step $steps " || fail "the resumed run did not start at step $steps"
 echo "$resumed" | grep -q "^step $steps |" || fail "the resumed run did not train step $steps"
+
+# A run killed outright (kill -9) keeps the JSON log of every step it printed: each line
+# is flushed as its step ends.
+if [ -z "$mpiexec" ]; then
+    "$train_gpt" "${sizes[@]}" --steps 1000000 --log-json "$dir/killed.jsonl" >"$dir/killed.log" 2>&1 &
+    killed=$!
+    for _ in $(seq 600); do
+        grep -q "^step 5 |" "$dir/killed.log" && break
+        sleep 0.1
+    done
+    kill -KILL "$killed"
+    wait "$killed" 2>/dev/null
+    lines=$(wc -l <"$dir/killed.jsonl")
+    [ "$lines" -ge 5 ] || fail "the JSON log of a killed run holds $lines lines; steps 0-4 were printed"
+    echo "PASS: a killed run's JSON log holds $lines steps"
+fi
 echo "PASS: stopped after step $((steps - 1)) with exit 4, resumed at step $steps"

@@ -359,6 +359,40 @@ TEST_CASE("a damaged checkpoint directory is refused before anything is loaded",
     }
 }
 
+TEST_CASE("step counts past 2^24 cross ranks exactly when a pipeline saves", "[train][state][checkpoint]") {
+    // The optimizer's step count goes from each pipeline rank to the writer; as a float it
+    // would round 2^24 + 1 to 2^24, and the stages' counts would disagree.
+    const weft_test::scratch_dir dir("big_step");
+    const auto first = dir.path / "first.safetensors";
+    const auto second = dir.path / "second.safetensors";
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(2, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw));
+        trace t;
+        train(engine, 1, t);
+        weft::train::save(engine, first);
+    });
+    // The companion as a run of 2^24 + 1 steps would have written it.
+    const std::uint64_t big = (std::uint64_t{1} << 24) + 1;
+    {
+        const auto companion = weft::io::read_safetensors(weft::train::optimizer_companion(first));
+        auto metadata = companion.metadata();
+        metadata[std::string(weft::io::optimizer_step_key)] = std::to_string(big);
+        weft::io::write_safetensors(weft::train::optimizer_companion(first), companion.tensors(), metadata);
+    }
+    std::mutex lock;
+    std::vector<std::uint64_t> counts;
+    local::run(2, [&](local& world) {
+        engine_t engine(world, layout(2, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw));
+        weft::train::load(engine, first);
+        weft::train::save(engine, second);
+        const std::lock_guard guard(lock);
+        counts.push_back(engine.stage_optimizer(engine.local_stages().front()).step_count());
+    });
+    CHECK(counts == std::vector<std::uint64_t>{big, big});
+    const auto saved = weft::io::read_safetensors(weft::train::optimizer_companion(second));
+    CHECK(saved.metadata().at(std::string(weft::io::optimizer_step_key)) == std::to_string(big));
+}
+
 TEST_CASE("a training state of another layout or optimizer is refused before anything runs", "[train][state]") {
     auto message = [](auto&& make) -> std::string {
         try {

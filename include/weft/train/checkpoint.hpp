@@ -35,6 +35,9 @@ inline constexpr std::string_view progress_samples_key = "weft.samples";
 inline constexpr std::string_view progress_seed_key = "weft.rng_seed";
 // The model the weights are of (Model::describe, where the model has it).
 inline constexpr std::string_view model_key = "weft.model";
+// In the optimizer file: the io::weights_fingerprint of the weights saved with it, so a pair
+// from two saves (a save killed between its two files, files copied from two runs) is refused.
+inline constexpr std::string_view weights_fingerprint_key = "weft.weights_fingerprint";
 
 template <class Model>
 concept describable_model = requires(const typename Model::config& c) {
@@ -245,8 +248,8 @@ void save(Engine& engine, const std::filesystem::path& path, const std::filesyst
                                       {std::string(progress_seed_key), std::to_string(progress.rng_seed)}};
     if constexpr (describable_model<typename Engine::model_type>)
         metadata.emplace(std::string(model_key), Engine::model_type::describe(engine.model()));
-    io::save_checkpoint(path, stages, metadata);
-    io::save_optimizer_state(optimizer_path, optimizers);
+    const std::string fingerprint = io::save_checkpoint(path, stages, metadata);
+    io::save_optimizer_state(optimizer_path, optimizers, {{std::string(weights_fingerprint_key), fingerprint}});
 }
 
 // save() with the optimizer state in the companion file next to `path`.
@@ -325,6 +328,17 @@ void load(Engine& engine, const std::filesystem::path& path, const std::filesyst
             "partial copy?); copy both files");
     const io::safetensors_file companion =
         has_optimizer ? io::read_safetensors(companion_path) : io::safetensors_file{};
+    if (has_optimizer) {
+        // Optimizer files written before fingerprints were recorded carry none.
+        const auto recorded = companion.metadata().find(std::string(weights_fingerprint_key));
+        if (recorded != companion.metadata().end()) {
+            const std::string actual = io::weights_fingerprint(weights.tensors());
+            require(recorded->second == actual, "optimizer companion", companion_path.string(),
+                    "must come from the same save as \"" + path.string() + "\" (it was saved with weights of "
+                    "fingerprint " + recorded->second + ", these are " + actual + "): a save was interrupted "
+                    "between the two files, or they were copied from two runs; nothing was loaded");
+        }
+    }
     for (const int s : engine.local_stages()) {
         engine.overwrite_parameters(
             s, [&](auto& stage) { io::load_checkpoint(weights, stage.registry(), stage.parameters()); });
