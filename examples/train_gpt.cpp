@@ -201,7 +201,8 @@ void train(Comm& world, const run_options& o) {
     long long validated_step = -1;
     const auto validate = [&] {
         double sum = 0;
-        for (int b = 0; b < o.val_batches; ++b) sum += engine.evaluate(weft::data::batch_at(*val_tokens, b, o.batch, o.seq_len));
+        for (int b = 0; b < o.val_batches; ++b)
+            sum += engine.evaluate(weft::data::batch_at(*val_tokens, b, o.batch, o.seq_len));
         const double val_loss = sum / o.val_batches;
         validated_step = steps_done();
         if (world.rank() == 0) {
