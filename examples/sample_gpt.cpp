@@ -43,12 +43,14 @@ struct sample_options {
 };
 
 // The weights file `path` names: a .safetensors file, or a checkpoint directory (or a root
-// whose `latest` names one), checked against its manifest first.
+// whose `latest` names one), checked against its manifest first. Only the weights are
+// checked: sampling reads nothing else (the optimizer state is twice their size).
 std::filesystem::path weights_of(const std::string& path) {
     if (!std::filesystem::is_directory(path)) return path;
     const auto directory = weft::io::resolve_checkpoint(path, "--checkpoint");
     const auto manifest = weft::io::read_manifest(directory);
-    weft::io::verify_checkpoint_files(directory, manifest, {weft::train::weights_file_name});
+    weft::io::verify_checkpoint_file(
+        directory, weft::io::required_entry(directory, manifest, weft::train::weights_file_name));
     return directory / weft::train::weights_file_name;
 }
 

@@ -190,31 +190,43 @@ private:
     return m;
 }
 
-// Checks every file the manifest lists, and that `required` are among them: present, a
-// regular file, of the recorded size and SHA-256. The first that differs is named.
+// Checks one file of a checkpoint against its manifest entry: present, a regular file, of
+// the recorded size and SHA-256; the message names the file.
+inline void verify_checkpoint_file(const std::filesystem::path& directory, const checkpoint_file_entry& file) {
+    const std::filesystem::path path = directory / file.name;
+    if (!std::filesystem::is_regular_file(path))
+        throw invalid_argument("checkpoint file", path.string(),
+                               "is missing: the manifest lists it (a partial copy of the checkpoint?)");
+    const std::uintmax_t bytes = std::filesystem::file_size(path);
+    if (bytes != file.bytes)
+        throw invalid_argument("checkpoint file", path.string(),
+                               "has " + std::to_string(bytes) + " bytes but the manifest records " +
+                                   std::to_string(file.bytes) + ": it is truncated, damaged or from another "
+                                   "checkpoint; nothing was loaded");
+    if (sha256_file(path) != file.sha256)
+        throw invalid_argument("checkpoint file", path.string(),
+                               "has a SHA-256 other than the manifest's " + file.sha256 +
+                                   ": it is damaged or from another checkpoint; nothing was loaded");
+}
+
+// The manifest's entry for `name`, refused when it has none (a foreign or hand-made manifest).
+[[nodiscard]] inline const checkpoint_file_entry& required_entry(const std::filesystem::path& directory,
+                                                                 const checkpoint_manifest& manifest,
+                                                                 std::string_view name) {
+    const checkpoint_file_entry* entry = manifest.find(name);
+    if (entry == nullptr)
+        throw invalid_argument("manifest " + (directory / manifest_file_name).string(),
+                               "no entry for " + std::string(name),
+                               "must list every file of the checkpoint (a foreign or hand-made manifest?)");
+    return *entry;
+}
+
+// Checks every file the manifest lists (verify_checkpoint_file), and that `required` are
+// among them. The first that differs is named.
 inline void verify_checkpoint_files(const std::filesystem::path& directory, const checkpoint_manifest& manifest,
                                     std::initializer_list<std::string_view> required) {
-    for (const std::string_view name : required)
-        if (manifest.find(name) == nullptr)
-            throw invalid_argument("manifest " + (directory / manifest_file_name).string(),
-                                   "no entry for " + std::string(name),
-                                   "must list every file of the checkpoint (a foreign or hand-made manifest?)");
-    for (const auto& file : manifest.files) {
-        const std::filesystem::path path = directory / file.name;
-        if (!std::filesystem::is_regular_file(path))
-            throw invalid_argument("checkpoint file", path.string(),
-                                   "is missing: the manifest lists it (a partial copy of the checkpoint?)");
-        const std::uintmax_t bytes = std::filesystem::file_size(path);
-        if (bytes != file.bytes)
-            throw invalid_argument("checkpoint file", path.string(),
-                                   "has " + std::to_string(bytes) + " bytes but the manifest records " +
-                                       std::to_string(file.bytes) + ": it is truncated, damaged or from another "
-                                       "checkpoint; nothing was loaded");
-        if (sha256_file(path) != file.sha256)
-            throw invalid_argument("checkpoint file", path.string(),
-                                   "has a SHA-256 other than the manifest's " + file.sha256 +
-                                       ": it is damaged or from another checkpoint; nothing was loaded");
-    }
+    for (const std::string_view name : required) (void)required_entry(directory, manifest, name);
+    for (const auto& file : manifest.files) verify_checkpoint_file(directory, file);
 }
 
 }  // namespace weft::io

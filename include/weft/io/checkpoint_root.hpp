@@ -107,6 +107,14 @@ inline void publish_latest(const std::filesystem::path& root, const std::string&
     write_file_atomically(root / latest_file_name, std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
+// The name `root/latest` holds (its first line), or "" when there is none.
+[[nodiscard]] inline std::string read_latest(const std::filesystem::path& root) {
+    std::ifstream in(root / latest_file_name);
+    std::string name;
+    std::getline(in, name);
+    return name;
+}
+
 // The checkpoint directory `path` names: a checkpoint itself (it holds manifest.json), or a
 // root whose `latest` names one. Anything else is refused, naming `parameter`.
 [[nodiscard]] inline std::filesystem::path resolve_checkpoint(const std::filesystem::path& path,
@@ -124,9 +132,7 @@ inline void publish_latest(const std::filesystem::path& root, const std::string&
                                "holds neither manifest.json (a checkpoint) nor latest (a checkpoint root); a "
                                "checkpoint directory without manifest.json is torn: its save did not finish");
     }
-    std::ifstream in(latest);
-    std::string name;
-    std::getline(in, name);
+    const std::string name = read_latest(path);
     if (!checkpoint_step(name))
         throw invalid_argument("file " + latest.string(), "\"" + name + "\"",
                                "must name a checkpoint directory of this root, step-<number>");
@@ -147,11 +153,7 @@ inline std::vector<std::filesystem::path> prune_checkpoints(const std::filesyste
             step && entry.is_directory(error) && fs::exists(entry.path() / manifest_file_name))
             checkpoints.emplace_back(*step, entry.path());
     std::sort(checkpoints.begin(), checkpoints.end());
-    std::string latest;
-    {
-        std::ifstream in(root / latest_file_name);
-        std::getline(in, latest);
-    }
+    const std::string latest = read_latest(root);
     const std::size_t excess = checkpoints.size() > static_cast<std::size_t>(keep)
                                    ? checkpoints.size() - static_cast<std::size_t>(keep)
                                    : 0;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -154,15 +155,11 @@ public:
     // Runs one training step on the global batch (every rank passes the same batch)
     // and returns what the step log prints. Collective over the world.
     step_stats step(const batch_type& batch) {
-        require(!released_, "engine", "without its training state",
-                "release_state() handed the state over; build an engine around it to go on training");
-        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
-                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+        require_runnable(batch, "go on training");
         const auto start = std::chrono::steady_clock::now();
         for (auto& [index, sharding] : shardings_) sharding.begin_step();
         sharding_actions actions{this};
-        const int first_row = coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
-        last_program_ = loop_.run(batch, first_row, runners_, grid_.pipeline(), actions);
+        last_program_ = loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
         // Tied copies are summed before their stages' data-parallel reduction (which their
         // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
@@ -171,14 +168,11 @@ public:
         // One reduction carries the loss, every rank's idle fraction of the program, its part
         // of the squared global gradient norm and, per stage, whether its reduced gradients
         // are finite; it comes before the update, so that a non-finite step is not applied
-        // and clipping knows the norm. Every rank reports the same loss: last-stage ranks
-        // contribute their replica's mean (once per replica: tensor-parallel slices of it
-        // compute the same loss).
+        // and clipping knows the norm. Every rank reports the same loss (loss_contribution).
         const int stages = loop_.program().num_stages;
         constexpr std::size_t first_flag = 3;
         std::vector<double> totals(first_flag + static_cast<std::size_t>(stages), 0.0);
-        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
-        totals[0] = reports_loss ? last_program_.loss_sum / config_.dp() : 0.0;
+        totals[0] = loss_contribution(last_program_);
         totals[1] = idle_fraction();
         for (const auto& [index, sharding] : shardings_) {
             const auto owned = sharding.owned_gradients();
@@ -222,10 +216,7 @@ public:
     // schedule's forwards only, no gradients, no update, the progress unchanged. Collective
     // over the world, like step(); every rank returns the same loss.
     double evaluate(const batch_type& batch) {
-        require(!released_, "engine", "without its training state",
-                "release_state() handed the state over; build an engine around it to evaluate");
-        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
-                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+        require_runnable(batch, "evaluate");
         if (!eval_loop_) {
             // Built on first use: a run that never evaluates pays nothing.
             const sched::shard_action_options shard_actions{
@@ -235,10 +226,9 @@ public:
                 grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead);
         }
         sharding_actions actions{this};
-        const int first_row = coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
-        const program_report report = eval_loop_->run(batch, first_row, runners_, grid_.pipeline(), actions);
-        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
-        double loss[1] = {reports_loss ? report.loss_sum / config_.dp() : 0.0};
+        const program_report report =
+            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+        double loss[1] = {loss_contribution(report)};
         world_->allreduce_sum(std::span<double>(loss));
         return loss[0];
     }
@@ -511,6 +501,26 @@ private:
     }
 
     [[nodiscard]] bool owns_last_stage() const { return state_.holds(loop_.program().num_stages - 1); }
+
+    // What step() and evaluate() need before they run a program: the training state, and a
+    // global batch of the configured size.
+    void require_runnable(const batch_type& batch, std::string_view to) const {
+        require(!released_, "engine", "without its training state",
+                "release_state() handed the state over; build an engine around it to " + std::string(to));
+        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
+                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+    }
+    // The global batch row this rank's data-parallel replica starts at.
+    [[nodiscard]] int replica_first_row() const {
+        return coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
+    }
+    // This rank's part of the global mean loss, for the sum over the world: last-stage ranks
+    // give their replica's mean over dp, once per replica (tensor-parallel slices of it
+    // compute the same loss).
+    [[nodiscard]] double loss_contribution(const program_report& report) const {
+        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
+        return reports_loss ? report.loss_sum / config_.dp() : 0.0;
+    }
 
     Backend backend_;
     Comm* world_;
