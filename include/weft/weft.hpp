@@ -59,16 +59,25 @@
 #include "weft/shard/zero.hpp"
 #include "weft/shard/zero_memory.hpp"
 
+// elastic: online layout switching: a layout as an ownership map of the virtual parameter
+// space, the transition plan between two, and its execution (engine.reconfigure() uses them).
+#include "weft/elastic/layout.hpp"
+#include "weft/elastic/switch_report.hpp"
+#include "weft/elastic/transfer.hpp"
+#include "weft/elastic/transition_plan.hpp"
+
 // data, models: the synthetic data set and the MLP model policy the quick start trains.
 #include "weft/data/synthetic_dataset.hpp"
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
 
-// train: the engine and its parts (training state, stage runner, program loop), the step
-// log, the non-finite guard and the learning-rate schedule.
+// train: the engine (its layout can switch online) and its parts (the engine of one layout,
+// training state, stage runner, program loop), the step log, the non-finite guard and the
+// learning-rate schedule.
 #include "weft/train/engine.hpp"
 #include "weft/train/engine_options.hpp"
 #include "weft/train/finite_guard.hpp"
+#include "weft/train/layout_engine.hpp"
 #include "weft/train/lr_schedule.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"

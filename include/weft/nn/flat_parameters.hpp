@@ -28,6 +28,17 @@ public:
         allocate_gradients();
     }
 
+    // Both buffers released, padded to a multiple of `shards`: a layout switch allocates
+    // them one at a time, as it fills them, so that the old and new states are never both
+    // whole in memory.
+    [[nodiscard]] static flat_parameters released(parameter_registry registry, std::size_t shards) {
+        flat_parameters out;
+        out.registry_ = std::move(registry);
+        out.padded_size_ = out.registry_.total_size();
+        out.pad_to_multiple_of(shards);
+        return out;
+    }
+
     // The registry's elements; empty while released (see below).
     [[nodiscard]] std::span<Scalar> parameters() { return std::span<Scalar>(params_).first(held(params_)); }
     [[nodiscard]] std::span<const Scalar> parameters() const {

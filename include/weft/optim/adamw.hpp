@@ -107,6 +107,14 @@ public:
         return {{{state_names[0], m_}, {state_names[1], v_}}};
     }
     [[nodiscard]] optimizer_state<Scalar> export_state() const { return copy_state<Scalar>(steps_, state_views()); }
+    // Moves the state out without copying it (a layout switch frees it tensor by tensor as
+    // it goes); the moments are left empty.
+    [[nodiscard]] optimizer_state<Scalar> take_state() {
+        optimizer_state<Scalar> state{steps_, {}};
+        state.tensors.push_back({std::string(state_names[0]), std::exchange(m_, {})});
+        state.tensors.push_back({std::string(state_names[1]), std::exchange(v_, {})});
+        return state;
+    }
 
     // Puts back a saved state (a checkpoint, or a layout switch): both moments in the layout
     // step() is called with (the next step checks their size), and the number of steps

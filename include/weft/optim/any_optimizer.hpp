@@ -98,6 +98,11 @@ public:
     [[nodiscard]] optimizer_state<Scalar> export_state() const {
         return std::visit([](const auto& o) { return o.export_state(); }, impl_);
     }
+    // Moves the state out without copying it (a layout switch); the optimizer's state
+    // tensors are left empty.
+    [[nodiscard]] optimizer_state<Scalar> take_state() {
+        return std::visit([](auto& o) { return o.take_state(); }, impl_);
+    }
     // weft::error naming the tensor when `state` is not this optimizer's (another
     // optimizer's names, a missing or extra tensor, sizes that differ).
     void import_state(optimizer_state<Scalar> state) {

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -88,6 +89,12 @@ public:
         return {{{state_names[0], momentum_buffer_}}};
     }
     [[nodiscard]] optimizer_state<Scalar> export_state() const { return copy_state<Scalar>(steps_, state_views()); }
+    // Moves the state out without copying it; the buffer is left empty.
+    [[nodiscard]] optimizer_state<Scalar> take_state() {
+        optimizer_state<Scalar> state{steps_, {}};
+        state.tensors.push_back({std::string(state_names[0]), std::exchange(momentum_buffer_, {})});
+        return state;
+    }
 
     // Puts back a saved state: the momentum buffer in the layout step() is called with (the
     // next step checks its size; empty without momentum) and the number of steps taken.

@@ -1,50 +1,45 @@
-// The engine: the composition of a rank's training state (train/training_state.hpp), one
-// stage runner per stage it holds (train/stage_runner.hpp), the stages' sharding
-// (shard::stage_sharding, chosen by the Sharding policy), and the program loop that runs
-// the lowered schedule over them (train/program_loop.hpp), as a CUTLASS kernel is a
-// mainloop, an epilogue and a tile scheduler. A step runs the program, sums tied
-// gradients, finishes the data-parallel reductions and steps the optimizers on what the
-// sharding gives this rank; everything else is the parts' job.
+// weft::engine: a training loop whose parallel layout can change between steps. It holds
+// the engine of the current layout (train/layout_engine.hpp) and, on reconfigure(), moves the
+// training state in memory to the new layout (include/weft/elastic/) and builds the new
+// layout's engine around it: pp, dp, tp, ZeRO stage, schedule (among the compile-time set),
+// chunks, partition and world size may all change, and the state stays exact.
+//
+// The world the engine is built on is every rank that takes part in switches. A layout may
+// use fewer of them: ranks [world_size, world.size()) are then spares, holding nothing, until
+// a later switch brings them back. Everything but reconfigure() needs a rank of the layout.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <cstring>
+#include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
-#include "weft/comm/process_grid.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/parallel_config.hpp"
+#include "weft/elastic/layout.hpp"
+#include "weft/elastic/switch_report.hpp"
+#include "weft/elastic/transfer.hpp"
+#include "weft/elastic/transition_plan.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
-#include "weft/nn/partition.hpp"
-#include "weft/nn/tensor_parallel.hpp"
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/sched/any_of.hpp"
-#include "weft/sched/lower.hpp"
-#include "weft/sched/schedule_params.hpp"
-#include "weft/sched/shard_actions.hpp"
-#include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/train/engine_options.hpp"
-#include "weft/sched/forward_only.hpp"
-#include "weft/train/finite_guard.hpp"
-#include "weft/train/grad_norm.hpp"
-#include "weft/train/program_loop.hpp"
-#include "weft/train/stage_runner.hpp"
-#include "weft/train/step_log.hpp"
-#include "weft/train/tied_gradients.hpp"
+#include "weft/train/layout_engine.hpp"
 #include "weft/train/training_state.hpp"
 
 namespace weft::train {
@@ -104,443 +99,327 @@ class engine {
     static_assert(detail::diagnose_policies<Schedules, Sharding, Comm, Backend, Model>());
 };
 
+
+// How reconfigure() switches: the new layout's partition (unit counts per stage; empty: the
+// default) and the staging cap.
+struct reconfigure_options {
+    std::vector<int> partition;
+    std::size_t staging_bytes = std::size_t{64} << 20;
+};
+
 template <class Schedules, class Sharding, class Comm, class Backend, class Model>
 class engine<Schedules, Sharding, Comm, Backend, Model, true> {
     static_assert(detail::diagnose_policies<Schedules, Sharding, Comm, Backend, Model>());
 
 public:
-    using schedules = sched::any_of_t<Schedules>;
-    using scalar = typename Backend::scalar;
-    using matrix = typename Backend::matrix;
-    using model_type = Model;
-    using model_config = typename Model::config;
-    using batch_type = typename Model::batch;
-    using stage_type = typename Model::template stage<Backend>;
-    using runner_type = stage_runner<Model, Backend>;
-    using sharding_type = shard::stage_sharding<Sharding, scalar, Comm>;
-    using state_type = training_state<scalar>;
-    // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
-    static constexpr bool tensor_parallel_model = models::tensor_parallel_stages<Model, Backend>;
+    using layout_type = layout_engine<Schedules, Sharding, Comm, Backend, Model>;
+    using schedules = typename layout_type::schedules;
+    using scalar = typename layout_type::scalar;
+    using matrix = typename layout_type::matrix;
+    using model_type = typename layout_type::model_type;
+    using model_config = typename layout_type::model_config;
+    using batch_type = typename layout_type::batch_type;
+    using stage_type = typename layout_type::stage_type;
+    using runner_type = typename layout_type::runner_type;
+    using sharding_type = typename layout_type::sharding_type;
+    using state_type = typename layout_type::state_type;
+    static constexpr bool tensor_parallel_model = layout_type::tensor_parallel_model;
 
     // Collective over `world`: every rank constructs its engine with the same arguments. The
     // schedule is config.schedule(), or the set's first when none is chosen (config() then
     // reports that one), generated for (pp, microbatches, chunks); training starts from the
-    // model's initial weights.
+    // model's initial weights. Ranks from config.world_size() on are spares.
     engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
            Backend backend = Backend{})
-        : engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::nullopt, std::move(backend)) {
+        : world_(&world), model_(model), options_(options) {
+        layout_.emplace(layout_type::layout_of(checked_world(world, config), model, options));
+        if (Comm* active = activate(config.world_size()))
+            core_ = std::make_unique<layout_type>(*active, config, model, options, std::move(backend));
+        else
+            spare_backend_.emplace(std::move(backend));
     }
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
-    // generating one; it must be for config.pp() ranks and config.microbatches().
+    // generating one; it must be for config.pp() ranks and config.microbatches(). A switch
+    // away from it generates the new layout's schedule.
     engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
            const sched::program& compute_only, Backend backend = Backend{})
-        : engine(world, config, model, options, compute_only, std::nullopt, std::move(backend)) {}
+        : world_(&world), model_(model), options_(options) {
+        require(world.size() == config.world_size(), "communicator size", world.size(),
+                "must equal the config's world size " + std::to_string(config.world_size()) +
+                    " when the engine runs a given program");
+        core_ = std::make_unique<layout_type>(world, config, model, options, compute_only, std::move(backend));
+        layout_.emplace(core_->current_layout());
+    }
 
-    // Continues from `state` (another engine's release_state(), or one a layout switch built):
-    // it must hold this rank's stages of this layout, with tensors of their layouts and the
-    // optimizer `options` names; its progress carries on. Checked before anything runs.
+    // Continues from `state` (another engine's release_state()): it must hold this rank's
+    // stages of this layout, with tensors of their layouts and the optimizer `options` names;
+    // its progress carries on. Checked before anything runs. No spares.
     engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
            state_type state, Backend backend = Backend{})
-        : engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::move(state),
-                 std::move(backend)) {}
+        : world_(&world), model_(model), options_(options) {
+        require(world.size() == config.world_size(), "communicator size", world.size(),
+                "must equal the config's world size " + std::to_string(config.world_size()) +
+                    " when the engine continues from a released state");
+        core_ = std::make_unique<layout_type>(world, config, model, options, std::move(state), std::move(backend));
+        layout_.emplace(core_->current_layout());
+    }
 
-    // Runners and shardings point into the engine's own state and groups.
     engine(const engine&) = delete;
     engine& operator=(const engine&) = delete;
     engine(engine&&) = delete;
     engine& operator=(engine&&) = delete;
     ~engine() = default;
 
-    // Runs one training step on the global batch (every rank passes the same batch)
-    // and returns what the step log prints. Collective over the world.
-    step_stats step(const batch_type& batch) {
-        require_runnable(batch, "go on training");
+    // ---- switching layouts -------------------------------------------------------------
+    // Moves the training state to the layout `config` (with how.partition) gives and goes on
+    // in it: between steps, collective over the whole world, spares included, every rank with
+    // the same arguments. The new layout is checked on every rank before any byte moves; one
+    // that cannot run is a weft::error naming the parameter, and the engine stays as it was.
+    // Parameters, optimizer state, progress and learning rate carry over exactly.
+    elastic::switch_report reconfigure(const parallel_config& config, const reconfigure_options& how = {}) {
         const auto start = std::chrono::steady_clock::now();
-        for (auto& [index, sharding] : shardings_) sharding.begin_step();
-        sharding_actions actions{this};
-        last_program_ = loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
-        // Tied copies are summed before their stages' data-parallel reduction (which their
-        // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
-        ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
-        for (auto& [index, sharding] : shardings_) sharding.finish_reduce();
-
-        // One reduction carries the loss, every rank's idle fraction of the program, its part
-        // of the squared global gradient norm and, per stage, whether its reduced gradients
-        // are finite; it comes before the update, so that a non-finite step is not applied
-        // and clipping knows the norm. Every rank reports the same loss (loss_contribution).
-        const int stages = loop_.program().num_stages;
-        constexpr std::size_t first_flag = 3;
-        std::vector<double> totals(first_flag + static_cast<std::size_t>(stages), 0.0);
-        totals[0] = loss_contribution(last_program_);
-        totals[1] = idle_fraction();
-        for (const auto& [index, sharding] : shardings_) {
-            const auto owned = sharding.owned_gradients();
-            if (!all_finite(owned)) totals[first_flag + static_cast<std::size_t>(index)] = 1;
-            // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
-            if (sharding.zero_stage() == 0 && coordinates().dp_index != 0) continue;
-            const std::size_t offset = sharding.zero_stage() == 0 ? 0 : sharding.shard().offset;
-            totals[2] += counted_sum_of_squares(owned, offset, find(norm_runs_, index));
+        engine_options next_options = options_;
+        next_options.partition = how.partition;
+        std::optional<elastic::layout> next;
+        std::exception_ptr problem;
+        try {
+            require(how.staging_bytes >= sizeof(scalar), "staging_bytes", how.staging_bytes,
+                    "must hold at least one element (" + std::to_string(sizeof(scalar)) + " bytes)");
+            next.emplace(layout_type::layout_of(checked_world(*world_, config), model_, next_options));
+            check_state_fits_layout();
+        } catch (...) {
+            problem = std::current_exception();
         }
-        world_->allreduce_sum(std::span<double>(totals));
-        const int nonfinite_stage =
-            first_nonfinite_stage(std::span<const double>(totals).subspan(first_flag), std::isfinite(totals[0]));
-        const double grad_norm = std::sqrt(totals[2]);
-        const auto clip = static_cast<scalar>(clip_coefficient(options_.grad_clip, grad_norm));
+        agree(problem, next ? next->describe() : std::string());
 
-        for (auto& [index, sharding] : shardings_) {
-            auto& stage = state_.stage(index);
-            // A non-finite step still runs each sharding's step (its collectives and the reset
-            // of the gradients), without the update.
-            sharding.step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
-                if (nonfinite_stage >= 0) return;
-                if (clip < scalar(1)) {
-                    clipped_.assign(grads.begin(), grads.end());
-                    for (scalar& g : clipped_) g *= clip;
-                    grads = clipped_;
-                }
-                stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
-            });
+        const elastic::shared_scalars scalars = share_scalars();
+        const elastic::transition_plan plan = elastic::plan_transition(*layout_, *next, world_->size());
+
+        // Out of the current engine (which points into its communicators) before they go.
+        state_type state;
+        std::optional<Backend> backend;
+        if (core_) {
+            backend.emplace(std::move(core_->backend()));
+            state = std::move(*core_).release_state();
+            core_.reset();
+        } else {
+            backend = std::move(spare_backend_);
+            spare_backend_.reset();
         }
-        // The batch was used either way: a skipped step still moves the data on.
-        const long long step_index = static_cast<long long>(state_.progress.step);
-        ++state_.progress.step;
-        state_.progress.samples += static_cast<std::uint64_t>(options_.batch_size);
+        active_.reset();
+        elastic::transfer_figures figures;
+        state_type moved = elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, *world_,
+                                                       next_options.optimizer, scalars,
+                                                       {.staging_bytes = how.staging_bytes}, figures);
+        const std::string from = layout_->describe();
+        options_ = next_options;
+        layout_ = std::move(next);
+        if (Comm* active = activate(layout_->ranks()))
+            core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
+                                                  std::move(*backend));
+        else
+            spare_backend_ = std::move(backend);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
-                .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
-                .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
+        return report(from, plan, scalars, figures, how.staging_bytes, seconds);
     }
 
-    // The model's mean loss on `batch` without training it (a validation loss): the
-    // schedule's forwards only, no gradients, no update, the progress unchanged. Collective
-    // over the world, like step(); every rank returns the same loss.
-    double evaluate(const batch_type& batch) {
-        require_runnable(batch, "evaluate");
-        if (!eval_loop_) {
-            // Built on first use: a run that never evaluates pays nothing.
-            const sched::shard_action_options shard_actions{
-                .reduce_grad = false, .unshard = config_.zero_stage() == 3, .prefetch = options_.unshard_prefetch};
-            eval_loop_.emplace(
-                sched::add_shard_actions(sched::forward_only(loop_.program()), shard_actions),
-                grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead);
-        }
-        sharding_actions actions{this};
-        const program_report report =
-            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
-        double loss[1] = {loss_contribution(report)};
-        world_->allreduce_sum(std::span<double>(loss));
-        return loss[0];
-    }
+    // Whether this rank holds nothing in the current layout (it waits for a switch).
+    [[nodiscard]] bool is_spare() const { return core_ == nullptr; }
+    // The current layout's ownership map (every rank's, spares' included).
+    [[nodiscard]] const elastic::layout& layout() const { return *layout_; }
+    // Every rank taking part in switches.
+    [[nodiscard]] Comm& world() { return *world_; }
+
+    // ---- training (ranks of the layout) ----------------------------------------------
+    step_stats step(const batch_type& batch) { return active().step(batch); }
+    double evaluate(const batch_type& batch) { return active().evaluate(batch); }
 
     // ---- the parts -------------------------------------------------------------------
-    [[nodiscard]] const state_type& state() const { return state_; }
-    // Hands the training state over (to rebuild an engine around it, e.g. in another layout);
-    // this engine must not step again.
-    [[nodiscard]] state_type release_state() && {
-        runners_.clear();
-        shardings_.clear();
-        norm_runs_.clear();
-        released_ = true;
-        return std::move(state_);
-    }
-    [[nodiscard]] const training_progress& progress() const { return state_.progress; }
-    // The learning rate of the next steps, on every local stage's optimizer (a schedule such
-    // as train::lr_schedule sets it before each step, from progress().step).
-    void set_learning_rate(double lr) {
-        for (auto& stage : state_.stages) stage.optimizer.set_lr(lr);
-    }
-    // For checkpoints: a loaded run continues from the saved step and data position.
-    void set_progress(const training_progress& progress) { state_.progress = progress; }
-    [[nodiscard]] Backend& backend() { return backend_; }
-    [[nodiscard]] const sched::program& program() const { return loop_.program(); }
-    [[nodiscard]] const parallel_config& config() const { return config_; }
+    [[nodiscard]] const state_type& state() const { return active().state(); }
+    // Hands the training state over (to rebuild an engine around it); this engine must not
+    // step again.
+    [[nodiscard]] state_type release_state() && { return std::move(active()).release_state(); }
+    [[nodiscard]] const training_progress& progress() const { return active().progress(); }
+    void set_learning_rate(double lr) { active().set_learning_rate(lr); }
+    void set_progress(const training_progress& progress) { active().set_progress(progress); }
+    [[nodiscard]] Backend& backend() { return core_ ? core_->backend() : *spare_backend_; }
+    [[nodiscard]] const sched::program& program() const { return active().program(); }
+    [[nodiscard]] const parallel_config& config() const { return layout_->config(); }
     [[nodiscard]] const engine_options& options() const { return options_; }
     [[nodiscard]] const model_config& model() const { return model_; }
-    [[nodiscard]] int pipeline_rank() const { return coordinates().pp_index; }
-    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return grid_.coordinates(); }
-    // The ranks holding the stages of this rank's replica; pipeline rank i is rank i here.
-    [[nodiscard]] Comm& pipeline_group() { return grid_.pipeline(); }
-    [[nodiscard]] Comm& data_group() { return grid_.data(); }
-    // The ranks holding the other tensor-parallel slices of this rank's stages.
-    [[nodiscard]] Comm& tensor_group() { return grid_.tensor(); }
+    [[nodiscard]] int pipeline_rank() const { return active().pipeline_rank(); }
+    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return active().coordinates(); }
+    [[nodiscard]] Comm& pipeline_group() { return active().pipeline_group(); }
+    [[nodiscard]] Comm& data_group() { return active().data_group(); }
+    [[nodiscard]] Comm& tensor_group() { return active().tensor_group(); }
 
     // ---- stages ----------------------------------------------------------------------
-    // The stages this rank runs, by global stage index.
-    [[nodiscard]] std::vector<int> local_stages() const { return state_.stage_indices(); }
-    [[nodiscard]] const stage_type& stage(int index) const { return find(runners_, index).stage(); }
-    [[nodiscard]] optim::any_optimizer<scalar>& stage_optimizer(int index) { return state_.stage(index).optimizer; }
+    [[nodiscard]] std::vector<int> local_stages() const { return active().local_stages(); }
+    [[nodiscard]] const stage_type& stage(int index) const { return active().stage(index); }
+    [[nodiscard]] optim::any_optimizer<scalar>& stage_optimizer(int index) { return active().stage_optimizer(index); }
     [[nodiscard]] const optim::any_optimizer<scalar>& stage_optimizer(int index) const {
-        return state_.stage(index).optimizer;
+        return active().stage_optimizer(index);
     }
-    [[nodiscard]] const sharding_type& stage_sharding(int index) const { return find(shardings_, index); }
-    // The model units each stage holds, by global stage index.
-    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
-    // The parameter layout of stage `index` on tensor-parallel rank `tp_rank` (any rank's,
-    // without building it): what checkpoints assemble slices with.
+    [[nodiscard]] const sharding_type& stage_sharding(int index) const { return active().stage_sharding(index); }
+    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return layout_->units(); }
     [[nodiscard]] nn::parameter_registry stage_layout(int index, int tp_rank) const {
-        const auto units = units_.at(static_cast<std::size_t>(index));
-        if constexpr (tensor_parallel_model) return stage_type::layout(model_, units, tp_rank, config_.tp());
-        else return stage_type::layout(model_, units);
+        return active().stage_layout(index, tp_rank);
     }
-
-    // Runs fn(stage_index, stage) for every local stage with its full parameters present:
-    // under ZeRO-3 they are all-gathered for the call and released after. Collective over
-    // the data-parallel group (checkpoints and weight inspection use it).
     template <class Fn>
     void with_full_parameters(Fn&& fn) {
-        for (auto& [index, sharding] : shardings_)
-            sharding.with_full_parameters([&] { fn(index, std::as_const(find(runners_, index)).stage()); });
+        active().with_full_parameters(std::forward<Fn>(fn));
     }
-    // Runs fn(tensors) to write all of stage `index`'s parameters (a loaded checkpoint) and
-    // keeps what this rank holds of them; not collective.
     template <class Fn>
     void overwrite_parameters(int index, Fn&& fn) {
-        auto& tensors = state_.stage(index).tensors.full;
-        find(shardings_, index).overwrite_parameters([&] { fn(tensors); });
+        active().overwrite_parameters(index, std::forward<Fn>(fn));
     }
 
     // ---- what the last step did ------------------------------------------------------
-    // This rank's idle share of the last step's program: the time it spent waiting for data
-    // or for its sends, over the program's wall time. The step log's bubble is the mean of
-    // this over all ranks.
-    [[nodiscard]] double idle_fraction() const {
-        return last_program_.program_seconds > 0 ? 1.0 - last_program_.compute_seconds / last_program_.program_seconds
-                                                 : 0.0;
-    }
-    // Most micro-batches whose activations this rank held at once during the last step.
-    [[nodiscard]] std::size_t peak_stashed() const { return last_program_.peak_stashed; }
-
-    // What this rank holds for its stages (see memory_report).
-    [[nodiscard]] memory_report memory() const {
-        memory_report report;
-        for (const auto& [index, sharding] : shardings_) {
-            auto now = sharding.held_now();
-            now.optimizer_state = state_.stage(index).optimizer.state_elements() * sizeof(scalar);
-            report.between_steps = report.between_steps + now;
-            auto peak = sharding.peak();
-            peak.optimizer_state = now.optimizer_state;
-            report.peak = report.peak + peak;
-        }
-        report.peak_activations = last_program_.peak_activation_bytes;
-        return report;
-    }
+    [[nodiscard]] double idle_fraction() const { return active().idle_fraction(); }
+    [[nodiscard]] std::size_t peak_stashed() const { return active().peak_stashed(); }
+    [[nodiscard]] memory_report memory() const { return active().memory(); }
 
 private:
-    // The program's stage-wide actions, as the sharding policy carries them out.
-    struct sharding_actions {
-        engine* self;
-        // A stage holding a tied tensor first needs the other copies' gradients (summed after
-        // the program); its reduction starts then.
-        void reduce_grad(int s) {
-            if (!self->ties_.holds(s)) find(self->shardings_, s).start_reduce();
-        }
-        void unshard(int s) { find(self->shardings_, s).start_unshard(); }
-        void reshard(int s) { find(self->shardings_, s).reshard(); }
-        void before_compute(int s) { find(self->shardings_, s).finish_unshard(); }
-    };
-
-    engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-           const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend)
-        : backend_(std::move(backend)),
-          world_(&world),
-          config_(checked_config(config, model, options)),
-          model_(model),
-          options_(options),
-          rows_per_microbatch_(options.batch_size / config.dp() / config.microbatches()),
-          grid_(world, config),
-          loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
-                grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
-          units_(options.partition.empty()
-                     ? default_partition(model, Model::num_units(model), loop_.program().num_stages)
-                     : nn::partition_from_counts(options.partition, Model::num_units(model),
-                                                 loop_.program().num_stages)),
-          state_(state ? adopted(std::move(*state)) : initial_state()),
-          ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
-        for (auto& stage : state_.stages) {
-            auto& tensors = stage.tensors;
-            // Brings whole tensors into the policy's between-steps form (or checks an adopted
-            // state is in it) before a runner reads them.
-            shardings_.try_emplace(
-                stage.index, tensors, grid_.data(),
-                shard::sharding_options{.zero_stage = config_.zero_stage(),
-                                        .bucket_elements = options.bucket_elements});
-            if constexpr (tensor_parallel_model)
-                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full,
-                                     nn::make_tp_group<scalar>(grid_.tensor()));
-            else
-                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full);
-            norm_runs_.try_emplace(stage.index,
-                                   norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
-                                                     Model::tied_parameters(model_), units_));
-        }
+    layout_type& active() const {
+        if (!core_)
+            throw error("rank " + std::to_string(world_->rank()) + " is a spare in the layout " + layout_->describe() +
+                        ": it holds no stages until engine.reconfigure() brings it back (engine.is_spare())");
+        return *core_;
     }
 
-    static parallel_config checked_config(const parallel_config& config, const model_config& model,
-                                          const engine_options& options) {
-        if constexpr (!tensor_parallel_model)
-            require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
-        require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
-                config.zero_stage(),
-                std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
-                    ", which is ZeRO stage " + std::to_string(Sharding::zero_stage) +
-                    " (shard::any_zero takes the config's stage)");
-        Model::validate(model);
-        require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
-                "batch_size", options.batch_size,
-                "must be a positive multiple of dp*microbatches = " +
-                    std::to_string(config.dp() * config.microbatches()));
-        require(std::isfinite(options.grad_clip) && options.grad_clip >= 0, "grad_clip", options.grad_clip,
-                "must be a finite number >= 0 (0: no clipping)");
+    static const parallel_config& checked_world(const Comm& world, const parallel_config& config) {
+        require(config.world_size() <= world.size(), "world_size", config.world_size(),
+                "must be at most the ranks taking part, " + std::to_string(world.size()) +
+                    " (the ranks beyond a layout's world size wait as spares)");
         return config;
     }
 
-    // The config with its schedule filled in, checked again against that schedule's layout.
-    static parallel_config with_schedule_chosen(const parallel_config& config) {
-        if (config.schedule().chosen()) return config;
-        parallel_options options = config.options();
-        options.schedule = schedules::default_kind();
-        return parallel_config(options);
+    // The communicator of the layout's ranks: the world itself when it uses every rank, else
+    // a split of it (collective over the world); nullptr on a spare.
+    Comm* activate(int world_size) {
+        active_.reset();
+        if (world_size == world_->size()) return world_;
+        const bool in_layout = world_->rank() < world_size;
+        active_.emplace(world_->split(in_layout ? 0 : 1, world_->rank()));
+        return in_layout ? &*active_ : nullptr;
     }
 
-    static sched::program generate(const parallel_config& config) {
-        return schedules::generate(config.schedule(),
-                                   sched::schedule_params{.ranks = config.pp(), .microbatches = config.microbatches(),
-                                                          .chunks = config.chunks()});
-    }
-
-    // The compute-only program with its communication and sharding actions, checked.
-    static sched::program lowered_program(const sched::program& compute_only, const parallel_config& config,
-                                          const model_config& model, const engine_options& options) {
-        require(compute_only.num_ranks == config.pp(), "program ranks", compute_only.num_ranks,
-                "must equal pp = " + std::to_string(config.pp()));
-        require(compute_only.num_microbatches == config.microbatches(), "program microbatches",
-                compute_only.num_microbatches, "must equal microbatches = " + std::to_string(config.microbatches()));
-        const int num_units = Model::num_units(model);
-        require(num_units >= compute_only.num_stages, "stages", compute_only.num_stages,
-                "the model has " + std::to_string(num_units) +
-                    " units (layers + 2) to give to stages; use fewer stages or more layers");
-        const sched::shard_action_options shard_actions{
-            .reduce_grad = true, .unshard = config.zero_stage() == 3, .prefetch = options.unshard_prefetch};
-        sched::program lowered = sched::add_shard_actions(sched::lower(compute_only), shard_actions);
-        if (const auto verdict = sched::check(lowered); !verdict.ok)
-            throw error("the lowered program is invalid: " + verdict.message);
-        if (const auto verdict = sched::check_shard_actions(lowered, shard_actions); !verdict.ok)
-            throw error("the lowered program's sharding actions are invalid: " + verdict.message);
-        return lowered;
-    }
-
-    // Balanced by the model's estimated cost per unit where it gives one (GPT: flops), else
-    // as even as possible in unit count.
-    static std::vector<nn::unit_range> default_partition(const model_config& model, int num_units, int stages) {
-        if constexpr (requires { Model::unit_costs(model); }) {
-            const std::vector<double> costs = Model::unit_costs(model);
-            require(static_cast<int>(costs.size()) == num_units, "unit_costs size", costs.size(),
-                    "the model policy must give one cost per unit (" + std::to_string(num_units) + ")");
-            return nn::partition_by_cost(costs, stages);
-        } else {
-            return nn::partition_units(num_units, stages);
+    // Every rank's state must be what the current layout says it holds (the plan reads it
+    // by that layout): stages, and optimizer state tensors of the right size or empty.
+    void check_state_fits_layout() const {
+        const auto holdings = layout_->holdings(world_->rank());
+        if (!core_) return;
+        const auto& state = core_->state();
+        require(state.stages.size() == holdings.size(), "training state stages", state.stages.size(),
+                "must be the " + std::to_string(holdings.size()) + " stages the current layout gives this rank");
+        for (std::size_t i = 0; i < holdings.size(); ++i) {
+            const auto& held = state.stages[i];
+            const std::size_t expected = config().zero_stage() == 0 ? holdings[i].registry.total_size()
+                                                                    : holdings[i].range.valid();
+            for (const auto& view : held.optimizer.state_views())
+                require(view.values.empty() || view.values.size() == expected,
+                        "optimizer state " + std::string(view.name) + " of stage " + std::to_string(held.index),
+                        view.values.size(), "must hold " + std::to_string(expected) + " elements or none");
         }
     }
 
-    // This rank's stages under the program's placement, in stage order.
-    [[nodiscard]] std::vector<stage_placement> placements() const {
-        std::vector<stage_placement> out;
-        const auto& program = loop_.program();
-        for (int s = 0; s < program.num_stages; ++s)
-            if (program.stage_rank[static_cast<std::size_t>(s)] == pipeline_rank())
-                out.push_back({s, units_[static_cast<std::size_t>(s)]});
+    // Every rank learns whether all of them can switch, and to the same layout; if not, each
+    // throws before anything moves (its own error where it found one).
+    void agree(const std::exception_ptr& problem, const std::string& description) {
+        std::array<char, 1024> text{};
+        if (world_->rank() == 0) std::strncpy(text.data(), description.c_str(), text.size() - 1);
+        world_->broadcast(std::as_writable_bytes(std::span<char>(text)), 0);
+        const std::string first(text.data());
+        double votes[2] = {problem ? 1.0 : 0.0,
+                           !problem && first != description.substr(0, text.size() - 1) ? 1.0 : 0.0};
+        world_->allreduce_sum(std::span<double>(votes));
+        if (problem) std::rethrow_exception(problem);
+        if (votes[0] > 0)
+            throw error("layout switch refused: " + std::to_string(static_cast<int>(votes[0])) +
+                        " rank(s) found the new layout invalid (their error names the parameter); nothing moved");
+        if (votes[1] > 0)
+            throw error("layout switch refused: the ranks asked for different layouts (rank 0: " + first +
+                        "); every rank must call reconfigure() with the same config; nothing moved");
+    }
+
+    // The scalars of the training state, from world rank 0 (always in a layout), and which
+    // optimizer state tensors any rank keeps.
+    elastic::shared_scalars share_scalars() {
+        struct packed {
+            std::uint64_t step, samples, rng_seed, optimizer_steps;
+            double learning_rate;
+        } values{};
+        if (world_->rank() == 0) {
+            const auto& state = core_->state();
+            const auto& first = state.stages.front().optimizer;
+            values = {state.progress.step, state.progress.samples, state.progress.rng_seed, first.step_count(),
+                      first.lr()};
+        }
+        world_->broadcast(std::as_writable_bytes(std::span<packed>(&values, 1)), 0);
+        const std::size_t kinds = optim::any_optimizer<scalar>(options_.optimizer).state_names().size();
+        std::vector<double> kept(kinds, 0.0);
+        if (core_)
+            for (const auto& stage : core_->state().stages) {
+                const auto views = stage.optimizer.state_views();
+                for (std::size_t k = 0; k < kinds && k < views.size(); ++k)
+                    if (!views[k].values.empty()) kept[k] = 1;
+            }
+        world_->allreduce_sum(std::span<double>(kept));
+        elastic::shared_scalars out;
+        out.progress = {values.step, values.samples, values.rng_seed};
+        out.optimizer_steps = values.optimizer_steps;
+        out.learning_rate = values.learning_rate;
+        for (const double k : kept) out.kept_state_tensors.push_back(k > 0);
         return out;
     }
 
-    [[nodiscard]] state_type initial_state() const {
-        const auto stages = placements();
-        std::uint64_t seed = 0;
-        if constexpr (requires { model_.seed; }) seed = model_.seed;
-        return initial_training_state<Model, Backend>(model_, stages, coordinates().tp_index, config_.tp(),
-                                                      options_.optimizer, seed);
-    }
-
-    // A state handed in must be this rank's stages of this layout; its optimizers take the
-    // options' hyperparameters and keep their state.
-    [[nodiscard]] state_type adopted(state_type state) const {
-        const auto expected = placements();
-        std::string expected_text, held_text;
-        for (const auto& p : expected) expected_text += (expected_text.empty() ? "" : ", ") + std::to_string(p.index);
-        for (const int s : state.stage_indices()) held_text += (held_text.empty() ? "" : ", ") + std::to_string(s);
-        require(state.stage_indices().size() == expected.size(), "training state stages", "[" + held_text + "]",
-                "must be this rank's stages [" + expected_text + "] in this layout");
-        for (std::size_t i = 0; i < expected.size(); ++i) {
-            auto& stage = state.stages[i];
-            const auto& p = expected[i];
-            require(stage.index == p.index, "training state stages", "[" + held_text + "]",
-                    "must be this rank's stages [" + expected_text + "] in this layout");
-            require(stage.units == p.units, "units of stage " + std::to_string(p.index),
-                    "[" + std::to_string(stage.units.first) + ", " + std::to_string(stage.units.last) + ")",
-                    "must be [" + std::to_string(p.units.first) + ", " + std::to_string(p.units.last) +
-                        ") under this layout's partition");
-            require(stage.tensors.registry() == stage_layout(p.index, coordinates().tp_index),
-                    "tensors of stage " + std::to_string(p.index), "another layout",
-                    "must be the stage's layout on tensor-parallel rank " + std::to_string(coordinates().tp_index) +
-                        " of " + std::to_string(config_.tp()));
-            require(stage.optimizer.kind() == options_.optimizer.kind, "optimizer of stage " + std::to_string(p.index),
-                    stage.optimizer.name(), "must be " + std::string(optim::to_string(options_.optimizer.kind)) +
-                                                " as engine_options::optimizer says");
-            optim::any_optimizer<scalar> configured(options_.optimizer);
-            configured.import_state(stage.optimizer.export_state());
-            stage.optimizer = std::move(configured);
+    // Every rank's figures, gathered: the busiest rank's memory and the slowest rank's time.
+    elastic::switch_report report(const std::string& from, const elastic::transition_plan& plan,
+                                  const elastic::shared_scalars& scalars, const elastic::transfer_figures& figures,
+                                  std::size_t cap, double seconds) {
+        constexpr std::size_t fields = 6;
+        const double mine[fields] = {static_cast<double>(figures.bytes_sent),
+                                     static_cast<double>(figures.bytes_copied),
+                                     static_cast<double>(figures.staging_peak_bytes),
+                                     static_cast<double>(figures.memory_peak_bytes),
+                                     static_cast<double>(figures.memory_bound_bytes(cap)),
+                                     seconds};
+        std::vector<double> all(fields * static_cast<std::size_t>(world_->size()));
+        world_->allgather(std::span<const double>(mine), std::span<double>(all));
+        elastic::switch_report r;
+        r.from = from;
+        r.to = layout_->describe();
+        r.staging_cap_bytes = cap;
+        const std::size_t kept = static_cast<std::size_t>(
+            std::count(scalars.kept_state_tensors.begin(), scalars.kept_state_tensors.end(), true));
+        r.lower_bound_bytes = plan.lower_bound_bytes(sizeof(scalar), kept);
+        double worst_excess = 0;
+        for (int rank = 0; rank < world_->size(); ++rank) {
+            const double* f = all.data() + fields * static_cast<std::size_t>(rank);
+            r.bytes_moved += static_cast<std::size_t>(f[0]);
+            r.bytes_copied_locally += static_cast<std::size_t>(f[1]);
+            r.staging_peak_bytes = std::max(r.staging_peak_bytes, static_cast<std::size_t>(f[2]));
+            // The rank furthest over its bound, or else the one that held the most.
+            const double excess = f[3] - f[4];
+            if (rank == 0 || excess > worst_excess || (worst_excess <= 0 && excess <= 0 && f[3] > r.memory_peak_bytes)) {
+                worst_excess = std::max(worst_excess, excess);
+                r.memory_peak_bytes = static_cast<std::size_t>(f[3]);
+                r.memory_bound_bytes = static_cast<std::size_t>(f[4]);
+            }
+            r.within_memory_bound = r.within_memory_bound && f[3] <= f[4];
+            r.seconds = std::max(r.seconds, f[5]);
         }
-        return state;
+        return r;
     }
 
-    template <class Map>
-    static auto& find(Map& map, int index) {
-        const auto it = map.find(index);
-        if (it == map.end()) throw invalid_argument("stage", index, "is not run by this rank");
-        return it->second;
-    }
-
-    [[nodiscard]] bool owns_last_stage() const { return state_.holds(loop_.program().num_stages - 1); }
-
-    // What step() and evaluate() need before they run a program: the training state, and a
-    // global batch of the configured size.
-    void require_runnable(const batch_type& batch, std::string_view to) const {
-        require(!released_, "engine", "without its training state",
-                "release_state() handed the state over; build an engine around it to " + std::string(to));
-        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
-                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
-    }
-    // The global batch row this rank's data-parallel replica starts at.
-    [[nodiscard]] int replica_first_row() const {
-        return coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
-    }
-    // This rank's part of the global mean loss, for the sum over the world: last-stage ranks
-    // give their replica's mean over dp, once per replica (tensor-parallel slices of it
-    // compute the same loss).
-    [[nodiscard]] double loss_contribution(const program_report& report) const {
-        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
-        return reports_loss ? report.loss_sum / config_.dp() : 0.0;
-    }
-
-    Backend backend_;
     Comm* world_;
-    parallel_config config_;
     model_config model_;
     engine_options options_;
-    int rows_per_microbatch_;
-    comm::process_grid<Comm> grid_;
-    program_loop<Model, Backend, Comm> loop_;
-    std::vector<nn::unit_range> units_;  // per stage: the model units it holds
-    state_type state_;
-    tied_gradients<scalar, Comm> ties_;
-    // Both point into state_ (and grid_, backend_): declared after them, destroyed before.
-    std::map<int, sharding_type> shardings_;
-    std::map<int, runner_type> runners_;
-    std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
-    std::vector<scalar> clipped_;                      // the clipped gradients of the update being made
-    program_report last_program_;
-    std::optional<program_loop<Model, Backend, Comm>> eval_loop_;  // evaluate()'s forward-only program
-    bool released_ = false;
+    std::optional<elastic::layout> layout_;  // the current layout, as every rank sees it
+    std::optional<Comm> active_;             // the layout's ranks, when it does not use them all
+    std::unique_ptr<layout_type> core_;      // the current layout's engine; none on a spare
+    std::optional<Backend> spare_backend_;   // a spare keeps its backend for when it comes back
 };
 
 }  // namespace weft::train

@@ -1,0 +1,521 @@
+// The engine in one fixed layout: the composition of a rank's training state
+// (train/training_state.hpp), one stage runner per stage it holds (train/stage_runner.hpp),
+// the stages' sharding (shard::stage_sharding, chosen by the Sharding policy), and the
+// program loop that runs the lowered schedule over them (train/program_loop.hpp), as a
+// CUTLASS kernel is a mainloop, an epilogue and a tile scheduler. A step runs the program,
+// sums tied gradients, finishes the data-parallel reductions and steps the optimizers on
+// what the sharding gives this rank; everything else is the parts' job. weft::engine
+// (train/engine.hpp) holds one of these and builds another when the layout switches.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.hpp"
+#include "weft/comm/process_grid.hpp"
+#include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
+#include "weft/core/parallel_config.hpp"
+#include "weft/elastic/layout.hpp"
+#include "weft/exec/compute_backend.hpp"
+#include "weft/models/mlp.hpp"
+#include "weft/models/pipeline_model.hpp"
+#include "weft/nn/partition.hpp"
+#include "weft/nn/tensor_parallel.hpp"
+#include "weft/optim/any_optimizer.hpp"
+#include "weft/sched/any_of.hpp"
+#include "weft/sched/lower.hpp"
+#include "weft/sched/schedule_params.hpp"
+#include "weft/sched/shard_actions.hpp"
+#include "weft/sched/validate.hpp"
+#include "weft/shard/sharding.hpp"
+#include "weft/train/engine_options.hpp"
+#include "weft/sched/forward_only.hpp"
+#include "weft/train/finite_guard.hpp"
+#include "weft/train/grad_norm.hpp"
+#include "weft/train/program_loop.hpp"
+#include "weft/train/stage_runner.hpp"
+#include "weft/train/step_log.hpp"
+#include "weft/train/tied_gradients.hpp"
+#include "weft/train/training_state.hpp"
+
+namespace weft::train {
+template <class Schedules, class Sharding, class Comm, class Backend, class Model>
+class layout_engine {
+
+public:
+    using schedules = sched::any_of_t<Schedules>;
+    using scalar = typename Backend::scalar;
+    using matrix = typename Backend::matrix;
+    using model_type = Model;
+    using model_config = typename Model::config;
+    using batch_type = typename Model::batch;
+    using stage_type = typename Model::template stage<Backend>;
+    using runner_type = stage_runner<Model, Backend>;
+    using sharding_type = shard::stage_sharding<Sharding, scalar, Comm>;
+    using state_type = training_state<scalar>;
+    // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
+    static constexpr bool tensor_parallel_model = models::tensor_parallel_stages<Model, Backend>;
+
+    // Collective over `world`: every rank constructs its engine with the same arguments. The
+    // schedule is config.schedule(), or the set's first when none is chosen (config() then
+    // reports that one), generated for (pp, microbatches, chunks); training starts from the
+    // model's initial weights.
+    layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+           Backend backend = Backend{})
+        : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::nullopt, std::move(backend)) {
+    }
+
+    // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
+    // generating one; it must be for config.pp() ranks and config.microbatches().
+    layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+           const sched::program& compute_only, Backend backend = Backend{})
+        : layout_engine(world, config, model, options, compute_only, std::nullopt, std::move(backend)) {}
+
+    // Continues from `state` (another engine's release_state(), or one a layout switch built):
+    // it must hold this rank's stages of this layout, with tensors of their layouts and the
+    // optimizer `options` names; its progress carries on. Checked before anything runs.
+    layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+           state_type state, Backend backend = Backend{})
+        : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::move(state),
+                 std::move(backend)) {}
+
+    // Runners and shardings point into the engine's own state and groups.
+    layout_engine(const layout_engine&) = delete;
+    layout_engine& operator=(const layout_engine&) = delete;
+    layout_engine(layout_engine&&) = delete;
+    layout_engine& operator=(layout_engine&&) = delete;
+    ~layout_engine() = default;
+
+    // Runs one training step on the global batch (every rank passes the same batch)
+    // and returns what the step log prints. Collective over the world.
+    step_stats step(const batch_type& batch) {
+        require_runnable(batch, "go on training");
+        const auto start = std::chrono::steady_clock::now();
+        for (auto& [index, sharding] : shardings_) sharding.begin_step();
+        sharding_actions actions{this};
+        last_program_ = loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+        // Tied copies are summed before their stages' data-parallel reduction (which their
+        // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
+        ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
+        for (auto& [index, sharding] : shardings_) sharding.finish_reduce();
+
+        // One reduction carries the loss, every rank's idle fraction of the program, its part
+        // of the squared global gradient norm and, per stage, whether its reduced gradients
+        // are finite; it comes before the update, so that a non-finite step is not applied
+        // and clipping knows the norm. Every rank reports the same loss (loss_contribution).
+        const int stages = loop_.program().num_stages;
+        constexpr std::size_t first_flag = 3;
+        std::vector<double> totals(first_flag + static_cast<std::size_t>(stages), 0.0);
+        totals[0] = loss_contribution(last_program_);
+        totals[1] = idle_fraction();
+        for (const auto& [index, sharding] : shardings_) {
+            const auto owned = sharding.owned_gradients();
+            if (!all_finite(owned)) totals[first_flag + static_cast<std::size_t>(index)] = 1;
+            // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
+            if (sharding.zero_stage() == 0 && coordinates().dp_index != 0) continue;
+            const std::size_t offset = sharding.zero_stage() == 0 ? 0 : sharding.shard().offset;
+            totals[2] += counted_sum_of_squares(owned, offset, find(norm_runs_, index));
+        }
+        world_->allreduce_sum(std::span<double>(totals));
+        const int nonfinite_stage =
+            first_nonfinite_stage(std::span<const double>(totals).subspan(first_flag), std::isfinite(totals[0]));
+        const double grad_norm = std::sqrt(totals[2]);
+        const auto clip = static_cast<scalar>(clip_coefficient(options_.grad_clip, grad_norm));
+
+        for (auto& [index, sharding] : shardings_) {
+            auto& stage = state_.stage(index);
+            // A non-finite step still runs each sharding's step (its collectives and the reset
+            // of the gradients), without the update.
+            sharding.step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
+                if (nonfinite_stage >= 0) return;
+                if (clip < scalar(1)) {
+                    clipped_.assign(grads.begin(), grads.end());
+                    for (scalar& g : clipped_) g *= clip;
+                    grads = clipped_;
+                }
+                stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
+            });
+        }
+        // The batch was used either way: a skipped step still moves the data on.
+        const long long step_index = static_cast<long long>(state_.progress.step);
+        ++state_.progress.step;
+        state_.progress.samples += static_cast<std::uint64_t>(options_.batch_size);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
+                .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
+                .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
+    }
+
+    // The model's mean loss on `batch` without training it (a validation loss): the
+    // schedule's forwards only, no gradients, no update, the progress unchanged. Collective
+    // over the world, like step(); every rank returns the same loss.
+    double evaluate(const batch_type& batch) {
+        require_runnable(batch, "evaluate");
+        if (!eval_loop_) {
+            // Built on first use: a run that never evaluates pays nothing.
+            const sched::shard_action_options shard_actions{
+                .reduce_grad = false, .unshard = config_.zero_stage() == 3, .prefetch = options_.unshard_prefetch};
+            eval_loop_.emplace(
+                sched::add_shard_actions(sched::forward_only(loop_.program()), shard_actions),
+                grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead);
+        }
+        sharding_actions actions{this};
+        const program_report report =
+            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+        double loss[1] = {loss_contribution(report)};
+        world_->allreduce_sum(std::span<double>(loss));
+        return loss[0];
+    }
+
+    // The ownership map of the layout `requested` gives (with options.partition) over the
+    // virtual parameter space, checked as the constructor checks it: a layout that cannot
+    // run is a weft::error naming the parameter. Not collective; nothing is built.
+    [[nodiscard]] static elastic::layout layout_of(const parallel_config& requested, const model_config& model,
+                                                   const engine_options& options) {
+        const parallel_config config = checked_config(with_schedule_chosen(requested), model, options);
+        const sched::program program = lowered_program(generate(config), config, model, options);
+        std::vector<nn::unit_range> units =
+            options.partition.empty()
+                ? default_partition(model, Model::num_units(model), program.num_stages)
+                : nn::partition_from_counts(options.partition, Model::num_units(model), program.num_stages);
+        return elastic::layout(
+            config, program.stage_rank, std::move(units),
+            [&](int, nn::unit_range stage_units, int tp_rank) {
+                if constexpr (tensor_parallel_model) return stage_type::layout(model, stage_units, tp_rank, config.tp());
+                else return stage_type::layout(model, stage_units);
+            },
+            options.partition);
+    }
+
+    // This engine's layout over the virtual parameter space (its program's stage placement,
+    // which a given compute-only program may choose).
+    [[nodiscard]] elastic::layout current_layout() const {
+        return elastic::layout(
+            config_, loop_.program().stage_rank, units_,
+            [this](int stage, nn::unit_range, int tp_rank) { return stage_layout(stage, tp_rank); },
+            options_.partition);
+    }
+
+    // ---- the parts -------------------------------------------------------------------
+    [[nodiscard]] const state_type& state() const { return state_; }
+    // Hands the training state over (to rebuild an engine around it, e.g. in another layout);
+    // this engine must not step again.
+    [[nodiscard]] state_type release_state() && {
+        runners_.clear();
+        shardings_.clear();
+        norm_runs_.clear();
+        released_ = true;
+        return std::move(state_);
+    }
+    [[nodiscard]] const training_progress& progress() const { return state_.progress; }
+    // The learning rate of the next steps, on every local stage's optimizer (a schedule such
+    // as train::lr_schedule sets it before each step, from progress().step).
+    void set_learning_rate(double lr) {
+        for (auto& stage : state_.stages) stage.optimizer.set_lr(lr);
+    }
+    // For checkpoints: a loaded run continues from the saved step and data position.
+    void set_progress(const training_progress& progress) { state_.progress = progress; }
+    [[nodiscard]] Backend& backend() { return backend_; }
+    [[nodiscard]] const sched::program& program() const { return loop_.program(); }
+    [[nodiscard]] const parallel_config& config() const { return config_; }
+    [[nodiscard]] const engine_options& options() const { return options_; }
+    [[nodiscard]] const model_config& model() const { return model_; }
+    [[nodiscard]] int pipeline_rank() const { return coordinates().pp_index; }
+    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return grid_.coordinates(); }
+    // The ranks holding the stages of this rank's replica; pipeline rank i is rank i here.
+    [[nodiscard]] Comm& pipeline_group() { return grid_.pipeline(); }
+    [[nodiscard]] Comm& data_group() { return grid_.data(); }
+    // The ranks holding the other tensor-parallel slices of this rank's stages.
+    [[nodiscard]] Comm& tensor_group() { return grid_.tensor(); }
+
+    // ---- stages ----------------------------------------------------------------------
+    // The stages this rank runs, by global stage index.
+    [[nodiscard]] std::vector<int> local_stages() const { return state_.stage_indices(); }
+    [[nodiscard]] const stage_type& stage(int index) const { return find(runners_, index).stage(); }
+    [[nodiscard]] optim::any_optimizer<scalar>& stage_optimizer(int index) { return state_.stage(index).optimizer; }
+    [[nodiscard]] const optim::any_optimizer<scalar>& stage_optimizer(int index) const {
+        return state_.stage(index).optimizer;
+    }
+    [[nodiscard]] const sharding_type& stage_sharding(int index) const { return find(shardings_, index); }
+    // The model units each stage holds, by global stage index.
+    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
+    // The parameter layout of stage `index` on tensor-parallel rank `tp_rank` (any rank's,
+    // without building it): what checkpoints assemble slices with.
+    [[nodiscard]] nn::parameter_registry stage_layout(int index, int tp_rank) const {
+        const auto units = units_.at(static_cast<std::size_t>(index));
+        if constexpr (tensor_parallel_model) return stage_type::layout(model_, units, tp_rank, config_.tp());
+        else return stage_type::layout(model_, units);
+    }
+
+    // Runs fn(stage_index, stage) for every local stage with its full parameters present:
+    // under ZeRO-3 they are all-gathered for the call and released after. Collective over
+    // the data-parallel group (checkpoints and weight inspection use it).
+    template <class Fn>
+    void with_full_parameters(Fn&& fn) {
+        for (auto& [index, sharding] : shardings_)
+            sharding.with_full_parameters([&] { fn(index, std::as_const(find(runners_, index)).stage()); });
+    }
+    // Runs fn(tensors) to write all of stage `index`'s parameters (a loaded checkpoint) and
+    // keeps what this rank holds of them; not collective.
+    template <class Fn>
+    void overwrite_parameters(int index, Fn&& fn) {
+        auto& tensors = state_.stage(index).tensors.full;
+        find(shardings_, index).overwrite_parameters([&] { fn(tensors); });
+    }
+
+    // ---- what the last step did ------------------------------------------------------
+    // This rank's idle share of the last step's program: the time it spent waiting for data
+    // or for its sends, over the program's wall time. The step log's bubble is the mean of
+    // this over all ranks.
+    [[nodiscard]] double idle_fraction() const {
+        return last_program_.program_seconds > 0 ? 1.0 - last_program_.compute_seconds / last_program_.program_seconds
+                                                 : 0.0;
+    }
+    // Most micro-batches whose activations this rank held at once during the last step.
+    [[nodiscard]] std::size_t peak_stashed() const { return last_program_.peak_stashed; }
+
+    // What this rank holds for its stages (see memory_report).
+    [[nodiscard]] memory_report memory() const {
+        memory_report report;
+        for (const auto& [index, sharding] : shardings_) {
+            auto now = sharding.held_now();
+            now.optimizer_state = state_.stage(index).optimizer.state_elements() * sizeof(scalar);
+            report.between_steps = report.between_steps + now;
+            auto peak = sharding.peak();
+            peak.optimizer_state = now.optimizer_state;
+            report.peak = report.peak + peak;
+        }
+        report.peak_activations = last_program_.peak_activation_bytes;
+        return report;
+    }
+
+private:
+    // The program's stage-wide actions, as the sharding policy carries them out.
+    struct sharding_actions {
+        layout_engine* self;
+        // A stage holding a tied tensor first needs the other copies' gradients (summed after
+        // the program); its reduction starts then.
+        void reduce_grad(int s) {
+            if (!self->ties_.holds(s)) find(self->shardings_, s).start_reduce();
+        }
+        void unshard(int s) { find(self->shardings_, s).start_unshard(); }
+        void reshard(int s) { find(self->shardings_, s).reshard(); }
+        void before_compute(int s) { find(self->shardings_, s).finish_unshard(); }
+    };
+
+    layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+           const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend)
+        : backend_(std::move(backend)),
+          world_(&world),
+          config_(checked_config(config, model, options)),
+          model_(model),
+          options_(options),
+          rows_per_microbatch_(options.batch_size / config.dp() / config.microbatches()),
+          grid_(world, config),
+          loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
+                grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
+          units_(options.partition.empty()
+                     ? default_partition(model, Model::num_units(model), loop_.program().num_stages)
+                     : nn::partition_from_counts(options.partition, Model::num_units(model),
+                                                 loop_.program().num_stages)),
+          state_(state ? adopted(std::move(*state)) : initial_state()),
+          ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
+        for (auto& stage : state_.stages) {
+            auto& tensors = stage.tensors;
+            // Brings whole tensors into the policy's between-steps form (or checks an adopted
+            // state is in it) before a runner reads them.
+            shardings_.try_emplace(
+                stage.index, tensors, grid_.data(),
+                shard::sharding_options{.zero_stage = config_.zero_stage(),
+                                        .bucket_elements = options.bucket_elements});
+            if constexpr (tensor_parallel_model)
+                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full,
+                                     nn::make_tp_group<scalar>(grid_.tensor()));
+            else
+                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full);
+            norm_runs_.try_emplace(stage.index,
+                                   norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
+                                                     Model::tied_parameters(model_), units_));
+        }
+    }
+
+    static parallel_config checked_config(const parallel_config& config, const model_config& model,
+                                          const engine_options& options) {
+        if constexpr (!tensor_parallel_model)
+            require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
+        require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
+                config.zero_stage(),
+                std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +
+                    ", which is ZeRO stage " + std::to_string(Sharding::zero_stage) +
+                    " (shard::any_zero takes the config's stage)");
+        Model::validate(model);
+        require(options.batch_size >= 1 && options.batch_size % (config.dp() * config.microbatches()) == 0,
+                "batch_size", options.batch_size,
+                "must be a positive multiple of dp*microbatches = " +
+                    std::to_string(config.dp() * config.microbatches()));
+        require(std::isfinite(options.grad_clip) && options.grad_clip >= 0, "grad_clip", options.grad_clip,
+                "must be a finite number >= 0 (0: no clipping)");
+        return config;
+    }
+
+    // The config with its schedule filled in, checked again against that schedule's layout.
+    static parallel_config with_schedule_chosen(const parallel_config& config) {
+        if (config.schedule().chosen()) return config;
+        parallel_options options = config.options();
+        options.schedule = schedules::default_kind();
+        return parallel_config(options);
+    }
+
+    static sched::program generate(const parallel_config& config) {
+        return schedules::generate(config.schedule(),
+                                   sched::schedule_params{.ranks = config.pp(), .microbatches = config.microbatches(),
+                                                          .chunks = config.chunks()});
+    }
+
+    // The compute-only program with its communication and sharding actions, checked.
+    static sched::program lowered_program(const sched::program& compute_only, const parallel_config& config,
+                                          const model_config& model, const engine_options& options) {
+        require(compute_only.num_ranks == config.pp(), "program ranks", compute_only.num_ranks,
+                "must equal pp = " + std::to_string(config.pp()));
+        require(compute_only.num_microbatches == config.microbatches(), "program microbatches",
+                compute_only.num_microbatches, "must equal microbatches = " + std::to_string(config.microbatches()));
+        const int num_units = Model::num_units(model);
+        require(num_units >= compute_only.num_stages, "stages", compute_only.num_stages,
+                "the model has " + std::to_string(num_units) +
+                    " units (layers + 2) to give to stages; use fewer stages or more layers");
+        const sched::shard_action_options shard_actions{
+            .reduce_grad = true, .unshard = config.zero_stage() == 3, .prefetch = options.unshard_prefetch};
+        sched::program lowered = sched::add_shard_actions(sched::lower(compute_only), shard_actions);
+        if (const auto verdict = sched::check(lowered); !verdict.ok)
+            throw error("the lowered program is invalid: " + verdict.message);
+        if (const auto verdict = sched::check_shard_actions(lowered, shard_actions); !verdict.ok)
+            throw error("the lowered program's sharding actions are invalid: " + verdict.message);
+        return lowered;
+    }
+
+    // Balanced by the model's estimated cost per unit where it gives one (GPT: flops), else
+    // as even as possible in unit count.
+    static std::vector<nn::unit_range> default_partition(const model_config& model, int num_units, int stages) {
+        if constexpr (requires { Model::unit_costs(model); }) {
+            const std::vector<double> costs = Model::unit_costs(model);
+            require(static_cast<int>(costs.size()) == num_units, "unit_costs size", costs.size(),
+                    "the model policy must give one cost per unit (" + std::to_string(num_units) + ")");
+            return nn::partition_by_cost(costs, stages);
+        } else {
+            return nn::partition_units(num_units, stages);
+        }
+    }
+
+    // This rank's stages under the program's placement, in stage order.
+    [[nodiscard]] std::vector<stage_placement> placements() const {
+        std::vector<stage_placement> out;
+        const auto& program = loop_.program();
+        for (int s = 0; s < program.num_stages; ++s)
+            if (program.stage_rank[static_cast<std::size_t>(s)] == pipeline_rank())
+                out.push_back({s, units_[static_cast<std::size_t>(s)]});
+        return out;
+    }
+
+    [[nodiscard]] state_type initial_state() const {
+        const auto stages = placements();
+        std::uint64_t seed = 0;
+        if constexpr (requires { model_.seed; }) seed = model_.seed;
+        return initial_training_state<Model, Backend>(model_, stages, coordinates().tp_index, config_.tp(),
+                                                      options_.optimizer, seed);
+    }
+
+    // A state handed in must be this rank's stages of this layout; its optimizers take the
+    // options' hyperparameters and keep their state.
+    [[nodiscard]] state_type adopted(state_type state) const {
+        const auto expected = placements();
+        std::string expected_text, held_text;
+        for (const auto& p : expected) expected_text += (expected_text.empty() ? "" : ", ") + std::to_string(p.index);
+        for (const int s : state.stage_indices()) held_text += (held_text.empty() ? "" : ", ") + std::to_string(s);
+        require(state.stage_indices().size() == expected.size(), "training state stages", "[" + held_text + "]",
+                "must be this rank's stages [" + expected_text + "] in this layout");
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            auto& stage = state.stages[i];
+            const auto& p = expected[i];
+            require(stage.index == p.index, "training state stages", "[" + held_text + "]",
+                    "must be this rank's stages [" + expected_text + "] in this layout");
+            require(stage.units == p.units, "units of stage " + std::to_string(p.index),
+                    "[" + std::to_string(stage.units.first) + ", " + std::to_string(stage.units.last) + ")",
+                    "must be [" + std::to_string(p.units.first) + ", " + std::to_string(p.units.last) +
+                        ") under this layout's partition");
+            require(stage.tensors.registry() == stage_layout(p.index, coordinates().tp_index),
+                    "tensors of stage " + std::to_string(p.index), "another layout",
+                    "must be the stage's layout on tensor-parallel rank " + std::to_string(coordinates().tp_index) +
+                        " of " + std::to_string(config_.tp()));
+            require(stage.optimizer.kind() == options_.optimizer.kind, "optimizer of stage " + std::to_string(p.index),
+                    stage.optimizer.name(), "must be " + std::string(optim::to_string(options_.optimizer.kind)) +
+                                                " as engine_options::optimizer says");
+            optim::any_optimizer<scalar> configured(options_.optimizer);
+            configured.import_state(stage.optimizer.export_state());
+            stage.optimizer = std::move(configured);
+        }
+        return state;
+    }
+
+    template <class Map>
+    static auto& find(Map& map, int index) {
+        const auto it = map.find(index);
+        if (it == map.end()) throw invalid_argument("stage", index, "is not run by this rank");
+        return it->second;
+    }
+
+    [[nodiscard]] bool owns_last_stage() const { return state_.holds(loop_.program().num_stages - 1); }
+
+    // What step() and evaluate() need before they run a program: the training state, and a
+    // global batch of the configured size.
+    void require_runnable(const batch_type& batch, std::string_view to) const {
+        require(!released_, "engine", "without its training state",
+                "release_state() handed the state over; build an engine around it to " + std::string(to));
+        require(Model::batch_rows(batch) == options_.batch_size, "batch rows", Model::batch_rows(batch),
+                "must equal engine_options::batch_size = " + std::to_string(options_.batch_size));
+    }
+    // The global batch row this rank's data-parallel replica starts at.
+    [[nodiscard]] int replica_first_row() const {
+        return coordinates().dp_index * config_.microbatches() * rows_per_microbatch_;
+    }
+    // This rank's part of the global mean loss, for the sum over the world: last-stage ranks
+    // give their replica's mean over dp, once per replica (tensor-parallel slices of it
+    // compute the same loss).
+    [[nodiscard]] double loss_contribution(const program_report& report) const {
+        const bool reports_loss = owns_last_stage() && coordinates().tp_index == 0;
+        return reports_loss ? report.loss_sum / config_.dp() : 0.0;
+    }
+
+    Backend backend_;
+    Comm* world_;
+    parallel_config config_;
+    model_config model_;
+    engine_options options_;
+    int rows_per_microbatch_;
+    comm::process_grid<Comm> grid_;
+    program_loop<Model, Backend, Comm> loop_;
+    std::vector<nn::unit_range> units_;  // per stage: the model units it holds
+    state_type state_;
+    tied_gradients<scalar, Comm> ties_;
+    // Both point into state_ (and grid_, backend_): declared after them, destroyed before.
+    std::map<int, sharding_type> shardings_;
+    std::map<int, runner_type> runners_;
+    std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
+    std::vector<scalar> clipped_;                      // the clipped gradients of the update being made
+    program_report last_program_;
+    std::optional<program_loop<Model, Backend, Comm>> eval_loop_;  // evaluate()'s forward-only program
+    bool released_ = false;
+};
+
+}  // namespace weft::train
+
