@@ -5,6 +5,8 @@
 //   make_dataset --out-dir data            # byte-level tokens of a real English text
 //   mpirun -np 4 ./train_gpt --schedule zb-h1 --pp 4 --data data/train.bin --steps 20
 //   mpirun -np 8 ./train_gpt --pp 2 --dp 2 --tp 2 --zero 3 --data data/train.bin
+//   mpirun -np 4 ./train_gpt --pp 4 --steps 60 --data data/train.bin --switch 20:pp=2,dp=2
+//                            --switch 40:dp=2,tp=2,zero=3 --switch 50:world=2,pp=2   (docs/elastic.md)
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -33,6 +35,7 @@
 #include "weft/io/token_file.hpp"
 #include "gpt_run_cli.hpp"
 #include "launch.hpp"
+#include "layout_switch_option.hpp"
 #include "stop_signal.hpp"
 
 namespace {
@@ -62,6 +65,8 @@ struct run_options : weft_examples::gpt_run_options {
     long long checkpoint_every = 0;  // 0: only at the end (and when stopped by a signal)
     int keep = 0;                    // newest checkpoints kept; 0: all
     std::string resume;              // a checkpoint directory, or a root whose `latest` names one
+    std::vector<std::string> switches;  // --switch STEP:key=value,... (layout_switch_option.hpp)
+    double staging_mib = 64;            // the staging cap of a switch's transfers
 };
 
 // train_gpt's exit codes beyond 0 and 2 (docs/gpt.md lists them all): a non-finite step
@@ -83,7 +88,7 @@ nlohmann::json run_settings(const run_options& o, long long decay_steps) {
 // activations), from the engine's memory report (docs/parallelism.md has the formulas).
 template <weft::communicator Comm, class Engine>
 void report_memory(Comm& world, const Engine& engine) {
-    const auto m = engine.memory();
+    const auto m = engine.is_spare() ? weft::train::memory_report{} : engine.memory();  // a spare holds nothing
     double most[5] = {double(m.between_steps.parameters), double(m.between_steps.gradients),
                       double(m.between_steps.optimizer_state), double(m.peak.total()), double(m.peak_activations)};
     std::vector<double> all(5 * static_cast<std::size_t>(world.size()));
@@ -94,6 +99,51 @@ void report_memory(Comm& world, const Engine& engine) {
         std::printf("memory per rank (most of any rank) | params %.2f MiB | grads %.2f MiB | optimizer %.2f MiB | "
                     "state peak in step %.2f MiB | activations peak %.2f MiB\n",
                     most[0] / 1048576, most[1] / 1048576, most[2] / 1048576, most[3] / 1048576, most[4] / 1048576);
+}
+
+// A --switch checked against the model and the ranks launched: its layout can run.
+struct planned_switch {
+    long long step;
+    weft::parallel_config config;
+    std::vector<int> partition;
+    std::string text;
+};
+
+// Every --switch, parsed and checked at start-up, before anything trains: each names its
+// whole layout (omitted keys take train_gpt's defaults, world keeps its value), and the
+// steps come in increasing order below --steps.
+template <class Engine>
+std::vector<planned_switch> plan_switches(const run_options& o, int launched, const weft::nn::gpt_config& model,
+                                          const weft::train::engine_options& options) {
+    std::vector<planned_switch> out;
+    int world = launched;
+    for (const std::string& text : o.switches) {
+        const auto s = weft_examples::parse_layout_switch(text);
+        weft::require(s.step < o.steps, "--switch " + text + ": STEP", s.step,
+                      "must be below --steps " + std::to_string(o.steps) +
+                          " (a switch comes before a step, and the run ends at --steps)");
+        weft::require(out.empty() || s.step > out.back().step, "--switch " + text + ": STEP", s.step,
+                      "must come after the previous --switch's step; give the switches in order of their steps");
+        const int w = s.world != 0 ? s.world : world;
+        weft::require(w <= launched, "--switch " + text + ": world", w,
+                      "must be at most the " + std::to_string(launched) +
+                          " ranks launched (a smaller world leaves the others as spares)");
+        try {
+            const auto schedule = weft::sched::parse_schedule_kind(s.schedule);
+            const weft::parallel_config config({.pp = s.pp, .dp = s.dp, .tp = s.tp, .zero_stage = s.zero,
+                                                .microbatches = o.microbatches,
+                                                .chunks = s.chunks != 0 ? s.chunks : schedule.default_chunks(),
+                                                .schedule = schedule, .world_size = w});
+            auto switched = options;
+            switched.partition = s.partition;
+            static_cast<void>(Engine::layout_type::layout_of(config, model, switched));
+            out.push_back({s.step, config, s.partition, text});
+        } catch (const weft::error& e) {
+            throw weft::invalid_argument("--switch", text, std::string("cannot run: ") + e.what());
+        }
+        world = w;
+    }
+    return out;
 }
 
 template <weft::communicator Comm>
@@ -138,11 +188,13 @@ void train(Comm& world, const run_options& o) {
         }
     }
     const auto optimizer = weft::optim::parse_optimizer_kind(o.optimizer);
-    engine_t engine(world, config, model,
-                    {.batch_size = o.batch,
-                     .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},
-                     .partition = o.partition,
-                     .grad_clip = o.grad_clip});
+    const weft::train::engine_options engine_options{
+        .batch_size = o.batch,
+        .optimizer = {.kind = optimizer, .lr = o.lr, .weight_decay = o.weight_decay},
+        .partition = o.partition,
+        .grad_clip = o.grad_clip};
+    const std::vector<planned_switch> switches = plan_switches<engine_t>(o, world.size(), model, engine_options);
+    engine_t engine(world, config, model, engine_options);
     if (!o.init_from.empty()) weft::train::load(engine, o.init_from);
     if (!o.resume.empty()) {
         const auto manifest = weft::train::load_checkpoint_directory(engine, o.resume, "--resume");
@@ -182,12 +234,18 @@ void train(Comm& world, const run_options& o) {
                                       .warmup_steps = o.warmup_steps,
                                       .decay_steps = o.decay_steps >= 0 ? o.decay_steps : o.steps};
     lr.validate();
-    const auto steps_done = [&] { return static_cast<long long>(engine.progress().step); };
+    // Steps taken: every rank counts them, spares too, so that all of them reach each switch.
+    long long steps_taken = static_cast<long long>(engine.progress().step);
+    const auto steps_done = [&] { return steps_taken; };
     if (world.rank() == 0 && steps_done() >= o.steps)
         std::printf("already at step %lld, the --steps %d this run ends at: nothing to train\n", steps_done(),
                     o.steps);
     long long saved_step = -1;
     const auto checkpoint = [&] {
+        if (engine.is_spare()) {  // the layout's ranks save it
+            saved_step = steps_done();
+            return;
+        }
         const auto saved =
             weft::train::save_checkpoint_directory(engine, o.checkpoint_dir, run_settings(o, lr.decay_steps), o.keep);
         saved_step = steps_done();
@@ -200,6 +258,10 @@ void train(Comm& world, const run_options& o) {
     // forwards only (engine.evaluate), the same batches every time so that values compare.
     long long validated_step = -1;
     const auto validate = [&] {
+        if (engine.is_spare()) {
+            validated_step = steps_done();
+            return;
+        }
         double sum = 0;
         for (int b = 0; b < o.val_batches; ++b)
             sum += engine.evaluate(weft::data::batch_at(*val_tokens, b, o.batch, o.seq_len));
@@ -213,15 +275,54 @@ void train(Comm& world, const run_options& o) {
                     << "}\n" << std::flush;
         }
     };
+    // Switches before the step a resumed run starts at happened in the run it resumes.
+    std::size_t next_switch = 0;
+    while (next_switch < switches.size() && switches[next_switch].step < steps_done()) ++next_switch;
+    if (world.rank() == 0 && next_switch > 0)
+        std::printf("resumed past %zu --switch(es): training goes on in the layout given by --pp, --dp, --tp, --zero\n",
+                    next_switch);
+    const auto apply_switch = [&](const planned_switch& s) {
+        const auto report =
+            engine.reconfigure(s.config, {.partition = s.partition,
+                                          .staging_bytes = static_cast<std::size_t>(o.staging_mib * 1048576.0)});
+        if (world.rank() != 0) return;
+        std::printf("switch | before step %lld | %s\n", s.step, report.summary().c_str());
+        std::fflush(stdout);
+        if (log.is_open())
+            log << "{\"event\": \"switch\", \"step\": " << s.step << ", \"from\": \"" << report.from
+                << "\", \"to\": \"" << report.to << "\", \"moved_bytes\": " << report.bytes_moved
+                << ", \"lower_bound_bytes\": " << report.lower_bound_bytes
+                << ", \"milliseconds\": " << weft::train::json_number(1e3 * report.seconds)
+                << ", \"gb_per_second\": " << weft::train::json_number(report.gigabytes_per_second())
+                << ", \"staging_peak_bytes\": " << report.staging_peak_bytes
+                << ", \"memory_peak_bytes\": " << report.memory_peak_bytes
+                << ", \"memory_bound_bytes\": " << report.memory_bound_bytes << "}\n"
+                << std::flush;
+    };
     int nonfinite_steps = 0;
     while (steps_done() < o.steps) {
-        const double step_lr = lr.at(static_cast<long long>(engine.progress().step));
+        while (next_switch < switches.size() && switches[next_switch].step == steps_done())
+            apply_switch(switches[next_switch++]);
+        // A spare only keeps count, and learns from rank 0 (always in the layout) whether the
+        // run stops after this step.
+        const bool spares = engine.config().world_size() < world.size();
+        if (engine.is_spare()) {
+            ++steps_taken;
+            int stop[1] = {0};
+            world.broadcast(std::as_writable_bytes(std::span<int>(stop)), 0);
+            if (stop[0] != 0) throw weft_examples::run_stopped("the run stopped on rank 0", exit_nonfinite);
+            if (weft_examples::agreed_stop_signal(world) != 0)
+                throw weft_examples::run_stopped("stopped by a signal", exit_stopped_by_signal);
+            continue;
+        }
+        const double step_lr = lr.at(steps_done());
         engine.set_learning_rate(step_lr);
         // The batch at the engine's data position: a run loaded from a weft checkpoint goes on
         // from where it was saved (step numbers too), as if it had not stopped.
         const auto batch_index =
             static_cast<long long>(engine.progress().samples / static_cast<std::uint64_t>(o.batch));
         auto stats = engine.step(weft::data::batch_at(tokens, batch_index, o.batch, o.seq_len));
+        ++steps_taken;
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
         stats.lr = step_lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
@@ -232,8 +333,14 @@ void train(Comm& world, const run_options& o) {
             // Flushed per step: a run that dies keeps the log of every step it made.
             if (log.is_open()) log << weft::train::format_step_json(stats) << '\n' << std::flush;
         }
-        // Every rank sees the same stats, so every rank stops here together.
-        if (!stats.applied() && ++nonfinite_steps > o.skip_nonfinite)
+        // Every rank of the layout sees the same stats, so they all stop here together; spares
+        // hear it from rank 0.
+        const bool stop_nonfinite = !stats.applied() && ++nonfinite_steps > o.skip_nonfinite;
+        if (spares) {
+            int stop[1] = {stop_nonfinite ? 1 : 0};
+            world.broadcast(std::as_writable_bytes(std::span<int>(stop)), 0);
+        }
+        if (stop_nonfinite)
             throw weft_examples::run_stopped(
                 "step " + std::to_string(stats.step) + " is not finite (loss or gradients), first at stage " +
                     std::to_string(stats.nonfinite_stage) + "; it was not applied and nothing is saved (" +
@@ -258,7 +365,7 @@ void train(Comm& world, const run_options& o) {
     if (val_tokens && validated_step != steps_done()) validate();
     report_memory(world, engine);
     if (!o.checkpoint_dir.empty() && saved_step != steps_done()) checkpoint();
-    if (!o.save.empty()) {
+    if (!o.save.empty() && !engine.is_spare()) {
         weft::train::save(engine, o.save);
         if (world.rank() == 0) std::printf("saved %s\n", o.save.c_str());
     }
@@ -346,6 +453,14 @@ int main(int argc, char** argv) {
     app.add_option("--resume", o.resume,
                    "continue a run from a checkpoint directory, or from the newest one of a --checkpoint-dir: "
                    "weights, optimizer, step and data position, checked against its manifest");
+    app.add_option("--switch", o.switches,
+                   "switch the layout before step STEP, in memory: STEP:key=value,... with keys pp, dp, tp, zero, "
+                   "schedule, chunks, partition (units per stage, e.g. partition=3,5) and world; keys left out take "
+                   "the defaults, world keeps its value; world below the ranks launched leaves the others as spares "
+                   "(repeatable; docs/elastic.md)");
+    app.add_option("--staging-mib", o.staging_mib, "the staging cap of a switch's transfers, in MiB")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     // Reuse freed activation memory from step to step instead of page-faulting it in again

@@ -16,114 +16,24 @@
 #include <utility>
 #include <vector>
 
+#include "elastic_layouts.hpp"
 #include "scratch_dir.hpp"
 #include "weft/comm/local.hpp"
+#include "weft/sched/dualpipev.hpp"
 #include "weft/elastic/transition_plan.hpp"
-#include "weft/exec/cpu.hpp"
-#include "weft/models/gpt.hpp"
-#include "weft/sched/gpipe.hpp"
-#include "weft/sched/interleaved.hpp"
-#include "weft/sched/one_f_one_b.hpp"
-#include "weft/sched/zb_h1.hpp"
-#include "weft/sched/zbv.hpp"
-#include "weft/shard/any_zero.hpp"
 #include "weft/train/checkpoint.hpp"
-#include "weft/train/engine.hpp"
 
 namespace {
 
 using weft::comm::local;
-using schedules = weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_h1, weft::sched::interleaved,
-                                      weft::sched::zbv, weft::sched::gpipe>;
-using gpt_engine = weft::train::engine<schedules, weft::shard::any_zero, local, weft::exec::cpu, weft::models::gpt>;
-
-constexpr int batch_rows = 8;
-
-weft::nn::gpt_config model() {
-    // 6 layers: 8 units, enough for pp 4 with 2 chunks; 4 heads for tp 4; a vocabulary tp 4
-    // splits unevenly.
-    return {.num_layers = 6, .d_model = 16, .num_heads = 4, .vocab_size = 26, .seq_len = 4, .seed = 11};
-}
-
-weft::train::engine_options options() {
-    return {.batch_size = batch_rows,
-            .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1}};
-}
-
-weft::data::token_batch batch(long long step) {
-    weft::data::token_batch b{batch_rows, model().seq_len, {}, {}};
-    for (int i = 0; i < batch_rows * model().seq_len; ++i) {
-        b.inputs.push_back(static_cast<int>((i * 5 + step * 7 + i / 3) % model().vocab_size));
-        b.targets.push_back(static_cast<int>((i * 3 + step + 2) % model().vocab_size));
-    }
-    return b;
-}
-
-struct named_layout {
-    std::string name;
-    weft::parallel_options options;
-    std::vector<int> partition;
-    [[nodiscard]] weft::parallel_config config() const { return weft::parallel_config(options); }
-};
-
-named_layout make(std::string name, int pp, int dp, int tp, int zero, weft::schedule_kind schedule, int chunks = 1,
-                  std::vector<int> partition = {}, int world = 0) {
-    // As many micro-batches as the pipeline wants (2 per rank), of at least one row each.
-    const int microbatches = std::min(2 * pp, batch_rows / dp);
-    return {std::move(name),
-            {.pp = pp, .dp = dp, .tp = tp, .zero_stage = zero, .microbatches = microbatches, .chunks = chunks,
-             .schedule = schedule, .world_size = world == 0 ? pp * dp * tp : world},
-            std::move(partition)};
-}
-
-// The layouts every ordered pair of which is switched between, at world 4.
-std::vector<named_layout> world4_layouts() {
-    using namespace weft::sched;
-    return {
-        make("pp4", 4, 1, 1, 0, one_f_one_b::kind),
-        make("pp4 chunks2", 4, 1, 1, 0, interleaved::kind, 2),
-        make("pp2 dp2 zero1", 2, 2, 1, 1, one_f_one_b::kind),
-        make("dp4", 1, 4, 1, 0, gpipe::kind),
-        make("dp4 zero1", 1, 4, 1, 1, gpipe::kind),
-        make("dp4 zero2", 1, 4, 1, 2, gpipe::kind),
-        make("dp4 zero3", 1, 4, 1, 3, gpipe::kind),
-        make("tp4", 1, 1, 4, 0, gpipe::kind),
-        make("pp2 tp2", 2, 1, 2, 0, zb_h1::kind),
-        make("dp2 tp2 zero3", 1, 2, 2, 3, gpipe::kind),
-        make("pp2 dp2 zero3 partition 3,5", 2, 2, 1, 3, one_f_one_b::kind, 1, {3, 5}),
-        make("pp4 partition 1,3,2,2", 4, 1, 1, 0, zb_h1::kind, 1, {1, 3, 2, 2}),
-        make("pp2 zbv dp2 zero2", 2, 2, 1, 2, zbv::kind, 2),
-        make("pp2 world2", 2, 1, 1, 0, one_f_one_b::kind, 1, {}, 2),
-    };
-}
-
-// A closed walk over the complete directed graph on n nodes that takes every edge (every
-// ordered pair) exactly once (Hierholzer's algorithm): one engine switches through all pairs.
-std::vector<int> every_ordered_pair_walk(int n) {
-    std::vector<std::vector<int>> next(static_cast<std::size_t>(n));
-    for (int a = 0; a < n; ++a)
-        for (int b = n - 1; b >= 0; --b)
-            if (a != b) next[static_cast<std::size_t>(a)].push_back(b);
-    std::vector<int> stack{0}, walk;
-    while (!stack.empty()) {
-        auto& out = next[static_cast<std::size_t>(stack.back())];
-        if (out.empty()) {
-            walk.push_back(stack.back());
-            stack.pop_back();
-        } else {
-            stack.push_back(out.back());
-            out.pop_back();
-        }
-    }
-    std::reverse(walk.begin(), walk.end());
-    return walk;
-}
+using namespace weft_test::elastic;
+using local_engine = gpt_engine<local>;
 
 // Every tensor and optimizer state tensor of the model, whole, keyed by name.
 using full_state = std::map<std::string, std::vector<float>>;
 
 // Collective over the world: the engine's whole state, merged on every rank through `shared`.
-full_state gather(gpt_engine& engine, local& world, full_state& shared, std::mutex& lock) {
+full_state gather(local_engine& engine, local& world, full_state& shared, std::mutex& lock) {
     if (!engine.is_spare()) {
         const auto full = weft::train::gather_full_stages(engine);
         const std::lock_guard guard(lock);
@@ -153,8 +63,12 @@ full_state gather(gpt_engine& engine, local& world, full_state& shared, std::mut
 
 }  // namespace
 
-TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit for bit", "[elastic]") {
-    const auto layouts = world4_layouts();
+namespace {
+
+// Switches one engine through every ordered pair of `layouts` (a step between switches), and
+// checks each switch: the whole state bit for bit, the progress, bytes moved against the
+// lower bound and the staging cap. Memory peaks over max(old, new) + 2 x cap are reported.
+void switch_through_every_pair(int world_size, const std::vector<named_layout>& layouts) {
     const auto walk = every_ordered_pair_walk(static_cast<int>(layouts.size()));
     REQUIRE(walk.size() == layouts.size() * (layouts.size() - 1) + 1);
     std::mutex lock;
@@ -162,10 +76,10 @@ TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit
     std::vector<std::string> failures;
     std::vector<std::string> over_memory_bound;
     std::size_t switches = 0;
-    local::run(4, [&](local& world) {
+    local::run(world_size, [&](local& world) {
         auto first_options = options();
         first_options.partition = layouts[static_cast<std::size_t>(walk[0])].partition;
-        gpt_engine engine(world, layouts[static_cast<std::size_t>(walk[0])].config(), model(), first_options);
+        local_engine engine(world, layouts[static_cast<std::size_t>(walk[0])].config(), model(), first_options);
         long long step = 0;
         for (std::size_t i = 1; i < walk.size(); ++i) {
             // A step between switches, so that moments and weights change along the walk.
@@ -201,7 +115,21 @@ TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit
     CHECK(switches == walk.size() - 1);
     for (const auto& f : failures) UNSCOPED_INFO(f);
     CHECK(failures.empty());
-    for (const auto& f : over_memory_bound) WARN("over the memory bound: " << f);
+    // Reported, not asserted: contiguous per-stage buffers cannot always stay within the
+    // bound (docs/elastic.md, "Memory").
+    if (!over_memory_bound.empty())
+        WARN(over_memory_bound.size() << " of " << switches << " switches held more than max(old, new) + 2 x cap, "
+                                      << "e.g. " << over_memory_bound.front());
+}
+
+}  // namespace
+
+TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit for bit", "[elastic]") {
+    switch_through_every_pair(4, world4_layouts());
+}
+
+TEST_CASE("every ordered pair of 7 layouts at world 8 keeps the whole state bit for bit", "[elastic]") {
+    switch_through_every_pair(8, world8_layouts());
 }
 
 namespace {
@@ -259,7 +187,7 @@ TEST_CASE("a transition plan fills every new owner from a holder once, and meets
     for (const auto& l : layouts) {
         auto o = options();
         o.partition = l.partition;
-        maps.push_back(gpt_engine::layout_type::layout_of(l.config(), model(), o));
+        maps.push_back(local_engine::layout_type::layout_of(l.config(), model(), o));
     }
     std::size_t checked = 0;
     for (std::size_t a = 0; a < maps.size(); ++a)
@@ -293,4 +221,114 @@ TEST_CASE("a transition plan fills every new owner from a holder once, and meets
     const auto gather_plan = weft::elastic::plan_transition(maps[0], maps[3], 4);
     CHECK(gather_plan.bytes_sent(sizeof(float), 2) == gather_plan.lower_bound_bytes(sizeof(float), 2));
     CHECK(gather_plan.bytes_sent(sizeof(float), 2) > 0);
+}
+
+namespace {
+
+struct run_end {
+    std::vector<double> losses;
+    full_state state;
+};
+
+// Steps `steps` times from the engine's data position, then gathers the whole state.
+run_end train_on(local_engine& engine, local& world, int steps, full_state& shared, std::mutex& lock) {
+    run_end out;
+    for (int i = 0; i < steps; ++i)
+        if (!engine.is_spare())
+            out.losses.push_back(engine.step(batch(static_cast<long long>(engine.progress().step))).loss);
+    out.state = gather(engine, world, shared, lock);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a switched run trains on exactly as the new layout resumed from a checkpoint", "[elastic][checkpoint]") {
+    const auto layouts = world4_layouts();
+    // Pipeline to ZeRO-3 replicas, tensor to data parallel, replicas to a V-shaped pipeline,
+    // an uneven partition to tp 4, and a shrink to 2 ranks with spares.
+    const std::pair<int, int> pairs[] = {{0, 6}, {8, 2}, {3, 12}, {10, 7}, {1, 13}};
+    constexpr int before_switch = 2, after_switch = 2;
+    for (const auto& [a, b] : pairs) {
+        const auto& from = layouts[static_cast<std::size_t>(a)];
+        const auto& to = layouts[static_cast<std::size_t>(b)];
+        INFO(from.name << " -> " << to.name);
+        const weft_test::scratch_dir dir("elastic_resume");
+        const auto saved = dir.path / "step2.safetensors";
+        std::mutex lock;
+        full_state shared;
+        run_end switched, resumed;
+        local::run(4, [&](local& world) {
+            auto o = options();
+            o.partition = from.partition;
+            local_engine engine(world, from.config(), model(), o);
+            for (int i = 0; i < before_switch; ++i) engine.step(batch(i));
+            weft::train::save(engine, saved);
+            static_cast<void>(engine.reconfigure(to.config(), {.partition = to.partition}));
+            auto end = train_on(engine, world, after_switch, shared, lock);
+            if (world.rank() == 0) switched = std::move(end);
+        });
+        local::run(4, [&](local& world) {
+            auto o = options();
+            o.partition = to.partition;
+            local_engine engine(world, to.config(), model(), o);
+            if (!engine.is_spare()) weft::train::load(engine, saved);
+            auto end = train_on(engine, world, after_switch, shared, lock);
+            if (world.rank() == 0) resumed = std::move(end);
+        });
+        REQUIRE(switched.losses.size() == after_switch);
+        CHECK(switched.losses == resumed.losses);
+        CHECK(switched.state == resumed.state);
+    }
+}
+
+TEST_CASE("a layout that cannot run is refused on every rank before anything moves, and training goes on",
+          "[elastic]") {
+    std::mutex lock;
+    full_state shared;
+    std::vector<std::string> unexpected;
+    local::run(4, [&](local& world) {
+        local_engine engine(world, weft::parallel_config({.pp = 2, .dp = 2, .zero_stage = 1, .microbatches = 2,
+                                                          .schedule = weft::sched::one_f_one_b::kind,
+                                                          .world_size = 4}),
+                            model(), options());
+        engine.step(batch(0));
+        const full_state before = gather(engine, world, shared, lock);
+        const auto refused = [&](const weft::parallel_options& options, std::vector<int> partition,
+                                 const std::string& names) {
+            try {
+                static_cast<void>(engine.reconfigure(weft::parallel_config(options), {.partition = std::move(partition)}));
+            } catch (const weft::error& e) {
+                if (std::string(e.what()).find(names) == std::string::npos)
+                    unexpected.push_back(names + " not in: " + e.what());
+                return;
+            }
+            unexpected.push_back(names + ": not refused");
+        };
+        // tp 3 does not divide the 4 heads (3 ranks: the fourth would wait as a spare).
+        refused({.tp = 3, .microbatches = 2, .world_size = 3}, {}, "num_heads");
+        // A partition that does not add up to the model's 8 units.
+        refused({.pp = 2, .dp = 2, .microbatches = 2, .world_size = 4}, {3, 3}, "partition total");
+        // More ranks than take part.
+        refused({.pp = 8, .microbatches = 8, .world_size = 8}, {}, "world_size");
+        // A batch of 8 rows that 3 replicas cannot share.
+        refused({.dp = 3, .microbatches = 1, .world_size = 3}, {}, "batch_size");
+        // A schedule outside the engine's compile-time set.
+        refused({.pp = 2, .microbatches = 4, .chunks = 2, .schedule = weft::sched::dualpipev::kind,
+                 .world_size = 2},
+                {}, "schedule");
+        // The ranks ask for different layouts: every rank refuses, none moves.
+        if (world.rank() == 0) refused({.pp = 4, .microbatches = 4, .world_size = 4}, {}, "different layouts");
+        else refused({.dp = 4, .microbatches = 2, .world_size = 4}, {}, "different layouts");
+
+        const full_state after = gather(engine, world, shared, lock);
+        if (world.rank() == 0 && before != after) unexpected.push_back("the state changed");
+        // Training goes on, and a valid switch still works.
+        engine.step(batch(1));
+        static_cast<void>(engine.reconfigure(weft::parallel_config({.dp = 4, .zero_stage = 3, .microbatches = 2,
+                                                                    .schedule = weft::sched::gpipe::kind,
+                                                                    .world_size = 4})));
+        engine.step(batch(2));
+    });
+    for (const auto& u : unexpected) UNSCOPED_INFO(u);
+    CHECK(unexpected.empty());
 }

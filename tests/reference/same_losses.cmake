@@ -1,8 +1,34 @@
 # Passes when every step of RESUMED's JSON step log (train_gpt --log-json) has the same loss,
 # digit for digit, as that step of FULL's: a run saved and resumed continued exactly as the
 # uninterrupted run did, with the same step numbers.
-#   cmake -DFULL=full.jsonl -DRESUMED=resumed.jsonl -P same_losses.cmake
+#   cmake -DFULL=full.jsonl -DRESUMED=resumed.jsonl [-DSWITCHES=N] -P same_losses.cmake
+# Lines of other events (a layout switch's {"event": "switch", ...}) are not steps; with
+# SWITCHES, FULL must hold exactly N switch events, each with its figures.
+cmake_minimum_required(VERSION 3.20)
 file(STRINGS ${FULL} full_lines)
+set(switch_events 0)
+set(steps_only)
+foreach(line IN LISTS full_lines)
+    string(JSON event ERROR_VARIABLE no_event GET "${line}" event)
+    if(no_event)
+        list(APPEND steps_only "${line}")
+        continue()
+    endif()
+    if(event STREQUAL "switch")
+        math(EXPR switch_events "${switch_events} + 1")
+        foreach(field step from to moved_bytes lower_bound_bytes milliseconds gb_per_second staging_peak_bytes)
+            string(JSON value ERROR_VARIABLE missing GET "${line}" ${field})
+            if(missing)
+                message(FATAL_ERROR "a switch event of ${FULL} lacks ${field}: ${line}")
+            endif()
+        endforeach()
+        message(STATUS "switch event: ${line}")
+    endif()
+endforeach()
+if(DEFINED SWITCHES AND NOT switch_events EQUAL SWITCHES)
+    message(FATAL_ERROR "${FULL} holds ${switch_events} switch events, expected ${SWITCHES}")
+endif()
+set(full_lines "${steps_only}")
 file(STRINGS ${RESUMED} resumed_lines)
 list(LENGTH resumed_lines count)
 if(count EQUAL 0)

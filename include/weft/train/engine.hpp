@@ -200,8 +200,8 @@ public:
         state_type state;
         std::optional<Backend> backend;
         if (core_) {
+            state = std::move(*core_).release_state();  // its runners, which use the backend, go first
             backend.emplace(std::move(core_->backend()));
-            state = std::move(*core_).release_state();
             core_.reset();
         } else {
             backend = std::move(spare_backend_);
