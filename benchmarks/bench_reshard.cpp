@@ -23,12 +23,14 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft/comm/mpi.hpp"
 #include "weft/comm/mpi_environment.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/cpu.hpp"
+#include "weft/exec/cpu_heap.hpp"
 #include "weft/models/gpt.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/one_f_one_b.hpp"
@@ -85,8 +87,8 @@ options parse(int argc, char** argv) {
 // A GPT whose parameters plus AdamW moments (three floats each) come to about `gib`: width
 // 1024, a byte vocabulary, and as many layers (at least 2) as the size takes.
 weft::nn::gpt_config model_of(double gib) {
-    weft::nn::gpt_config c{.num_layers = 2, .d_model = 1024, .num_heads = 16, .vocab_size = 256, .seq_len = 16,
-                           .seed = 1};
+    weft::nn::gpt_config c{
+        .num_layers = 2, .d_model = 1024, .num_heads = 16, .vocab_size = 256, .seq_len = 16, .seed = 1};
     const double per_layer = 12.0 * 1024 * 1024 * 3 * sizeof(float);
     c.num_layers = std::max(2, static_cast<int>(gib * (1u << 30) / per_layer + 0.5));
     return c;
@@ -102,7 +104,12 @@ weft::data::token_batch batch_of(const weft::nn::gpt_config& c, int rows) {
 }
 
 weft::parallel_config layout(int pp, int dp, int tp, int zero, int world) {
-    return weft::parallel_config({.pp = pp, .dp = dp, .tp = tp, .zero_stage = zero, .microbatches = 4,
+    // One micro-batch per pipeline rank: the batch of 8 rows divides over every layout here.
+    return weft::parallel_config({.pp = pp,
+                                  .dp = dp,
+                                  .tp = tp,
+                                  .zero_stage = zero,
+                                  .microbatches = pp,
                                   .schedule = pp > 1 ? weft::sched::one_f_one_b::kind : weft::sched::gpipe::kind,
                                   .world_size = world});
 }
@@ -113,7 +120,8 @@ struct transition {
 };
 
 // This machine's bandwidths: memcpy on one core, and MPI point-to-point between ranks 0 and 1
-// (shared memory under one mpirun), both over 256 MiB buffers, best of three.
+// (shared memory under one mpirun) while the others wait, both over 256 MiB buffers, best of
+// three.
 struct bandwidths {
     double memcpy_gbs = 0;
     double mpi_gbs = 0;
@@ -123,12 +131,16 @@ bandwidths measure(mpi& world) {
     constexpr std::size_t bytes = std::size_t{256} << 20;
     std::vector<char> a(bytes, 1), b(bytes, 2);
     bandwidths out;
-    for (int i = 0; i < 3; ++i) {
-        const auto t0 = clock_type::now();
-        std::memcpy(b.data(), a.data(), bytes);
-        const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-        out.memcpy_gbs = std::max(out.memcpy_gbs, bytes / s / 1e9);
-    }
+    // memcpy on rank 0 alone (the others wait), as one copy of a switch runs on one core.
+    world.barrier();
+    if (world.rank() == 0)
+        for (int i = 0; i < 3; ++i) {
+            const auto t0 = clock_type::now();
+            std::memcpy(b.data(), a.data(), bytes);
+            const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+            out.memcpy_gbs = std::max(out.memcpy_gbs, bytes / s / 1e9);
+        }
+    world.broadcast(std::as_writable_bytes(std::span<double>(&out.memcpy_gbs, 1)), 0);
     for (int i = 0; i < 3; ++i) {
         world.barrier();
         const auto t0 = clock_type::now();
@@ -142,16 +154,23 @@ bandwidths measure(mpi& world) {
     return out;
 }
 
-double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
 
 int run(int argc, char** argv) {
     weft::comm::mpi_environment environment(argc, argv);
+    // As train_gpt does: freed buffers are reused rather than returned to the system and
+    // page-faulted in again (a switch frees the old state as it fills the new).
+    weft::exec::retain_freed_memory();
     auto world = mpi::world();
     const int rank = world.rank();
     try {
         const options o = parse(argc, argv);
         weft::require(world.size() == 4, "ranks", world.size(), "bench_reshard runs with 4 ranks (mpirun -np 4)");
         const bandwidths bw = measure(world);
+        const double parallel_copies =
+            std::min<double>(world.size(), std::max(1u, std::thread::hardware_concurrency()));
         const transition transitions[] = {
             {"pp4 -> pp2 x dp2", layout(4, 1, 1, 0, 4), layout(2, 2, 1, 0, 4)},
             {"dp4 zero1 -> zero3", layout(1, 4, 1, 1, 4), layout(1, 4, 1, 3, 4)},
@@ -159,11 +178,13 @@ int run(int argc, char** argv) {
             {"world 4 -> 2 (pp4 -> pp2)", layout(4, 1, 1, 0, 4), layout(2, 1, 1, 0, 2)},
         };
         if (rank == 0) {
-            std::printf("# weft bench_reshard: 4 ranks; memcpy %.2f GB/s (one core), MPI point-to-point %.2f GB/s; "
-                        "staging cap %.0f MiB\n",
-                        bw.memcpy_gbs, bw.mpi_gbs, o.staging_mib);
-            std::printf("# switch: engine.reconfigure(); restart: save a checkpoint, build the new engine, load it; "
-                        "bound: moved / MPI bw + local / memcpy bw\n");
+            std::printf(
+                "# weft bench_reshard: 4 ranks on %.0f core(s); memcpy %.2f GB/s (one core), MPI "
+                "point-to-point %.2f GB/s; staging cap %.0f MiB\n",
+                parallel_copies, bw.memcpy_gbs, bw.mpi_gbs, o.staging_mib);
+            std::printf(
+                "# switch: engine.reconfigure(); restart: save a checkpoint, build the new engine, load it; "
+                "bound: moved / MPI bw + local / memcpy bw\n");
             std::printf("# %-26s %9s %10s %10s %10s %8s %11s %8s %9s %7s %10s\n", "transition", "state GiB",
                         "moved MiB", "bound MiB", "switch ms", "GB/s", "restart ms", "speedup", "bound ms", "ratio",
                         "peak MiB");
@@ -176,7 +197,8 @@ int run(int argc, char** argv) {
         for (const double gib : o.sizes) {
             const auto model = model_of(gib);
             const weft::train::engine_options engine_options{
-                .batch_size = 4, .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-4}};
+
+                .batch_size = 8, .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-4}};
             const double state_gib = 3.0 * static_cast<double>(model.parameter_count()) * sizeof(float) / (1u << 30);
             for (const auto& t : transitions) {
                 const std::filesystem::path checkpoint = scratch / "model.safetensors";
@@ -184,7 +206,7 @@ int run(int argc, char** argv) {
                 weft::elastic::switch_report report;
                 {
                     engine_t engine(world, t.from, model, engine_options);
-                    engine.step(batch_of(model, 4));  // the AdamW moments exist from here
+                    engine.step(batch_of(model, 8));  // the AdamW moments exist from here
                     world.barrier();
                     auto t0 = clock_type::now();
                     weft::train::save(engine, checkpoint);
@@ -204,21 +226,28 @@ int run(int argc, char** argv) {
                     }
                     restart_s = save_s + seconds_since(t0);
                 }
-                // Local copies run on every rank at once; their bound is the busiest rank's share,
-                // taken here as the mean (the plans spread copies evenly).
+                // Local copies run on as many ranks at once as there are cores for them; the MPI
+                // bandwidth was measured with the other ranks running, as in a switch.
                 const double bound_s = report.bytes_moved / (bw.mpi_gbs * 1e9) +
-                                       report.bytes_copied_locally / world.size() / (bw.memcpy_gbs * 1e9);
+                                       report.bytes_copied_locally / parallel_copies / (bw.memcpy_gbs * 1e9);
                 if (rank == 0) {
                     std::printf("  %-26s %9.2f %10.1f %10.1f %10.1f %8.2f %11.1f %7.1fx %9.1f %6.2fx %10.1f\n", t.name,
                                 state_gib, weft::elastic::switch_report::mib(report.bytes_moved),
                                 weft::elastic::switch_report::mib(report.lower_bound_bytes), 1e3 * switch_s,
                                 report.gigabytes_per_second(), 1e3 * restart_s, restart_s / switch_s, 1e3 * bound_s,
                                 switch_s / bound_s, weft::elastic::switch_report::mib(report.memory_peak_bytes));
+                    std::printf("  %-26s %9s phases ms: check %.1f | plan %.1f | move %.1f | build %.1f\n", "", "",
+                                1e3 * report.check_seconds, 1e3 * report.plan_seconds, 1e3 * report.move_seconds,
+                                1e3 * report.build_seconds);
                     std::fflush(stdout);
-                    rows.push_back({{"transition", t.name}, {"state_gib", state_gib},
-                                    {"moved_bytes", report.bytes_moved}, {"lower_bound_bytes", report.lower_bound_bytes},
-                                    {"copied_bytes", report.bytes_copied_locally}, {"switch_ms", 1e3 * switch_s},
-                                    {"restart_ms", 1e3 * restart_s}, {"bound_ms", 1e3 * bound_s},
+                    rows.push_back({{"transition", t.name},
+                                    {"state_gib", state_gib},
+                                    {"moved_bytes", report.bytes_moved},
+                                    {"lower_bound_bytes", report.lower_bound_bytes},
+                                    {"copied_bytes", report.bytes_copied_locally},
+                                    {"switch_ms", 1e3 * switch_s},
+                                    {"restart_ms", 1e3 * restart_s},
+                                    {"bound_ms", 1e3 * bound_s},
                                     {"memory_peak_bytes", report.memory_peak_bytes},
                                     {"memory_bound_bytes", report.memory_bound_bytes},
                                     {"within_memory_bound", report.within_memory_bound}});
@@ -243,4 +272,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return run(argc, argv); }
+int main(int argc, char** argv) {
+    return run(argc, argv);
+}

@@ -18,16 +18,16 @@
 namespace weft_examples {
 
 struct layout_switch {
-    std::string text;   // as given, for messages
-    long long step = 0; // the switch happens before this step
+    std::string text;    // as given, for messages
+    long long step = 0;  // the switch happens before this step
     int pp = 1;
     int dp = 1;
     int tp = 1;
     int zero = 0;
-    int chunks = 0;     // 0: the schedule's default
+    int chunks = 0;  // 0: the schedule's default
     std::string schedule = "1f1b";
     std::vector<int> partition;  // empty: balanced
-    int world = 0;      // 0: the world size in effect before the switch
+    int world = 0;               // 0: the world size in effect before the switch
 };
 
 namespace detail {
@@ -44,9 +44,9 @@ inline long long parse_switch_number(const std::string& text, const std::string&
         used = 0;
     }
     if (value.empty() || used != value.size() || n < low || n > high)
-        throw weft::invalid_argument("--switch " + text + ": " + what, value,
-                                     "must be a whole number in [" + std::to_string(low) + ", " +
-                                         std::to_string(high) + "]");
+        throw weft::invalid_argument(
+            "--switch " + text + ": " + what, value,
+            "must be a whole number in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
     return n;
 }
 
@@ -58,9 +58,9 @@ inline long long parse_switch_number(const std::string& text, const std::string&
     s.text = text;
     const std::size_t colon = text.find(':');
     if (colon == std::string::npos || colon == 0)
-        throw weft::invalid_argument("--switch", text,
-                                     "must be STEP:key=value,... (keys: " + std::string(detail::switch_keys) +
-                                         "), e.g. 20:pp=2,dp=2");
+        throw weft::invalid_argument(
+            "--switch", text,
+            "must be STEP:key=value,... (keys: " + std::string(detail::switch_keys) + "), e.g. 20:pp=2,dp=2");
     s.step = detail::parse_switch_number(text, "STEP", text.substr(0, colon), 0, 1LL << 40);
     // key=value parts; a part without '=' continues the previous value (partition=3,5).
     std::vector<std::pair<std::string, std::string>> parts;
@@ -69,8 +69,10 @@ inline long long parse_switch_number(const std::string& text, const std::string&
         const std::size_t comma = std::min(text.find(',', at), text.size());
         const std::string part = text.substr(at, comma - at);
         const std::size_t equals = part.find('=');
-        if (equals != std::string::npos) parts.emplace_back(part.substr(0, equals), part.substr(equals + 1));
-        else if (!parts.empty() && !part.empty()) parts.back().second += "," + part;
+        if (equals != std::string::npos)
+            parts.emplace_back(part.substr(0, equals), part.substr(equals + 1));
+        else if (!parts.empty() && !part.empty())
+            parts.back().second += "," + part;
         else
             throw weft::invalid_argument("--switch " + text + ": part", part,
                                          "must be key=value (keys: " + std::string(detail::switch_keys) + ")");
@@ -84,13 +86,20 @@ inline long long parse_switch_number(const std::string& text, const std::string&
         const auto count = [&](long long high) {
             return static_cast<int>(detail::parse_switch_number(text, key, value, 1, high));
         };
-        if (key == "pp") s.pp = count(1 << 16);
-        else if (key == "dp") s.dp = count(1 << 16);
-        else if (key == "tp") s.tp = count(1 << 16);
-        else if (key == "world") s.world = count(1 << 16);
-        else if (key == "chunks") s.chunks = count(1 << 10);
-        else if (key == "zero") s.zero = static_cast<int>(detail::parse_switch_number(text, key, value, 0, 3));
-        else if (key == "schedule") s.schedule = value;
+        if (key == "pp")
+            s.pp = count(1 << 16);
+        else if (key == "dp")
+            s.dp = count(1 << 16);
+        else if (key == "tp")
+            s.tp = count(1 << 16);
+        else if (key == "world")
+            s.world = count(1 << 16);
+        else if (key == "chunks")
+            s.chunks = count(1 << 10);
+        else if (key == "zero")
+            s.zero = static_cast<int>(detail::parse_switch_number(text, key, value, 0, 3));
+        else if (key == "schedule")
+            s.schedule = value;
         else if (key == "partition") {
             std::size_t from = 0;
             while (from <= value.size()) {

@@ -387,7 +387,8 @@ int main(int argc, char** argv) {
     app.add_option("--zero", o.zero,
                    "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
         ->capture_default_str();
-    app.add_option("--chunks", o.chunks, "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
+    app.add_option("--chunks", o.chunks,
+                   "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
     app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)")
         ->check(weft_examples::int_in(1, 1 << 16));
     app.add_option("--comm-timeout", o.comm_timeout,

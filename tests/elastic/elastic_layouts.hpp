@@ -27,7 +27,6 @@ using schedules = weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_
 template <class Comm>
 using gpt_engine = weft::train::engine<schedules, weft::shard::any_zero, Comm, weft::exec::cpu, weft::models::gpt>;
 
-
 constexpr int batch_rows = 8;
 
 inline weft::nn::gpt_config model() {
@@ -57,13 +56,19 @@ struct named_layout {
     [[nodiscard]] weft::parallel_config config() const { return weft::parallel_config(options); }
 };
 
-inline named_layout make(std::string name, int pp, int dp, int tp, int zero, weft::schedule_kind schedule, int chunks = 1,
-                  std::vector<int> partition = {}, int world = 0) {
+inline named_layout make(std::string name, int pp, int dp, int tp, int zero, weft::schedule_kind schedule,
+                         int chunks = 1, std::vector<int> partition = {}, int world = 0) {
     // As many micro-batches as the pipeline wants (2 per rank), of at least one row each.
     const int microbatches = std::min(2 * pp, batch_rows / dp);
     return {std::move(name),
-            {.pp = pp, .dp = dp, .tp = tp, .zero_stage = zero, .microbatches = microbatches, .chunks = chunks,
-             .schedule = schedule, .world_size = world == 0 ? pp * dp * tp : world},
+            {.pp = pp,
+             .dp = dp,
+             .tp = tp,
+             .zero_stage = zero,
+             .microbatches = microbatches,
+             .chunks = chunks,
+             .schedule = schedule,
+             .world_size = world == 0 ? pp * dp * tp : world},
             std::move(partition)};
 }
 

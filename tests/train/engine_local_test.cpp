@@ -130,7 +130,8 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
             world, parallel_config({.pp = 2, .microbatches = 4, .world_size = 2}), test_model(), options);
         const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         run_result result;
-        for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
+        for (int step = 0; step < steps; ++step)
+            result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
         for (const int s : engine.local_stages()) {
             const auto& stage = engine.stage(s);
             for (const auto& info : stage.registry().entries())

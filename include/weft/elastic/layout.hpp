@@ -39,12 +39,12 @@ enum class held_class { parameters, optimizer_state };
 // A run of elements of one tensor of the virtual space that one rank holds contiguously in
 // one of its stage buffers.
 struct segment {
-    int tensor = 0;           // index into layout::tensor_names()
-    std::size_t global = 0;   // first element in the whole tensor (row-major in its global shape)
-    std::size_t length = 0;   // elements
-    int rank = 0;             // the rank that holds it
-    int stage = 0;            // the stage (global index in this layout) whose buffer holds it
-    std::size_t flat = 0;     // first element in that stage's flat layout (registry offsets)
+    int tensor = 0;          // index into layout::tensor_names()
+    std::size_t global = 0;  // first element in the whole tensor (row-major in its global shape)
+    std::size_t length = 0;  // elements
+    int rank = 0;            // the rank that holds it
+    int stage = 0;           // the stage (global index in this layout) whose buffer holds it
+    std::size_t flat = 0;    // first element in that stage's flat layout (registry offsets)
 };
 
 // One stage as one rank holds it: the registry of its tensor-parallel slice and the ZeRO
@@ -66,7 +66,10 @@ public:
     // `units[s]`: the model units stage s holds. Ranks [config.world_size(), ...) hold nothing.
     layout(const parallel_config& config, std::vector<int> stage_rank, std::vector<nn::unit_range> units,
            const registry_function& registry_of, std::vector<int> partition = {})
-        : config_(config), stage_rank_(std::move(stage_rank)), units_(std::move(units)), partition_(std::move(partition)) {
+        : config_(config),
+          stage_rank_(std::move(stage_rank)),
+          units_(std::move(units)),
+          partition_(std::move(partition)) {
         require(stage_rank_.size() == units_.size(), "layout stages", stage_rank_.size(),
                 "must equal the number of unit ranges " + std::to_string(units_.size()));
         for (std::size_t s = 0; s < stage_rank_.size(); ++s)
@@ -101,7 +104,8 @@ public:
             const nn::parameter_registry& registry = registries_[s][static_cast<std::size_t>(c.tp_index)];
             const int shards = config_.zero_stage() == 0 ? 1 : config_.dp();
             const int shard = config_.zero_stage() == 0 ? 0 : c.dp_index;
-            out.push_back({static_cast<int>(s), units_[s], registry, shard::shard_of(registry.total_size(), shards, shard)});
+            out.push_back(
+                {static_cast<int>(s), units_[s], registry, shard::shard_of(registry.total_size(), shards, shard)});
         }
         return out;
     }

@@ -10,17 +10,23 @@
 namespace weft::elastic {
 
 struct switch_report {
-    std::string from;                       // layout::describe() of the layout left
-    std::string to;                         // and of the new one
-    std::size_t bytes_moved = 0;            // sent between ranks, all ranks together
-    std::size_t lower_bound_bytes = 0;      // what no plan can avoid sending
-    std::size_t bytes_copied_locally = 0;   // all ranks together
-    double seconds = 0;                     // the slowest rank's, validation to new engine
-    std::size_t staging_peak_bytes = 0;     // the most any rank's staging buffers held
-    std::size_t staging_cap_bytes = 0;      // the cap asked for
-    std::size_t memory_peak_bytes = 0;      // the most state plus staging any rank held
-    std::size_t memory_bound_bytes = 0;     // that rank's max(old state, new state) + 2 x cap
-    bool within_memory_bound = true;        // every rank held at most its own bound
+    std::string from;                      // layout::describe() of the layout left
+    std::string to;                        // and of the new one
+    std::size_t bytes_moved = 0;           // sent between ranks, all ranks together
+    std::size_t lower_bound_bytes = 0;     // what no plan can avoid sending
+    std::size_t bytes_copied_locally = 0;  // all ranks together
+    double seconds = 0;                    // the slowest rank's, validation to new engine
+    // The slowest rank's time in each phase: checking the layout and agreeing on it, planning,
+    // moving the state, and building the new layout's engine.
+    double check_seconds = 0;
+    double plan_seconds = 0;
+    double move_seconds = 0;
+    double build_seconds = 0;
+    std::size_t staging_peak_bytes = 0;  // the most any rank's staging buffers held
+    std::size_t staging_cap_bytes = 0;   // the cap asked for
+    std::size_t memory_peak_bytes = 0;   // the most state plus staging any rank held
+    std::size_t memory_bound_bytes = 0;  // that rank's max(old state, new state) + 2 x cap
+    bool within_memory_bound = true;     // every rank held at most its own bound
 
     [[nodiscard]] double gigabytes_per_second() const { return seconds > 0 ? bytes_moved / seconds / 1e9 : 0.0; }
 

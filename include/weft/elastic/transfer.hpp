@@ -2,9 +2,10 @@
 // rank's training state in the current layout into its state in the new one.
 //
 // Pairs of ranks meet in a fixed, deadlock-free order: in round s = 1, 2, ... rank r meets
-// r xor s, and the lower rank of the pair sends first. Data crosses in chunks of at most the
-// staging cap, packed into one send and one receive buffer, so staging never holds more
-// than two caps. What a rank already holds moves by local copy.
+// r xor s, and the lower rank of the pair sends first. Data crosses in messages of at most the
+// staging cap: long runs straight from the old buffer into the new one, short runs packed
+// into one send and one receive buffer, so staging never holds more than two caps. What a
+// rank already holds moves by local copy.
 //
 // Memory: the state moves one buffer kind at a time (parameters, then each optimizer
 // tensor), and each old buffer is freed as soon as its kind has moved; the between-steps
@@ -45,9 +46,9 @@ struct transfer_options {
 struct transfer_figures {
     std::size_t bytes_sent = 0;
     std::size_t bytes_received = 0;
-    std::size_t bytes_copied = 0;      // moved by local copy
-    std::size_t old_state_bytes = 0;   // parameters, gradients and optimizer state held before
-    std::size_t new_state_bytes = 0;   // and after
+    std::size_t bytes_copied = 0;     // moved by local copy
+    std::size_t old_state_bytes = 0;  // parameters, gradients and optimizer state held before
+    std::size_t new_state_bytes = 0;  // and after
     std::size_t staging_peak_bytes = 0;
     std::size_t memory_peak_bytes = 0;  // state plus staging held at once, at most
     [[nodiscard]] std::size_t memory_bound_bytes(std::size_t staging_cap) const {
@@ -114,7 +115,11 @@ class state_mover {
 public:
     state_mover(const layout& from, const layout& to, const transition_plan& plan, Comm& world,
                 const transfer_options& options)
-        : from_(from), to_(to), plan_(plan), world_(world), me_(world.rank()),
+        : from_(from),
+          to_(to),
+          plan_(plan),
+          world_(world),
+          me_(world.rank()),
           cap_elements_(std::max<std::size_t>(1, options.staging_bytes / sizeof(Scalar))) {}
 
     state_type run(state_type&& old_state, const optim::optimizer_options& optimizer, const shared_scalars& scalars) {
@@ -157,16 +162,19 @@ private:
     void make_new() {
         const int shards = to_.config().zero_stage() == 0 ? 1 : to_.config().dp();
         for (const stage_holding& h : to_.holdings(me_))
-            new_.push_back({h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {},
-                            {}});
+            new_.push_back(
+                {h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {}, {}});
     }
 
     // Per peer and direction, this rank's transfers with it, in plan order.
     void index_pairs() {
         for (const transfer& t : plan_.transfers()) {
-            if (t.from == me_ && t.to == me_) local_.push_back(&t);
-            else if (t.from == me_) sends_[t.to].push_back(&t);
-            else if (t.to == me_) receives_[t.from].push_back(&t);
+            if (t.from == me_ && t.to == me_)
+                local_.push_back(&t);
+            else if (t.from == me_)
+                sends_[t.to].push_back(&t);
+            else if (t.to == me_)
+                receives_[t.from].push_back(&t);
         }
     }
 
@@ -174,8 +182,8 @@ private:
     old_stage& old_of(int stage) {
         for (old_stage& s : old_)
             if (s.index == stage) return s;
-        throw error("layout switch: the plan reads stage " + std::to_string(stage) + " on rank " +
-                    std::to_string(me_) + ", which does not hold it in the current layout");
+        throw error("layout switch: the plan reads stage " + std::to_string(stage) + " on rank " + std::to_string(me_) +
+                    ", which does not hold it in the current layout");
     }
     new_stage& new_of(int stage) {
         for (new_stage& s : new_)
@@ -295,28 +303,45 @@ private:
         std::size_t offset;
         std::size_t count;
     };
-    // Calls fn(pieces, elements) for each chunk of at most the cap, walking `list`'s
-    // transfers of the wave's kind in order: both ends of a pair cut the same chunks.
+    // Runs at least this long travel straight from the old buffer into the new one, a cap at a
+    // time, without staging: two copies fewer than packing them. Shorter runs (slices of
+    // tensor-parallel tensors, ZeRO range edges) are packed together into staged chunks.
+    static constexpr std::size_t direct_elements = std::size_t{16} << 10;
+
+    // Calls fn(pieces, elements, direct) for each message of a pair's transfers of the wave's
+    // kind, in order: a direct message is one piece of one long run; a staged one packs up to
+    // a cap of shorter runs. Both ends of a pair cut the same messages from the same list.
     template <class Fn>
     void for_each_chunk(const wave& w, const std::vector<const transfer*>& list, Fn&& fn) {
         std::vector<piece> pieces;
         std::size_t filled = 0;
+        const auto flush = [&] {
+            if (filled == 0) return;
+            fn(pieces, filled, false);
+            pieces.clear();
+            filled = 0;
+        };
         for (const transfer* t : list) {
             if (t->what != w.what) continue;
+            if (t->length >= direct_elements) {
+                flush();
+                for (std::size_t done = 0; done < t->length;) {
+                    const std::size_t n = std::min(t->length - done, cap_elements_);
+                    fn(std::vector<piece>{{t, done, n}}, n, true);
+                    done += n;
+                }
+                continue;
+            }
             std::size_t done = 0;
             while (done < t->length) {
                 const std::size_t n = std::min(t->length - done, cap_elements_ - filled);
                 pieces.push_back({t, done, n});
                 done += n;
                 filled += n;
-                if (filled == cap_elements_) {
-                    fn(pieces, filled);
-                    pieces.clear();
-                    filled = 0;
-                }
+                if (filled == cap_elements_) flush();
             }
         }
-        if (filled > 0) fn(pieces, filled);
+        flush();
     }
 
     void reserve(std::vector<Scalar>& buffer, std::size_t elements) {
@@ -331,14 +356,20 @@ private:
     void send_to(const wave& w, int peer) {
         const auto it = sends_.find(peer);
         if (it == sends_.end()) return;
-        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements) {
-            reserve(send_buffer_, elements);
-            Scalar* out = send_buffer_.data();
-            for (const piece& p : pieces) {
-                const Scalar* from = source(w, *p.t) + p.offset;
-                out = std::copy(from, from + p.count, out);
+        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements, bool direct) {
+            const Scalar* data = nullptr;
+            if (direct) {
+                data = source(w, *pieces.front().t) + pieces.front().offset;
+            } else {
+                reserve(send_buffer_, elements);
+                Scalar* out = send_buffer_.data();
+                for (const piece& p : pieces) {
+                    const Scalar* from = source(w, *p.t) + p.offset;
+                    out = std::copy(from, from + p.count, out);
+                }
+                data = send_buffer_.data();
             }
-            const auto bytes = std::as_bytes(std::span<const Scalar>(send_buffer_.data(), elements));
+            const auto bytes = std::as_bytes(std::span<const Scalar>(data, elements));
             world_.isend(bytes, peer, switch_tag).wait();
             figures_.bytes_sent += bytes.size();
         });
@@ -347,7 +378,13 @@ private:
     void receive_from(const wave& w, int peer) {
         const auto it = receives_.find(peer);
         if (it == receives_.end()) return;
-        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements) {
+        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements, bool direct) {
+            if (direct) {
+                Scalar* into = target(w, *pieces.front().t) + pieces.front().offset;
+                world_.irecv(std::as_writable_bytes(std::span<Scalar>(into, elements)), peer, switch_tag).wait();
+                figures_.bytes_received += elements * sizeof(Scalar);
+                return;
+            }
             reserve(recv_buffer_, elements);
             const auto bytes = std::as_writable_bytes(std::span<Scalar>(recv_buffer_.data(), elements));
             world_.irecv(bytes, peer, switch_tag).wait();

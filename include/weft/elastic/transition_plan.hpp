@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <map>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,7 +45,8 @@ class transition_plan {
 public:
     transition_plan(int world, std::vector<transfer> transfers, std::size_t lower_bound_parameters,
                     std::size_t lower_bound_optimizer)
-        : world_(world), transfers_(std::move(transfers)),
+        : world_(world),
+          transfers_(std::move(transfers)),
           lower_bound_{lower_bound_parameters, lower_bound_optimizer} {}
 
     // Ranks taking part: the communicator's, spares included.
@@ -75,8 +75,8 @@ public:
     // Bytes: parameters are one tensor of `element_size`-byte scalars, optimizer state is
     // `state_tensors` of them (2 for AdamW; 0 before its first step).
     [[nodiscard]] std::size_t bytes_sent(std::size_t element_size, std::size_t state_tensors) const {
-        return element_size * (elements_sent(held_class::parameters) +
-                               state_tensors * elements_sent(held_class::optimizer_state));
+        return element_size *
+               (elements_sent(held_class::parameters) + state_tensors * elements_sent(held_class::optimizer_state));
     }
     [[nodiscard]] std::size_t lower_bound_bytes(std::size_t element_size, std::size_t state_tensors) const {
         return element_size * (lower_bound_elements(held_class::parameters) +
@@ -128,18 +128,25 @@ namespace detail {
 using segments_by_tensor = std::map<std::string, std::vector<segment>>;
 
 inline segments_by_tensor group_by_tensor(const layout& l, held_class what) {
+    // By index first: one name lookup per tensor, not per segment.
+    std::vector<std::vector<segment>> by_index(l.tensor_names().size());
+    for (const segment& s : l.segments(what)) by_index[static_cast<std::size_t>(s.tensor)].push_back(s);
     segments_by_tensor out;
-    for (const segment& s : l.segments(what)) out[l.tensor_names()[static_cast<std::size_t>(s.tensor)]].push_back(s);
+    for (std::size_t i = 0; i < by_index.size(); ++i)
+        if (!by_index[i].empty()) out.emplace(l.tensor_names()[i], std::move(by_index[i]));
     return out;
 }
 
 // Sum of the lengths of a union of [first, last) intervals.
-inline std::vector<std::pair<std::size_t, std::size_t>> interval_union(std::vector<std::pair<std::size_t, std::size_t>> v) {
+inline std::vector<std::pair<std::size_t, std::size_t>> interval_union(
+    std::vector<std::pair<std::size_t, std::size_t>> v) {
     std::sort(v.begin(), v.end());
     std::vector<std::pair<std::size_t, std::size_t>> out;
     for (const auto& [a, b] : v) {
-        if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
-        else out.emplace_back(a, b);
+        if (!out.empty() && a <= out.back().second)
+            out.back().second = std::max(out.back().second, b);
+        else
+            out.emplace_back(a, b);
     }
     return out;
 }
@@ -198,7 +205,9 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
     std::vector<std::size_t> active_holders, active_needers;
     // The holder each needer segment took its previous piece from: kept while it covers, so
     // that a needer's run comes from one holder in one piece where it can.
-    std::map<std::size_t, std::size_t> previous_source;
+    constexpr std::size_t none = static_cast<std::size_t>(-1);
+    std::vector<std::size_t> previous_source(needers.size(), none);
+    std::vector<std::pair<int, const segment*>> received_on;  // per needer rank: the segment that got a piece first
     for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
         const std::size_t first = bounds[b], last = bounds[b + 1];
         auto refresh = [&](std::vector<std::size_t>& active, const std::vector<segment>& v,
@@ -215,21 +224,23 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
         refresh(active_needers, needers, needer_order, next_needer);
         if (active_needers.empty()) continue;
         if (active_holders.empty())
-            throw error("layout switch: elements [" + std::to_string(first) + ", " + std::to_string(last) +
-                        ") of " + name + " are held by no rank of the current layout; the two layouts are of " +
+            throw error("layout switch: elements [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
+                        name + " are held by no rank of the current layout; the two layouts are of " +
                         "different models");
         std::sort(active_needers.begin(), active_needers.end());
-        std::map<int, const segment*> received_on;  // per needer rank: the new segment that got this piece first
+        received_on.clear();
         for (const std::size_t n : active_needers) {
             const segment& need = needers[n];
             const std::size_t to_flat = need.flat + (first - need.global);
-            if (const auto it = received_on.find(need.rank); it != received_on.end()) {
+            const auto it = std::find_if(received_on.begin(), received_on.end(),
+                                         [&](const auto& entry) { return entry.first == need.rank; });
+            if (it != received_on.end()) {
                 const segment& got = *it->second;
                 out.push_back({what, need.rank, need.rank, got.stage, need.stage, got.flat + (first - got.global),
                                to_flat, last - first, true});
                 continue;
             }
-            received_on.emplace(need.rank, &need);
+            received_on.emplace_back(need.rank, &need);
             std::size_t source = active_holders.front();
             bool local = false;
             for (const std::size_t h : active_holders)
@@ -239,12 +250,11 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
                     break;
                 }
             if (!local) {
-                const auto previous = previous_source.find(n);
-                const bool keep = previous != previous_source.end() &&
-                                  std::find(active_holders.begin(), active_holders.end(), previous->second) !=
-                                      active_holders.end();
+                const std::size_t previous = previous_source[n];
+                const bool keep = previous != none && std::find(active_holders.begin(), active_holders.end(),
+                                                                previous) != active_holders.end();
                 if (keep) {
-                    source = previous->second;
+                    source = previous;
                 } else {
                     for (const std::size_t h : active_holders) {
                         const auto load = [&](std::size_t i) {
@@ -266,8 +276,13 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
 // Joins runs that continue each other at both ends.
 inline std::vector<transfer> merged(std::vector<transfer> v) {
     std::sort(v.begin(), v.end(), [](const transfer& a, const transfer& b) {
-        return std::tuple(a.what, a.from_new, a.from, a.to, a.from_stage, a.to_stage, a.to_flat) <
-               std::tuple(b.what, b.from_new, b.from, b.to, b.from_stage, b.to_stage, b.to_flat);
+        if (a.what != b.what) return a.what < b.what;
+        if (a.from_new != b.from_new) return b.from_new;
+        if (a.from != b.from) return a.from < b.from;
+        if (a.to != b.to) return a.to < b.to;
+        if (a.from_stage != b.from_stage) return a.from_stage < b.from_stage;
+        if (a.to_stage != b.to_stage) return a.to_stage < b.to_stage;
+        return a.to_flat < b.to_flat;
     });
     std::vector<transfer> out;
     for (const transfer& t : v) {

@@ -194,7 +194,10 @@ public:
         agree(problem, next ? next->describe() : std::string());
 
         const elastic::shared_scalars scalars = share_scalars();
+        phase_seconds phases;
+        phases.check = since(start);
         const elastic::transition_plan plan = elastic::plan_transition(*layout_, *next, world_->size());
+        phases.plan = since(start) - phases.check;
 
         // Out of the current engine (which points into its communicators) before they go.
         state_type state;
@@ -208,10 +211,12 @@ public:
             spare_backend_.reset();
         }
         active_.reset();
+        const double before_move = since(start);
         elastic::transfer_figures figures;
         state_type moved = elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, *world_,
                                                        next_options.optimizer, scalars,
                                                        {.staging_bytes = how.staging_bytes}, figures);
+        phases.move = since(start) - before_move;
         const std::string from = layout_->describe();
         options_ = next_options;
         layout_ = std::move(next);
@@ -220,8 +225,8 @@ public:
                                                   std::move(*backend));
         else
             spare_backend_ = std::move(backend);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return report(from, plan, scalars, figures, how.staging_bytes, seconds);
+        phases.build = since(start) - before_move - phases.move;
+        return report(from, plan, scalars, figures, how.staging_bytes, since(start), phases);
     }
 
     // Whether this rank holds nothing in the current layout (it waits for a switch).
@@ -374,17 +379,29 @@ private:
         return out;
     }
 
+    // Seconds a switch spent in each phase on this rank.
+    struct phase_seconds {
+        double check = 0, plan = 0, move = 0, build = 0;
+    };
+    static double since(std::chrono::steady_clock::time_point start) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+
     // Every rank's figures, gathered: the busiest rank's memory and the slowest rank's time.
     elastic::switch_report report(const std::string& from, const elastic::transition_plan& plan,
                                   const elastic::shared_scalars& scalars, const elastic::transfer_figures& figures,
-                                  std::size_t cap, double seconds) {
-        constexpr std::size_t fields = 6;
+                                  std::size_t cap, double seconds, const phase_seconds& phases) {
+        constexpr std::size_t fields = 10;
         const double mine[fields] = {static_cast<double>(figures.bytes_sent),
                                      static_cast<double>(figures.bytes_copied),
                                      static_cast<double>(figures.staging_peak_bytes),
                                      static_cast<double>(figures.memory_peak_bytes),
                                      static_cast<double>(figures.memory_bound_bytes(cap)),
-                                     seconds};
+                                     seconds,
+                                     phases.check,
+                                     phases.plan,
+                                     phases.move,
+                                     phases.build};
         std::vector<double> all(fields * static_cast<std::size_t>(world_->size()));
         world_->allgather(std::span<const double>(mine), std::span<double>(all));
         elastic::switch_report r;
@@ -402,13 +419,18 @@ private:
             r.staging_peak_bytes = std::max(r.staging_peak_bytes, static_cast<std::size_t>(f[2]));
             // The rank furthest over its bound, or else the one that held the most.
             const double excess = f[3] - f[4];
-            if (rank == 0 || excess > worst_excess || (worst_excess <= 0 && excess <= 0 && f[3] > r.memory_peak_bytes)) {
+            if (rank == 0 || excess > worst_excess ||
+                (worst_excess <= 0 && excess <= 0 && f[3] > r.memory_peak_bytes)) {
                 worst_excess = std::max(worst_excess, excess);
                 r.memory_peak_bytes = static_cast<std::size_t>(f[3]);
                 r.memory_bound_bytes = static_cast<std::size_t>(f[4]);
             }
             r.within_memory_bound = r.within_memory_bound && f[3] <= f[4];
             r.seconds = std::max(r.seconds, f[5]);
+            r.check_seconds = std::max(r.check_seconds, f[6]);
+            r.plan_seconds = std::max(r.plan_seconds, f[7]);
+            r.move_seconds = std::max(r.move_seconds, f[8]);
+            r.build_seconds = std::max(r.build_seconds, f[9]);
         }
         return r;
     }

@@ -72,23 +72,23 @@ public:
     // reports that one), generated for (pp, microbatches, chunks); training starts from the
     // model's initial weights.
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-           Backend backend = Backend{})
-        : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::nullopt, std::move(backend)) {
-    }
+                  Backend backend = Backend{})
+        : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::nullopt,
+                        std::move(backend)) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-           const sched::program& compute_only, Backend backend = Backend{})
+                  const sched::program& compute_only, Backend backend = Backend{})
         : layout_engine(world, config, model, options, compute_only, std::nullopt, std::move(backend)) {}
 
     // Continues from `state` (another engine's release_state(), or one a layout switch built):
     // it must hold this rank's stages of this layout, with tensors of their layouts and the
     // optimizer `options` names; its progress carries on. Checked before anything runs.
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-           state_type state, Backend backend = Backend{})
+                  state_type state, Backend backend = Backend{})
         : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::move(state),
-                 std::move(backend)) {}
+                        std::move(backend)) {}
 
     // Runners and shardings point into the engine's own state and groups.
     layout_engine(const layout_engine&) = delete;
@@ -192,8 +192,10 @@ public:
         return elastic::layout(
             config, program.stage_rank, std::move(units),
             [&](int, nn::unit_range stage_units, int tp_rank) {
-                if constexpr (tensor_parallel_model) return stage_type::layout(model, stage_units, tp_rank, config.tp());
-                else return stage_type::layout(model, stage_units);
+                if constexpr (tensor_parallel_model)
+                    return stage_type::layout(model, stage_units, tp_rank, config.tp());
+                else
+                    return stage_type::layout(model, stage_units);
             },
             options.partition);
     }
@@ -315,7 +317,7 @@ private:
     };
 
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-           const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend)
+                  const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend)
         : backend_(std::move(backend)),
           world_(&world),
           config_(checked_config(config, model, options)),
@@ -325,10 +327,10 @@ private:
           grid_(world, config),
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
-          units_(options.partition.empty()
-                     ? default_partition(model, Model::num_units(model), loop_.program().num_stages)
-                     : nn::partition_from_counts(options.partition, Model::num_units(model),
-                                                 loop_.program().num_stages)),
+          units_(
+              options.partition.empty()
+                  ? default_partition(model, Model::num_units(model), loop_.program().num_stages)
+                  : nn::partition_from_counts(options.partition, Model::num_units(model), loop_.program().num_stages)),
           state_(state ? adopted(std::move(*state)) : initial_state()),
           ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
         for (auto& stage : state_.stages) {
@@ -461,7 +463,7 @@ private:
                     stage.optimizer.name(), "must be " + std::string(optim::to_string(options_.optimizer.kind)) +
                                                 " as engine_options::optimizer says");
             optim::any_optimizer<scalar> configured(options_.optimizer);
-            configured.import_state(stage.optimizer.export_state());
+            configured.import_state(stage.optimizer.take_state());  // moved, not copied
             stage.optimizer = std::move(configured);
         }
         return state;
