@@ -50,6 +50,17 @@ inline long long parse_switch_number(const std::string& text, const std::string&
     return n;
 }
 
+// The parts of `text` between commas (one empty part for an empty text).
+inline std::vector<std::string> split_on_commas(const std::string& text) {
+    std::vector<std::string> parts;
+    for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t comma = std::min(text.find(',', at), text.size());
+        parts.push_back(text.substr(at, comma - at));
+        at = comma + 1;
+    }
+    return parts;
+}
+
 }  // namespace detail
 
 // Parses one --switch value; a weft::invalid_argument naming the key otherwise.
@@ -64,10 +75,7 @@ inline long long parse_switch_number(const std::string& text, const std::string&
     s.step = detail::parse_switch_number(text, "STEP", text.substr(0, colon), 0, 1LL << 40);
     // key=value parts; a part without '=' continues the previous value (partition=3,5).
     std::vector<std::pair<std::string, std::string>> parts;
-    std::size_t at = colon + 1;
-    while (at <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', at), text.size());
-        const std::string part = text.substr(at, comma - at);
+    for (const std::string& part : detail::split_on_commas(text.substr(colon + 1))) {
         const std::size_t equals = part.find('=');
         if (equals != std::string::npos)
             parts.emplace_back(part.substr(0, equals), part.substr(equals + 1));
@@ -76,7 +84,6 @@ inline long long parse_switch_number(const std::string& text, const std::string&
         else
             throw weft::invalid_argument("--switch " + text + ": part", part,
                                          "must be key=value (keys: " + std::string(detail::switch_keys) + ")");
-        at = comma + 1;
     }
     std::vector<std::string> seen;
     for (const auto& [key, value] : parts) {
@@ -101,13 +108,9 @@ inline long long parse_switch_number(const std::string& text, const std::string&
         else if (key == "schedule")
             s.schedule = value;
         else if (key == "partition") {
-            std::size_t from = 0;
-            while (from <= value.size()) {
-                const std::size_t comma = std::min(value.find(',', from), value.size());
-                s.partition.push_back(static_cast<int>(
-                    detail::parse_switch_number(text, "partition", value.substr(from, comma - from), 1, 1 << 20)));
-                from = comma + 1;
-            }
+            for (const std::string& count : detail::split_on_commas(value))
+                s.partition.push_back(
+                    static_cast<int>(detail::parse_switch_number(text, "partition", count, 1, 1 << 20)));
         } else {
             throw weft::invalid_argument("--switch " + text + ": key", key,
                                          "is not a layout key; valid: " + std::string(detail::switch_keys));

@@ -8,6 +8,7 @@
 //   mpirun -np 4 ./train_gpt --pp 4 --steps 60 --data data/train.bin --switch 20:pp=2,dp=2
 //                            --switch 40:dp=2,tp=2,zero=3 --switch 50:world=2,pp=2   (docs/elastic.md)
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -115,6 +116,8 @@ struct planned_switch {
 template <class Engine>
 std::vector<planned_switch> plan_switches(const run_options& o, int launched, const weft::nn::gpt_config& model,
                                           const weft::train::engine_options& options) {
+    weft::require(o.staging_mib * 1048576.0 >= sizeof(float), "--staging-mib", o.staging_mib,
+                  "must hold at least one element (" + std::to_string(sizeof(float)) + " bytes)");
     std::vector<planned_switch> out;
     int world = launched;
     for (const std::string& text : o.switches) {
@@ -281,36 +284,45 @@ void train(Comm& world, const run_options& o) {
     if (world.rank() == 0 && next_switch > 0)
         std::printf("resumed past %zu --switch(es): training goes on in the layout given by --pp, --dp, --tp, --zero\n",
                     next_switch);
+    const auto staging_bytes = static_cast<std::size_t>(o.staging_mib * 1048576.0);
     const auto apply_switch = [&](const planned_switch& s) {
-        const auto report =
-            engine.reconfigure(s.config, {.partition = s.partition,
-                                          .staging_bytes = static_cast<std::size_t>(o.staging_mib * 1048576.0)});
+        const auto report = engine.reconfigure(s.config, {.partition = s.partition, .staging_bytes = staging_bytes});
         if (world.rank() != 0) return;
         std::printf("switch | before step %lld | %s\n", s.step, report.summary().c_str());
         std::fflush(stdout);
         if (log.is_open())
-            log << "{\"event\": \"switch\", \"step\": " << s.step << ", \"from\": \"" << report.from
-                << "\", \"to\": \"" << report.to << "\", \"moved_bytes\": " << report.bytes_moved
-                << ", \"lower_bound_bytes\": " << report.lower_bound_bytes
-                << ", \"milliseconds\": " << weft::train::json_number(1e3 * report.seconds)
-                << ", \"gb_per_second\": " << weft::train::json_number(report.gigabytes_per_second())
-                << ", \"staging_peak_bytes\": " << report.staging_peak_bytes
-                << ", \"memory_peak_bytes\": " << report.memory_peak_bytes
-                << ", \"memory_bound_bytes\": " << report.memory_bound_bytes << "}\n"
+            log << nlohmann::ordered_json{{"event", "switch"},
+                                          {"step", s.step},
+                                          {"from", report.from},
+                                          {"to", report.to},
+                                          {"moved_bytes", report.bytes_moved},
+                                          {"lower_bound_bytes", report.lower_bound_bytes},
+                                          {"milliseconds", 1e3 * report.seconds},
+                                          {"gb_per_second", report.gigabytes_per_second()},
+                                          {"staging_peak_bytes", report.staging_peak_bytes},
+                                          {"memory_peak_bytes", report.memory_peak_bytes},
+                                          {"memory_bound_bytes", report.memory_bound_bytes}}
+                       .dump()
+                << '\n'
                 << std::flush;
+    };
+    // While the layout leaves ranks as spares, they learn from rank 0 (always in the layout)
+    // whether the run stops after this step; every rank calls this once per step.
+    const auto stop_heard_from_rank_0 = [&](bool stop) {
+        if (engine.config().world_size() == world.size()) return stop;
+        int flag[1] = {stop ? 1 : 0};
+        world.broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
+        return flag[0] != 0;
     };
     int nonfinite_steps = 0;
     while (steps_done() < o.steps) {
         while (next_switch < switches.size() && switches[next_switch].step == steps_done())
             apply_switch(switches[next_switch++]);
-        // A spare only keeps count, and learns from rank 0 (always in the layout) whether the
-        // run stops after this step.
-        const bool spares = engine.config().world_size() < world.size();
+        // A spare only keeps count, and follows rank 0's stops.
         if (engine.is_spare()) {
             ++steps_taken;
-            int stop[1] = {0};
-            world.broadcast(std::as_writable_bytes(std::span<int>(stop)), 0);
-            if (stop[0] != 0) throw weft_examples::run_stopped("the run stopped on rank 0", exit_nonfinite);
+            if (stop_heard_from_rank_0(false))
+                throw weft_examples::run_stopped("the run stopped on rank 0", exit_nonfinite);
             if (weft_examples::agreed_stop_signal(world) != 0)
                 throw weft_examples::run_stopped("stopped by a signal", exit_stopped_by_signal);
             continue;
@@ -335,11 +347,7 @@ void train(Comm& world, const run_options& o) {
         }
         // Every rank of the layout sees the same stats, so they all stop here together; spares
         // hear it from rank 0.
-        const bool stop_nonfinite = !stats.applied() && ++nonfinite_steps > o.skip_nonfinite;
-        if (spares) {
-            int stop[1] = {stop_nonfinite ? 1 : 0};
-            world.broadcast(std::as_writable_bytes(std::span<int>(stop)), 0);
-        }
+        const bool stop_nonfinite = stop_heard_from_rank_0(!stats.applied() && ++nonfinite_steps > o.skip_nonfinite);
         if (stop_nonfinite)
             throw weft_examples::run_stopped(
                 "step " + std::to_string(stats.step) + " is not finite (loss or gradients), first at stage " +

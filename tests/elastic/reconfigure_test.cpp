@@ -303,17 +303,21 @@ TEST_CASE("a layout that cannot run is refused on every rank before anything mov
                             model(), options());
         engine.step(batch(0));
         const full_state before = gather(engine, world, shared, lock);
+        // Every rank's thread reports here.
+        const auto report = [&](const std::string& problem) {
+            const std::lock_guard guard(lock);
+            unexpected.push_back("rank " + std::to_string(world.rank()) + ": " + problem);
+        };
         const auto refused = [&](const weft::parallel_options& options, std::vector<int> partition,
                                  const std::string& names) {
             try {
                 static_cast<void>(
                     engine.reconfigure(weft::parallel_config(options), {.partition = std::move(partition)}));
             } catch (const weft::error& e) {
-                if (std::string(e.what()).find(names) == std::string::npos)
-                    unexpected.push_back(names + " not in: " + e.what());
+                if (std::string(e.what()).find(names) == std::string::npos) report(names + " not in: " + e.what());
                 return;
             }
-            unexpected.push_back(names + ": not refused");
+            report(names + ": not refused");
         };
         // tp 3 does not divide the 4 heads (3 ranks: the fourth would wait as a spare).
         refused({.tp = 3, .microbatches = 2, .world_size = 3}, {}, "num_heads");
@@ -331,13 +335,19 @@ TEST_CASE("a layout that cannot run is refused on every rank before anything mov
             refused({.pp = 4, .microbatches = 4, .world_size = 4}, {}, "different layouts");
         else
             refused({.dp = 4, .microbatches = 2, .world_size = 4}, {}, "different layouts");
+        // ...also when they differ in the micro-batches alone.
+        refused({.dp = 4, .microbatches = world.rank() == 0 ? 2 : 1, .world_size = 4}, {}, "different layouts");
 
         const full_state after = gather(engine, world, shared, lock);
-        if (world.rank() == 0 && before != after) unexpected.push_back("the state changed");
-        // Training goes on, and a valid switch still works.
+        if (world.rank() == 0 && before != after) report("the state changed");
+        // Training goes on, and a valid switch still works, keeping the learning rate a
+        // schedule set.
         engine.step(batch(1));
+        engine.set_learning_rate(0.0123);
         static_cast<void>(engine.reconfigure(weft::parallel_config(
             {.dp = 4, .zero_stage = 3, .microbatches = 2, .schedule = weft::sched::gpipe::kind, .world_size = 4})));
+        for (const int s : engine.local_stages())
+            if (engine.stage_optimizer(s).lr() != 0.0123) report("the learning rate was not kept");
         engine.step(batch(2));
     });
     for (const auto& u : unexpected) UNSCOPED_INFO(u);

@@ -118,11 +118,6 @@ public:
         for (int r = 0; r < ranks(); ++r) append_segments(r, what, out);
         return out;
     }
-    [[nodiscard]] std::vector<segment> segments_of(int rank, held_class what) const {
-        std::vector<segment> out;
-        if (holds_anything(rank)) append_segments(rank, what, out);
-        return out;
-    }
 
     // [first, last) of the flat layout of a held stage that `what` covers on its holder.
     [[nodiscard]] std::pair<std::size_t, std::size_t> held_range(const stage_holding& h, held_class what) const {
@@ -131,13 +126,16 @@ public:
         return {h.range.offset, h.range.offset + h.range.valid()};
     }
 
-    // "pp=2 dp=2 tp=1 zero=1 chunks=1 schedule=1f1b world=4", with "partition=3,5" when set.
+    // "pp=2 dp=2 tp=1 zero=1 chunks=1 microbatches=4 schedule=1f1b world=4", with
+    // "partition=3,5" when set: every field of the layout, so that ranks asking for different
+    // layouts never describe them alike.
     [[nodiscard]] std::string describe() const {
         const auto& c = config_;
         std::string text = "pp=" + std::to_string(c.pp()) + " dp=" + std::to_string(c.dp()) +
                            " tp=" + std::to_string(c.tp()) + " zero=" + std::to_string(c.zero_stage()) +
-                           " chunks=" + std::to_string(c.chunks()) + " schedule=" + std::string(c.schedule().name()) +
-                           " world=" + std::to_string(c.world_size());
+                           " chunks=" + std::to_string(c.chunks()) +
+                           " microbatches=" + std::to_string(c.microbatches()) +
+                           " schedule=" + std::string(c.schedule().name()) + " world=" + std::to_string(c.world_size());
         if (!partition_.empty()) {
             text += " partition=";
             for (std::size_t i = 0; i < partition_.size(); ++i)

@@ -61,7 +61,7 @@ struct transfer_figures {
 struct shared_scalars {
     train::training_progress progress;
     std::uint64_t optimizer_steps = 0;
-    double learning_rate = 0;
+    double learning_rate = 0;              // the optimizers' current one (a schedule may have set it)
     std::vector<bool> kept_state_tensors;  // per optimizer state tensor, in the optimizer's order
 };
 
@@ -317,7 +317,7 @@ private:
         std::size_t filled = 0;
         const auto flush = [&] {
             if (filled == 0) return;
-            fn(pieces, filled, false);
+            fn(std::span<const piece>(pieces), filled, false);
             pieces.clear();
             filled = 0;
         };
@@ -327,7 +327,8 @@ private:
                 flush();
                 for (std::size_t done = 0; done < t->length;) {
                     const std::size_t n = std::min(t->length - done, cap_elements_);
-                    fn(std::vector<piece>{{t, done, n}}, n, true);
+                    const piece whole{t, done, n};
+                    fn(std::span<const piece>(&whole, 1), n, true);
                     done += n;
                 }
                 continue;
@@ -356,7 +357,7 @@ private:
     void send_to(const wave& w, int peer) {
         const auto it = sends_.find(peer);
         if (it == sends_.end()) return;
-        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements, bool direct) {
+        for_each_chunk(w, it->second, [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
             const Scalar* data = nullptr;
             if (direct) {
                 data = source(w, *pieces.front().t) + pieces.front().offset;
@@ -378,7 +379,7 @@ private:
     void receive_from(const wave& w, int peer) {
         const auto it = receives_.find(peer);
         if (it == receives_.end()) return;
-        for_each_chunk(w, it->second, [&](const std::vector<piece>& pieces, std::size_t elements, bool direct) {
+        for_each_chunk(w, it->second, [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
             if (direct) {
                 Scalar* into = target(w, *pieces.front().t) + pieces.front().offset;
                 world_.irecv(std::as_writable_bytes(std::span<Scalar>(into, elements)), peer, switch_tag).wait();
@@ -412,7 +413,6 @@ private:
             tensors.zero_stage = zero;
             tensors.parameter_range = std::move(s.parameter_range);
             optim::any_optimizer<Scalar> stepper(optimizer);
-            stepper.set_lr(scalars.learning_rate);
             optim::optimizer_state<Scalar> moved{scalars.optimizer_steps, {}};
             const auto state_names = stepper.state_names();
             for (std::size_t k = 0; k < state_names.size(); ++k)
@@ -446,7 +446,8 @@ private:
 // Turns this rank's `state` in layout `from` into its state in layout `to`, following
 // `plan`; collective over `world` (every rank of the plan's world calls it, spares
 // included). The new optimizers take `optimizer`'s settings and the shared scalars' step
-// count and learning rate. `figures` receives what this rank moved and held.
+// count (the engine sets the learning rate on the engine it builds around the state). `figures` receives what this rank
+// moved and held.
 template <class Scalar, communicator Comm>
 [[nodiscard]] train::training_state<Scalar> move_state(train::training_state<Scalar>&& state, const layout& from,
                                                        const layout& to, const transition_plan& plan, Comm& world,

@@ -51,7 +51,8 @@ public:
 
     // Ranks taking part: the communicator's, spares included.
     [[nodiscard]] int world() const { return world_; }
-    // Sorted by (what, from, to, to_stage, to_flat): the order both ends of a pair walk them.
+    // Sorted by (what, fan-out last, from, to, from_stage, to_stage, to_flat): the order both
+    // ends of a pair walk them.
     [[nodiscard]] const std::vector<transfer>& transfers() const { return transfers_; }
 
     // Elements of `what` sent between ranks (each counted once, at its receiver).
@@ -137,7 +138,7 @@ inline segments_by_tensor group_by_tensor(const layout& l, held_class what) {
     return out;
 }
 
-// Sum of the lengths of a union of [first, last) intervals.
+// The union of [first, last) intervals, as sorted disjoint intervals.
 inline std::vector<std::pair<std::size_t, std::size_t>> interval_union(
     std::vector<std::pair<std::size_t, std::size_t>> v) {
     std::sort(v.begin(), v.end());

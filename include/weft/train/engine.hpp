@@ -220,10 +220,11 @@ public:
         const std::string from = layout_->describe();
         options_ = next_options;
         layout_ = std::move(next);
-        if (Comm* active = activate(layout_->ranks()))
+        if (Comm* active = activate(layout_->ranks())) {
             core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
                                                   std::move(*backend));
-        else
+            core_->set_learning_rate(scalars.learning_rate);  // its optimizers start from the options' rate
+        } else
             spare_backend_ = std::move(backend);
         phases.build = since(start) - before_move - phases.move;
         return report(from, plan, scalars, figures, how.staging_bytes, since(start), phases);
@@ -286,11 +287,18 @@ public:
     [[nodiscard]] memory_report memory() const { return active().memory(); }
 
 private:
-    layout_type& active() const {
+    layout_type& active() {
+        require_active();
+        return *core_;
+    }
+    const layout_type& active() const {
+        require_active();
+        return *core_;
+    }
+    void require_active() const {
         if (!core_)
             throw error("rank " + std::to_string(world_->rank()) + " is a spare in the layout " + layout_->describe() +
                         ": it holds no stages until engine.reconfigure() brings it back (engine.is_spare())");
-        return *core_;
     }
 
     static const parallel_config& checked_world(const Comm& world, const parallel_config& config) {
@@ -313,8 +321,8 @@ private:
     // Every rank's state must be what the current layout says it holds (the plan reads it
     // by that layout): stages, and optimizer state tensors of the right size or empty.
     void check_state_fits_layout() const {
+        if (!core_) return;  // a spare holds nothing
         const auto holdings = layout_->holdings(world_->rank());
-        if (!core_) return;
         const auto& state = core_->state();
         require(state.stages.size() == holdings.size(), "training state stages", state.stages.size(),
                 "must be the " + std::to_string(holdings.size()) + " stages the current layout gives this rank");

@@ -185,12 +185,8 @@ public:
                                                    const engine_options& options) {
         const parallel_config config = checked_config(with_schedule_chosen(requested), model, options);
         const sched::program program = lowered_program(generate(config), config, model, options);
-        std::vector<nn::unit_range> units =
-            options.partition.empty()
-                ? default_partition(model, Model::num_units(model), program.num_stages)
-                : nn::partition_from_counts(options.partition, Model::num_units(model), program.num_stages);
         return elastic::layout(
-            config, program.stage_rank, std::move(units),
+            config, program.stage_rank, stage_units_of(model, options, program.num_stages),
             [&](int, nn::unit_range stage_units, int tp_rank) {
                 if constexpr (tensor_parallel_model)
                     return stage_type::layout(model, stage_units, tp_rank, config.tp());
@@ -327,10 +323,7 @@ private:
           grid_(world, config),
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
-          units_(
-              options.partition.empty()
-                  ? default_partition(model, Model::num_units(model), loop_.program().num_stages)
-                  : nn::partition_from_counts(options.partition, Model::num_units(model), loop_.program().num_stages)),
+          units_(stage_units_of(model, options, loop_.program().num_stages)),
           state_(state ? adopted(std::move(*state)) : initial_state()),
           ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
         for (auto& stage : state_.stages) {
@@ -404,6 +397,13 @@ private:
         if (const auto verdict = sched::check_shard_actions(lowered, shard_actions); !verdict.ok)
             throw error("the lowered program's sharding actions are invalid: " + verdict.message);
         return lowered;
+    }
+
+    // The units of each of `stages` stages: options.partition's counts, or the default.
+    static std::vector<nn::unit_range> stage_units_of(const model_config& model, const engine_options& options,
+                                                      int stages) {
+        if (options.partition.empty()) return default_partition(model, Model::num_units(model), stages);
+        return nn::partition_from_counts(options.partition, Model::num_units(model), stages);
     }
 
     // Balanced by the model's estimated cost per unit where it gives one (GPT: flops), else
