@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to the whole test suite: installs what
-# is missing, builds everything with warnings as errors and runs all tests, then
-# runs them again under AddressSanitizer+UBSan and the in-process tests under
-# ThreadSanitizer. Any failure stops it with a non-zero exit.
+# is missing, builds everything with warnings as errors and runs every test but the host
+# unit tests (the examples' and reference runs, benchmarks' smoke runs, header, package,
+# compile-fail and CUDA tests), then builds and runs the unit tests under
+# AddressSanitizer+UBSan and the threaded ones again under ThreadSanitizer. Each check
+# thus runs once per build that can tell something new, not once per preset
+# (docs/building.md, "Presets"). Any failure stops it with a non-zero exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --tests
@@ -16,7 +19,7 @@ run_preset() {
     ctest --preset "$preset" -j "$jobs"
 }
 
-presets=(release asan tsan)
+presets=(ci-release asan tsan)
 if [[ -n "${WEFT_TEST_PRESETS:-}" ]]; then read -r -a presets <<<"$WEFT_TEST_PRESETS"; fi
 for preset in "${presets[@]}"; do
     run_preset "$preset"
