@@ -35,6 +35,15 @@ inline weft::nn::gpt_config model() {
     return {.num_layers = 6, .d_model = 16, .num_heads = 4, .vocab_size = 26, .seq_len = 4, .seed = 11};
 }
 
+// A larger GPT (about 0.7 M parameters) for the memory bound: a switch's memory moves page by
+// page, and a buffer of model()'s few pages holds up to a page more than its data at each
+// edge, which is more than a small staging cap leaves room for.
+inline weft::nn::gpt_config paged_model() {
+    auto m = model();
+    m.d_model = 96;
+    return m;
+}
+
 inline weft::train::engine_options options() {
     return {.batch_size = batch_rows,
             .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1}};

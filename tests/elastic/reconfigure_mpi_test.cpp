@@ -43,9 +43,9 @@ std::map<std::string, std::uint64_t> fingerprint(mpi_engine& engine, mpi& world)
         if (engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0)
             for (const auto& f : full)
                 for (const auto& info : f.registry.entries()) {
-                    const auto part = [&](const std::vector<float>& v) {
+                    const auto part = [&](std::span<const float> v) {
                         return v.empty() ? std::span<const float>()
-                                         : std::span<const float>(v).subspan(info.offset, info.size);
+                                         : v.subspan(info.offset, info.size);
                     };
                     mine[info.name] = fnv1a(part(f.parameters));
                     for (const auto& t : f.optimizer.tensors) mine[info.name + "." + t.name] = fnv1a(part(t.values));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,7 @@ full_state gather(local_engine& engine, local& world, full_state& shared, std::m
         const std::lock_guard guard(lock);
         for (const auto& f : full)
             for (const auto& info : f.registry.entries()) {
-                auto part = [&](const std::vector<float>& v) {
+                auto part = [&](std::span<const float> v) {
                     if (v.empty()) return std::vector<float>{};
                     return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
                                               v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
@@ -67,15 +68,13 @@ namespace {
 
 // Switches one engine through every ordered pair of `layouts` (a step between switches), and
 // checks each switch: the whole state bit for bit, the progress, bytes moved against the
-// lower bound and the staging cap. Memory peaks over max(old, new) + 2 x cap are reported.
+// lower bound and the staging cap. (The memory bound is checked on a larger model, below.)
 void switch_through_every_pair(int world_size, const std::vector<named_layout>& layouts) {
     const auto walk = every_ordered_pair_walk(static_cast<int>(layouts.size()));
     REQUIRE(walk.size() == layouts.size() * (layouts.size() - 1) + 1);
     std::mutex lock;
     full_state shared;
     std::vector<std::string> failures;
-    std::vector<std::string> over_memory_bound;
-    double worst_over = 1;  // the largest peak over its bound
     std::size_t switches = 0;
     local::run(world_size, [&](local& world) {
         auto first_options = options();
@@ -103,12 +102,6 @@ void switch_through_every_pair(int world_size, const std::vector<named_layout>& 
                                    std::to_string(report.lower_bound_bytes));
             if (report.staging_peak_bytes > 2 * report.staging_cap_bytes)
                 failures.push_back(pair + ": staging peak " + std::to_string(report.staging_peak_bytes));
-            if (!report.within_memory_bound) {
-                over_memory_bound.push_back(pair + ": peak " + std::to_string(report.memory_peak_bytes) + " > bound " +
-                                            std::to_string(report.memory_bound_bytes));
-                worst_over = std::max(worst_over, static_cast<double>(report.memory_peak_bytes) /
-                                                      static_cast<double>(report.memory_bound_bytes));
-            }
         }
         // And training goes on in the last layout.
         if (!engine.is_spare()) {
@@ -119,11 +112,6 @@ void switch_through_every_pair(int world_size, const std::vector<named_layout>& 
     CHECK(switches == walk.size() - 1);
     for (const auto& f : failures) UNSCOPED_INFO(f);
     CHECK(failures.empty());
-    // Reported, not asserted: contiguous per-stage buffers cannot always stay within the
-    // bound (docs/elastic.md, "Memory").
-    if (!over_memory_bound.empty())
-        WARN(over_memory_bound.size() << " of " << switches << " switches held more than max(old, new) + 2 x cap, "
-                                      << "at most " << worst_over << " times it, e.g. " << over_memory_bound.front());
 }
 
 }  // namespace
@@ -134,6 +122,57 @@ TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit
 
 TEST_CASE("every ordered pair of 7 layouts at world 8 keeps the whole state bit for bit", "[elastic]") {
     switch_through_every_pair(8, world8_layouts());
+}
+
+namespace {
+
+// Switches an engine of paged_model() through every ordered pair of `layouts` under a 64 KiB
+// staging cap, and checks that every rank held at most max(old state, new state) + 2 x cap
+// at every switch. The state (about 2 to 4 MiB a rank at world 4) spans hundreds of pages,
+// and the cap is small beside it, so that holding one kind's old and new buffers whole at
+// once (what a switch without paged buffers, paced streams and its wave order does) goes
+// over: the check can fail.
+void stay_within_memory_bound(int world_size, const std::vector<named_layout>& layouts) {
+    constexpr std::size_t cap = std::size_t{64} << 10;
+    const auto walk = every_ordered_pair_walk(static_cast<int>(layouts.size()));
+    std::mutex lock;
+    std::vector<std::string> over;
+    std::size_t switches = 0;
+    double closest = 0;  // the highest peak / bound of any switch
+    local::run(world_size, [&](local& world) {
+        auto first_options = options();
+        first_options.partition = layouts[static_cast<std::size_t>(walk[0])].partition;
+        local_engine engine(world, layouts[static_cast<std::size_t>(walk[0])].config(), paged_model(), first_options);
+        engine.step(batch(0));  // the optimizer's moments exist from the first step
+        for (std::size_t i = 1; i < walk.size(); ++i) {
+            const auto& to = layouts[static_cast<std::size_t>(walk[i])];
+            const auto report = engine.reconfigure(to.config(), {.partition = to.partition, .staging_bytes = cap});
+            if (world.rank() != 0) continue;
+            const std::lock_guard guard(lock);
+            ++switches;
+            closest = std::max(closest, static_cast<double>(report.memory_peak_bytes) /
+                                            static_cast<double>(report.memory_bound_bytes));
+            if (!report.within_memory_bound || report.memory_peak_bytes == 0 || report.staging_cap_bytes != cap)
+                over.push_back(layouts[static_cast<std::size_t>(walk[i - 1])].name + " -> " + to.name + ": peak " +
+                               std::to_string(report.memory_peak_bytes) + ", bound " +
+                               std::to_string(report.memory_bound_bytes));
+        }
+    });
+    CHECK(switches == walk.size() - 1);
+    for (const auto& o : over) UNSCOPED_INFO(o);
+    CHECK(over.empty());
+    INFO("the closest switch held " << closest << " of its bound");
+    CHECK(closest > 0.5);  // the figures are real: a peak far below its bound would be a miscount
+}
+
+}  // namespace
+
+TEST_CASE("every switch between 14 layouts at world 4 stays within max(old, new) + 2 x cap", "[elastic][memory]") {
+    stay_within_memory_bound(4, world4_layouts());
+}
+
+TEST_CASE("every switch between 7 layouts at world 8 stays within max(old, new) + 2 x cap", "[elastic][memory]") {
+    stay_within_memory_bound(8, world8_layouts());
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,7 @@ void collect(Engine& engine, const trace& local_trace, trace& into, std::mutex& 
     if (engine.coordinates().dp_index != 0) return;
     for (const auto& f : full)
         for (const auto& info : f.registry.entries()) {
-            auto part = [&](const std::vector<float>& v) {
+            auto part = [&](std::span<const float> v) {
                 if (v.empty()) return std::vector<float>{};
                 return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
                                           v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));

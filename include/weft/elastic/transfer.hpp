@@ -2,16 +2,19 @@
 // rank's training state in the current layout into its state in the new one.
 //
 // Pairs of ranks meet in a fixed, deadlock-free order: in round s = 1, 2, ... rank r meets
-// r xor s, and the lower rank of the pair sends first. Data crosses in messages of at most the
-// staging cap: long runs straight from the old buffer into the new one, short runs packed
-// into one send and one receive buffer, so staging never holds more than two caps. What a
-// rank already holds moves by local copy.
+// r xor s, and the lower rank of the pair sends first. What a rank already holds moves by
+// local copy. Long runs go straight from the old buffer into the new one, short runs are
+// packed into one send and one receive buffer.
 //
 // Memory: the state moves one buffer kind at a time (parameters, then each optimizer
-// tensor), and each old buffer is freed as soon as its kind has moved; the between-steps
-// gradients, which are zero, are dropped first and made again last. A rank thus holds, at
-// most, one kind's old and new buffers besides the kinds it has finished or not started.
-// The figures record what it actually held, against max(old, new) + 2 x cap.
+// tensor); the between-steps gradients, which are zero, are dropped first and made again
+// last. Within a kind, the state's buffers are paged (core/state_vector.hpp): a new buffer
+// takes memory page by page as data lands in it, and an old one gives each page back once
+// its last read is done (elastic/page_ledger.hpp). Every pair's stream of a kind advances
+// in the same number of steps, an equal share each step, with at most half the staging cap
+// received and half sent per rank and step, so that what a rank gains and what it gives
+// back grow together. The figures record what each rank held, page by page, against
+// max(old, new) + 2 x cap.
 #pragma once
 
 #include <algorithm>
@@ -26,7 +29,9 @@
 
 #include "weft/comm/communicator.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/elastic/layout.hpp"
+#include "weft/elastic/page_ledger.hpp"
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -67,24 +72,8 @@ struct shared_scalars {
 
 namespace detail {
 
-// Bytes held now and at most.
-class memory_meter {
-public:
-    void add(std::size_t bytes) {
-        now_ += bytes;
-        peak_ = std::max(peak_, now_);
-    }
-    void remove(std::size_t bytes) { now_ -= std::min(now_, bytes); }
-    [[nodiscard]] std::size_t now() const { return now_; }
-    [[nodiscard]] std::size_t peak() const { return peak_; }
-
-private:
-    std::size_t now_ = 0;
-    std::size_t peak_ = 0;
-};
-
 template <class Scalar>
-void free_vector(std::vector<Scalar>& v, memory_meter& meter) {
+void free_staging(std::vector<Scalar>& v, memory_meter& meter) {
     meter.remove(v.capacity() * sizeof(Scalar));
     std::vector<Scalar>().swap(v);
 }
@@ -98,18 +87,35 @@ class state_mover {
         int index = 0;
         shard::stage_tensors<Scalar> tensors;
         optim::optimizer_state<Scalar> optimizer;
+        page_ledger<Scalar> ledger;  // of the buffer the current wave empties
     };
     // One stage of the new layout as it is filled.
     struct new_stage {
         stage_holding holding;
         nn::flat_parameters<Scalar> full;
-        std::vector<Scalar> parameter_range;
-        std::vector<std::vector<Scalar>> optimizer;
+        state_vector<Scalar> parameter_range;
+        std::vector<state_vector<Scalar>> optimizer;
+        page_ledger<Scalar> ledger;  // of the buffer the current wave fills
     };
     // The buffer kind a wave moves: parameters, or optimizer state tensor `tensor`.
     struct wave {
         held_class what;
         std::size_t tensor;
+    };
+    // One pair's transfers of a wave in one direction, or a rank's local copies, walked in
+    // order a slice at a time.
+    struct stream {
+        std::vector<const transfer*> transfers;
+        std::size_t length = 0;  // elements
+        std::size_t index = 0;   // the cursor: the transfer, and elements of it done
+        std::size_t offset = 0;
+        std::size_t done = 0;
+    };
+    // `count` elements of a transfer from element `offset` of it.
+    struct piece {
+        const transfer* t;
+        std::size_t offset;
+        std::size_t count;
     };
 
 public:
@@ -125,19 +131,23 @@ public:
     state_type run(state_type&& old_state, const optim::optimizer_options& optimizer, const shared_scalars& scalars) {
         take_old(std::move(old_state));
         make_new();
-        index_pairs();
         figures_.old_state_bytes = meter_.now();
         // The between-steps gradients are zero: nothing of them moves.
         for (old_stage& s : old_)
             if (s.tensors.full.holds_gradients()) {
-                meter_.remove(s.tensors.full.padded_size() * sizeof(Scalar));
+                meter_.remove(state_buffer_bytes<Scalar>(s.tensors.full.padded_size()));
                 s.tensors.full.release_gradients();
             }
-        run_wave({held_class::parameters, 0});
+        std::vector<wave> waves;
         for (std::size_t k = 0; k < scalars.kept_state_tensors.size(); ++k)
-            if (scalars.kept_state_tensors[k]) run_wave({held_class::optimizer_state, k});
-        free_vector(send_buffer_, meter_);
-        free_vector(recv_buffer_, meter_);
+            if (scalars.kept_state_tensors[k]) waves.push_back({held_class::optimizer_state, k});
+        if (parameters_last(waves.size()))
+            waves.push_back({held_class::parameters, 0});
+        else
+            waves.insert(waves.begin(), {held_class::parameters, 0});
+        for (const wave& w : waves) run_wave(w);
+        free_staging(send_buffer_, meter_);
+        free_staging(recv_buffer_, meter_);
         return finish(optimizer, scalars);
     }
 
@@ -146,36 +156,67 @@ public:
 private:
     void take_old(state_type&& state) {
         for (auto& s : state.stages) {
-            old_stage o{s.index, std::move(s.tensors), s.optimizer.take_state()};
-            meter_.add(held_bytes(o.tensors));
-            for (const auto& t : o.optimizer.tensors) meter_.add(t.values.capacity() * sizeof(Scalar));
+            old_stage o{s.index, std::move(s.tensors), s.optimizer.take_state(), {}};
+            meter_.add(state_buffer_bytes(o.tensors.full.parameter_storage()) +
+                       state_buffer_bytes(o.tensors.parameter_range) +
+                       (o.tensors.full.holds_gradients() ? state_buffer_bytes<Scalar>(o.tensors.full.padded_size())
+                                                         : 0));
+            for (const auto& t : o.optimizer.tensors) meter_.add(state_buffer_bytes(t.values));
             old_.push_back(std::move(o));
         }
-    }
-
-    static std::size_t held_bytes(const shard::stage_tensors<Scalar>& t) {
-        return (t.full.padded_parameters().size() + t.parameter_range.capacity() +
-                (t.full.holds_gradients() ? t.full.padded_size() : 0)) *
-               sizeof(Scalar);
     }
 
     void make_new() {
         const int shards = to_.config().zero_stage() == 0 ? 1 : to_.config().dp();
         for (const stage_holding& h : to_.holdings(me_))
             new_.push_back(
-                {h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {}, {}});
+                {h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {}, {}, {}});
     }
 
-    // Per peer and direction, this rank's transfers with it, in plan order.
-    void index_pairs() {
-        for (const transfer& t : plan_.transfers()) {
-            if (t.from == me_ && t.to == me_)
-                local_.push_back(&t);
-            else if (t.from == me_)
-                sends_[t.to].push_back(&t);
-            else if (t.to == me_)
-                receives_[t.from].push_back(&t);
+    // ---- the order of the waves ---------------------------------------------------
+    // The sizes, in elements, of one rank's buffers of each kind in a layout.
+    struct kind_sizes {
+        std::size_t parameters = 0;
+        std::size_t gradients = 0;  // held between steps (ZeRO 0 and 1)
+        std::size_t moment = 0;     // each optimizer state tensor
+    };
+    static kind_sizes sizes_of(const layout& l, int rank) {
+        const int zero = l.config().zero_stage();
+        const std::size_t shards = zero == 0 ? 1 : static_cast<std::size_t>(l.config().dp());
+        kind_sizes out;
+        for (const stage_holding& h : l.holdings(rank)) {
+            const std::size_t padded = (h.registry.total_size() + shards - 1) / shards * shards;
+            out.parameters += zero == 3 ? h.range.size : padded;
+            out.gradients += zero <= 1 ? padded : 0;
+            out.moment += zero == 0 ? h.registry.total_size() : h.range.valid();
         }
+        return out;
+    }
+    // Whether the optimizer state moves before the parameters. A wave holds one kind's old
+    // and new buffers at once, the kinds done in their new size and the others in their old:
+    // moving a kind that shrinks first leaves room for one that grows. Every rank computes
+    // the same choice for all ranks from the layouts: the order whose worst rank goes least
+    // over max(old, new).
+    [[nodiscard]] bool parameters_last(std::size_t moments) const {
+        if (moments == 0) return false;
+        const auto m = moments;
+        long long worst_first = 0, worst_last = 0;
+        for (int r = 0; r < plan_.world(); ++r) {
+            const kind_sizes o = sizes_of(from_, r), n = sizes_of(to_, r);
+            const auto big = [](std::size_t a, std::size_t b) { return std::max(a, b); };
+            const std::size_t bound =
+                big(o.parameters + m * o.moment + o.gradients, n.parameters + m * n.moment + n.gradients);
+            std::size_t first = m * o.moment + big(o.parameters, n.parameters);
+            std::size_t last = m * n.moment + big(o.parameters, n.parameters);
+            for (std::size_t i = 0; i < m; ++i) {
+                const std::size_t others = i * n.moment + (m - 1 - i) * o.moment + big(o.moment, n.moment);
+                first = big(first, n.parameters + others);
+                last = big(last, o.parameters + others);
+            }
+            worst_first = std::max(worst_first, static_cast<long long>(first) - static_cast<long long>(bound));
+            worst_last = std::max(worst_last, static_cast<long long>(last) - static_cast<long long>(bound));
+        }
+        return worst_last < worst_first;
     }
 
     // ---- buffers ------------------------------------------------------------------
@@ -191,197 +232,272 @@ private:
         throw error("layout switch: the plan writes stage " + std::to_string(stage) + " on rank " +
                     std::to_string(me_) + ", which does not hold it in the new layout");
     }
-    // A buffer and the flat element its first entry is.
-    template <class T>
+    // The buffer of the wave's kind and the flat element its first entry is; null when this
+    // stage keeps no such buffer (an optimizer state tensor not kept yet).
     struct located {
-        std::span<T> values;
+        state_vector<Scalar>* values = nullptr;
         std::size_t base = 0;
     };
-
-    located<const Scalar> old_buffer(const wave& w, int stage) {
-        old_stage& s = old_of(stage);
+    located old_buffer(const wave& w, old_stage& s) const {
         const int zero = from_.config().zero_stage();
         if (w.what == held_class::parameters) {
-            if (zero == 3) return {s.tensors.parameter_range, s.tensors.range.offset};
-            return {s.tensors.full.padded_parameters(), 0};
+            if (zero == 3) return {&s.tensors.parameter_range, s.tensors.range.offset};
+            return {&s.tensors.full.parameter_storage(), 0};
         }
-        return {s.optimizer.tensors.at(w.tensor).values, zero == 0 ? 0 : s.tensors.range.offset};
+        if (w.tensor >= s.optimizer.tensors.size()) return {};
+        return {&s.optimizer.tensors[w.tensor].values, zero == 0 ? 0 : s.tensors.range.offset};
     }
-    located<Scalar> new_buffer(const wave& w, int stage) {
-        new_stage& s = new_of(stage);
+    located new_buffer(const wave& w, new_stage& s) const {
         const int zero = to_.config().zero_stage();
         if (w.what == held_class::parameters) {
-            if (zero == 3) return {s.parameter_range, s.holding.range.offset};
-            return {s.full.padded_parameters(), 0};
+            if (zero == 3) return {&s.parameter_range, s.holding.range.offset};
+            return {&s.full.parameter_storage(), 0};
         }
-        return {s.optimizer.at(w.tensor), zero == 0 ? 0 : s.holding.range.offset};
+        return {&s.optimizer.at(w.tensor), zero == 0 ? 0 : s.holding.range.offset};
     }
-    static void check_inside(std::size_t base, std::size_t size, std::size_t flat, std::size_t length,
-                             const char* side) {
-        if (flat < base || flat + length > base + size)
+    // Where a run starts in a buffer, checked to lie inside it.
+    static std::size_t inside(const located& b, std::size_t flat, std::size_t length, const char* side) {
+        const std::size_t size = b.values == nullptr ? 0 : b.values->size();
+        if (b.values == nullptr || flat < b.base || flat + length > b.base + size)
             throw error(std::string("layout switch: a transfer's ") + side + " run [" + std::to_string(flat) + ", " +
-                        std::to_string(flat + length) + ") lies outside the buffer [" + std::to_string(base) + ", " +
-                        std::to_string(base + size) + ")");
+                        std::to_string(flat + length) + ") lies outside the buffer [" + std::to_string(b.base) +
+                        ", " + std::to_string(b.base + size) + ")");
+        return flat - b.base;
     }
-    const Scalar* source(const wave& w, const transfer& t) {
-        const auto b = t.from_new ? as_const(new_buffer(w, t.from_stage)) : old_buffer(w, t.from_stage);
-        check_inside(b.base, b.values.size(), t.from_flat, t.length, "source");
-        return b.values.data() + (t.from_flat - b.base);
+
+    // The first of `p`'s elements to read: in the old buffer, or for a fan-out copy in the new
+    // one. The caller calls done_reading() once it has read them.
+    const Scalar* source(const wave& w, const piece& p) {
+        const transfer& t = *p.t;
+        if (t.from_new) {
+            new_stage& s = new_of(t.from_stage);
+            const located b = new_buffer(w, s);
+            return b.values->data() + inside(b, t.from_flat, t.length, "source") + p.offset;
+        }
+        old_stage& s = old_of(t.from_stage);
+        const located b = old_buffer(w, s);
+        return b.values->data() + inside(b, t.from_flat, t.length, "source") + p.offset;
     }
-    Scalar* target(const wave& w, const transfer& t) {
-        const auto b = new_buffer(w, t.to_stage);
-        check_inside(b.base, b.values.size(), t.to_flat, t.length, "target");
-        return b.values.data() + (t.to_flat - b.base);
+    // After reading `p`: pages of the old buffer with no reads left go back.
+    void done_reading(const wave& w, const piece& p) {
+        const transfer& t = *p.t;
+        if (t.from_new) return;
+        old_stage& s = old_of(t.from_stage);
+        s.ledger.read(inside(old_buffer(w, s), t.from_flat, t.length, "source") + p.offset, p.count);
     }
-    static located<const Scalar> as_const(located<Scalar> b) { return {b.values, b.base}; }
+    // Hands the old buffers' pages whose last read is done back to the kernel.
+    void give_back_old() {
+        for (old_stage& s : old_) s.ledger.give_back();
+    }
+    // Where `p` goes, its pages counted as written.
+    Scalar* target(const wave& w, const piece& p) {
+        const transfer& t = *p.t;
+        new_stage& s = new_of(t.to_stage);
+        const located b = new_buffer(w, s);
+        const std::size_t at = inside(b, t.to_flat, t.length, "target") + p.offset;
+        s.ledger.written(at, p.count);
+        return b.values->data() + at;
+    }
 
     void allocate_new(const wave& w) {
         const int zero = to_.config().zero_stage();
         for (new_stage& s : new_) {
             if (w.what == held_class::parameters) {
-                if (zero == 3) {
-                    s.parameter_range.assign(s.holding.range.size, Scalar(0));
-                    meter_.add(s.parameter_range.capacity() * sizeof(Scalar));
-                } else {
-                    s.full.allocate_parameters();
-                    meter_.add(s.full.padded_size() * sizeof(Scalar));
-                }
+                if (zero == 3)
+                    s.parameter_range = lazy_zeros<Scalar>(s.holding.range.size);
+                else
+                    s.full.allocate_parameters_lazily();
             } else {
                 if (s.optimizer.size() <= w.tensor) s.optimizer.resize(w.tensor + 1);
                 const std::size_t n = zero == 0 ? s.holding.registry.total_size() : s.holding.range.valid();
-                s.optimizer[w.tensor].assign(n, Scalar(0));
-                meter_.add(n * sizeof(Scalar));
+                s.optimizer[w.tensor] = lazy_zeros<Scalar>(n);
             }
+            s.ledger = page_ledger<Scalar>::filling(*new_buffer(w, s).values, meter_);
         }
+    }
+    // Ledgers for the old buffers of the wave's kind, every read this rank will make of them
+    // announced, and the pages nothing reads given back at once.
+    void open_old(const wave& w) {
+        for (old_stage& s : old_) {
+            const located b = old_buffer(w, s);
+            s.ledger = b.values == nullptr ? page_ledger<Scalar>{} : page_ledger<Scalar>::emptying(*b.values, meter_);
+        }
+        for (const transfer& t : plan_.transfers()) {
+            if (t.what != w.what || t.from != me_ || t.from_new) continue;
+            old_stage& s = old_of(t.from_stage);
+            s.ledger.will_read(inside(old_buffer(w, s), t.from_flat, t.length, "source"), t.length);
+        }
+        for (old_stage& s : old_) s.ledger.release_unread();
     }
     void free_old(const wave& w) {
         for (old_stage& s : old_) {
+            s.ledger.forget();
             if (w.what == held_class::parameters) {
-                meter_.remove(s.tensors.full.padded_parameters().size() * sizeof(Scalar));
                 s.tensors.full.release_parameters();
-                free_vector(s.tensors.parameter_range, meter_);
+                state_vector<Scalar>().swap(s.tensors.parameter_range);
             } else if (w.tensor < s.optimizer.tensors.size()) {
-                free_vector(s.optimizer.tensors[w.tensor].values, meter_);
+                state_vector<Scalar>().swap(s.optimizer.tensors[w.tensor].values);
             }
         }
     }
 
     // ---- moving -------------------------------------------------------------------
+    // A wave moves one buffer kind. Every pair's stream, and each rank's stream of local
+    // copies, advances in the same number of steps, an equal share of it each step, so that
+    // what a rank takes (received and copied) and what it gives back (sent and copied) grow
+    // together: a rank writes at most half a cap per step, and with its staging (at most a
+    // cap) stays within max(old, new) + 2 x cap, give or take a page per buffer.
     void run_wave(const wave& w) {
         allocate_new(w);
-        for (const transfer* t : local_)
-            if (t->what == w.what && !t->from_new) copy_local(w, *t);
+        open_old(w);
+        std::map<int, stream> sends, receives;
+        stream copies;
+        const auto world = static_cast<std::size_t>(plan_.world());
+        std::vector<std::size_t> read(world), written(world);  // per rank, elements
+        for (const transfer& t : plan_.transfers()) {
+            if (t.what != w.what || t.from_new) continue;
+            read[static_cast<std::size_t>(t.from)] += t.length;
+            written[static_cast<std::size_t>(t.to)] += t.length;
+            if (t.local()) {
+                if (t.to == me_) add(copies, t);
+            } else if (t.from == me_) {
+                add(sends[t.to], t);
+            } else if (t.to == me_) {
+                add(receives[t.from], t);
+            }
+        }
+        const std::size_t share = share_elements();
+        std::size_t steps = 0;
+        for (std::size_t r = 0; r < world; ++r) steps = std::max(steps, (std::max(read[r], written[r]) + share - 1) / share);
         // Round s: rank r meets r xor s; rounds run to the next power of two above the world.
         int rounds = 1;
         while (rounds < plan_.world()) rounds *= 2;
-        for (int s = 1; s < rounds; ++s) {
-            const int peer = me_ ^ s;
-            if (peer >= plan_.world()) continue;
-            if (me_ < peer) {
-                send_to(w, peer);
-                receive_from(w, peer);
-            } else {
-                receive_from(w, peer);
-                send_to(w, peer);
+        for (std::size_t step = 0; step < steps; ++step) {
+            for (const piece& p : slice(copies, step, steps)) {
+                copy_local(w, p);
+                give_back_old();
+            }
+            for (int s = 1; s < rounds; ++s) {
+                const int peer = me_ ^ s;
+                if (peer >= plan_.world()) continue;
+                stream* out = sends.contains(peer) ? &sends[peer] : nullptr;
+                stream* in = receives.contains(peer) ? &receives[peer] : nullptr;
+                if (me_ < peer) {
+                    send_step(w, out, peer, step, steps);
+                    receive_step(w, in, peer, step, steps);
+                } else {
+                    receive_step(w, in, peer, step, steps);
+                    send_step(w, out, peer, step, steps);
+                }
             }
         }
         // A second copy of an element on this rank (a tied tensor) comes from the first.
-        for (const transfer* t : local_)
-            if (t->what == w.what && t->from_new) copy_local(w, *t);
+        for (const transfer& t : plan_.transfers())
+            if (t.what == w.what && t.local() && t.to == me_ && t.from_new)
+                for (std::size_t done = 0; done < t.length; done += share)
+                    copy_local(w, {&t, done, std::min(share, t.length - done)});
         free_old(w);
     }
 
-    void copy_local(const wave& w, const transfer& t) {
-        const Scalar* from = source(w, t);
-        std::copy(from, from + t.length, target(w, t));
-        figures_.bytes_copied += t.length * sizeof(Scalar);
+    static void add(stream& s, const transfer& t) {
+        s.transfers.push_back(&t);
+        s.length += t.length;
     }
 
-    // One piece of a chunk: `count` elements of a transfer from element `offset` of it.
-    struct piece {
-        const transfer* t;
-        std::size_t offset;
-        std::size_t count;
-    };
-    // Runs at least this long travel straight from the old buffer into the new one, a cap at a
-    // time, without staging: two copies fewer than packing them. Shorter runs (slices of
-    // tensor-parallel tensors, ZeRO range edges) are packed together into staged chunks.
-    static constexpr std::size_t direct_elements = std::size_t{16} << 10;
+    void copy_local(const wave& w, const piece& p) {
+        const Scalar* from = source(w, p);
+        std::copy(from, from + p.count, target(w, p));
+        done_reading(w, p);
+        figures_.bytes_copied += p.count * sizeof(Scalar);
+    }
+    // What a rank receives, and what it sends, in one step of a wave at most: half the cap.
+    [[nodiscard]] std::size_t share_elements() const { return std::max<std::size_t>(1, cap_elements_ / 2); }
 
-    // Calls fn(pieces, elements, direct) for each message of a pair's transfers of the wave's
-    // kind, in order: a direct message is one piece of one long run; a staged one packs up to
-    // a cap of shorter runs. Both ends of a pair cut the same messages from the same list.
-    template <class Fn>
-    void for_each_chunk(const wave& w, const std::vector<const transfer*>& list, Fn&& fn) {
-        std::vector<piece> pieces;
-        std::size_t filled = 0;
-        const auto flush = [&] {
-            if (filled == 0) return;
-            fn(std::span<const piece>(pieces), filled, false);
-            pieces.clear();
-            filled = 0;
-        };
-        for (const transfer* t : list) {
-            if (t->what != w.what) continue;
-            if (t->length >= direct_elements) {
-                flush();
-                for (std::size_t done = 0; done < t->length;) {
-                    const std::size_t n = std::min(t->length - done, cap_elements_);
-                    const piece whole{t, done, n};
-                    fn(std::span<const piece>(&whole, 1), n, true);
-                    done += n;
-                }
-                continue;
-            }
-            std::size_t done = 0;
-            while (done < t->length) {
-                const std::size_t n = std::min(t->length - done, cap_elements_ - filled);
-                pieces.push_back({t, done, n});
-                done += n;
-                filled += n;
-                if (filled == cap_elements_) flush();
+    // The pieces of a stream's slice for `step` of `steps`: an equal share of the stream.
+    static std::vector<piece> slice(stream& s, std::size_t step, std::size_t steps) {
+        if (s.length == 0) return {};
+        const std::size_t end = s.length / steps * (step + 1) + s.length % steps * (step + 1) / steps;
+        std::vector<piece> out;
+        while (s.done < end) {
+            const transfer* t = s.transfers[s.index];
+            const std::size_t n = std::min(t->length - s.offset, end - s.done);
+            out.push_back({t, s.offset, n});
+            s.offset += n;
+            s.done += n;
+            if (s.offset == t->length) {
+                ++s.index;
+                s.offset = 0;
             }
         }
-        flush();
+        return out;
+    }
+
+    // Runs at least this long travel straight from the old buffer into the new one, without
+    // staging: two copies fewer than packing them. Shorter runs (slices of tensor-parallel
+    // tensors, ZeRO range edges) are packed together into one staged message.
+    static constexpr std::size_t direct_elements = std::size_t{16} << 10;
+
+    // Calls fn(pieces, elements, direct) for each message of a slice, in order: a direct
+    // message is one long piece; a staged one packs consecutive shorter pieces. Both ends of
+    // a pair cut the same messages from the same slice.
+    template <class Fn>
+    static void for_each_message(const std::vector<piece>& pieces, Fn&& fn) {
+        std::size_t first = 0;
+        std::size_t packed = 0;
+        const auto flush = [&](std::size_t end) {
+            if (end > first) fn(std::span<const piece>(pieces.data() + first, end - first), packed, false);
+            packed = 0;
+        };
+        for (std::size_t i = 0; i < pieces.size(); ++i) {
+            if (pieces[i].count >= direct_elements) {
+                flush(i);
+                fn(std::span<const piece>(&pieces[i], 1), pieces[i].count, true);
+                first = i + 1;
+                continue;
+            }
+            packed += pieces[i].count;
+        }
+        flush(pieces.size());
     }
 
     void reserve(std::vector<Scalar>& buffer, std::size_t elements) {
         if (buffer.size() >= elements) return;
-        free_vector(buffer, meter_);
+        free_staging(buffer, meter_);
         buffer.resize(elements);
         meter_.add(buffer.capacity() * sizeof(Scalar));
         figures_.staging_peak_bytes =
             std::max(figures_.staging_peak_bytes, (send_buffer_.capacity() + recv_buffer_.capacity()) * sizeof(Scalar));
     }
 
-    void send_to(const wave& w, int peer) {
-        const auto it = sends_.find(peer);
-        if (it == sends_.end()) return;
-        for_each_chunk(w, it->second, [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
+    void send_step(const wave& w, stream* s, int peer, std::size_t step, std::size_t steps) {
+        if (s == nullptr) return;
+        for_each_message(slice(*s, step, steps), [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
             const Scalar* data = nullptr;
             if (direct) {
-                data = source(w, *pieces.front().t) + pieces.front().offset;
+                data = source(w, pieces.front());
             } else {
                 reserve(send_buffer_, elements);
                 Scalar* out = send_buffer_.data();
                 for (const piece& p : pieces) {
-                    const Scalar* from = source(w, *p.t) + p.offset;
+                    const Scalar* from = source(w, p);
                     out = std::copy(from, from + p.count, out);
+                    done_reading(w, p);
                 }
                 data = send_buffer_.data();
             }
             const auto bytes = std::as_bytes(std::span<const Scalar>(data, elements));
             world_.isend(bytes, peer, switch_tag).wait();
+            if (direct) done_reading(w, pieces.front());
+            give_back_old();
             figures_.bytes_sent += bytes.size();
         });
     }
 
-    void receive_from(const wave& w, int peer) {
-        const auto it = receives_.find(peer);
-        if (it == receives_.end()) return;
-        for_each_chunk(w, it->second, [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
+    void receive_step(const wave& w, stream* s, int peer, std::size_t step, std::size_t steps) {
+        if (s == nullptr) return;
+        for_each_message(slice(*s, step, steps), [&](std::span<const piece> pieces, std::size_t elements, bool direct) {
             if (direct) {
-                Scalar* into = target(w, *pieces.front().t) + pieces.front().offset;
+                Scalar* into = target(w, pieces.front());
                 world_.irecv(std::as_writable_bytes(std::span<Scalar>(into, elements)), peer, switch_tag).wait();
                 figures_.bytes_received += elements * sizeof(Scalar);
                 return;
@@ -392,7 +508,7 @@ private:
             figures_.bytes_received += bytes.size();
             const Scalar* in = recv_buffer_.data();
             for (const piece& p : pieces) {
-                std::copy(in, in + p.count, target(w, *p.t) + p.offset);
+                std::copy(in, in + p.count, target(w, p));
                 in += p.count;
             }
         });
@@ -403,11 +519,15 @@ private:
         const int zero = to_.config().zero_stage();
         state_type state;
         state.progress = scalars.progress;
+        std::size_t new_state_bytes = 0;
         for (new_stage& s : new_) {
             if (zero <= 1) {
                 s.full.allocate_gradients();
-                meter_.add(s.full.padded_size() * sizeof(Scalar));
+                meter_.add(state_buffer_bytes<Scalar>(s.full.padded_size()));
+                new_state_bytes += state_buffer_bytes<Scalar>(s.full.padded_size());
             }
+            new_state_bytes += state_buffer_bytes(s.full.parameter_storage()) + state_buffer_bytes(s.parameter_range);
+            for (const auto& t : s.optimizer) new_state_bytes += state_buffer_bytes(t);
             shard::stage_tensors<Scalar> tensors(std::move(s.full));
             tensors.range = s.holding.range;
             tensors.zero_stage = zero;
@@ -417,11 +537,12 @@ private:
             const auto state_names = stepper.state_names();
             for (std::size_t k = 0; k < state_names.size(); ++k)
                 moved.tensors.push_back({std::string(state_names[k]),
-                                         k < s.optimizer.size() ? std::move(s.optimizer[k]) : std::vector<Scalar>{}});
+                                         k < s.optimizer.size() ? std::move(s.optimizer[k]) : state_vector<Scalar>{}});
             stepper.import_state(std::move(moved));
             state.stages.push_back({s.holding.stage, s.holding.units, std::move(tensors), std::move(stepper)});
         }
-        figures_.new_state_bytes = meter_.now();
+        // What the new state holds once trained on: every page of its buffers.
+        figures_.new_state_bytes = new_state_bytes;
         figures_.memory_peak_bytes = meter_.peak();
         return state;
     }
@@ -434,8 +555,6 @@ private:
     std::size_t cap_elements_;
     std::vector<old_stage> old_;
     std::vector<new_stage> new_;
-    std::vector<const transfer*> local_;
-    std::map<int, std::vector<const transfer*>> sends_, receives_;
     std::vector<Scalar> send_buffer_, recv_buffer_;
     memory_meter meter_;
     transfer_figures figures_;

@@ -21,6 +21,7 @@
 
 #include "weft/core/dtype.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/optim/optimizer_state.hpp"
@@ -138,10 +139,10 @@ inline void require_whole(const nn::parameter_info& info) {
             "checkpoints store whole tensors: gather the slices first (train::gather_full_stages)");
 }
 
-[[nodiscard]] inline std::vector<float> read_f32_buffer(const safetensors_file& file,
-                                                        const nn::parameter_registry& registry,
-                                                        std::string_view suffix) {
-    std::vector<float> buffer(registry.total_size());
+template <class Buffer = std::vector<float>>
+[[nodiscard]] Buffer read_f32_buffer(const safetensors_file& file, const nn::parameter_registry& registry,
+                                     std::string_view suffix) {
+    Buffer buffer(registry.total_size());
     for (const nn::parameter_info& info : registry.entries()) {
         const std::string name = info.name + std::string(suffix);
         copy_f32(find_f32(file, name, info.shape), info, std::span(buffer).subspan(info.offset, info.size));
@@ -300,8 +301,8 @@ inline void save_optimizer_state(const std::filesystem::path& path, std::span<co
     };
     optim::optimizer_state<float> state{steps, {}};
     for (const std::string_view name : names) {
-        std::vector<float> values;
-        if (listed(name)) values = detail::read_f32_buffer(file, registry, "." + std::string(name));
+        state_vector<float> values;
+        if (listed(name)) values = detail::read_f32_buffer<state_vector<float>>(file, registry, "." + std::string(name));
         state.tensors.push_back({std::string(name), std::move(values)});
     }
     return state;

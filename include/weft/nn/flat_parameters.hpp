@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 
 namespace weft::nn {
@@ -68,20 +69,25 @@ public:
     [[nodiscard]] std::span<Scalar> padded_gradients() { return grads_; }
     [[nodiscard]] bool holds_parameters() const { return !params_.empty(); }
     [[nodiscard]] bool holds_gradients() const { return !grads_.empty(); }
-    void release_parameters() { std::vector<Scalar>().swap(params_); }
-    void release_gradients() { std::vector<Scalar>().swap(grads_); }
+    void release_parameters() { state_vector<Scalar>().swap(params_); }
+    void release_gradients() { state_vector<Scalar>().swap(grads_); }
     // Zero-filled, padded; the caller fills the parameters (e.g. by an all-gather).
     void allocate_parameters() { params_.assign(padded_size_, Scalar(0)); }
     void allocate_gradients() { grads_.assign(padded_size_, Scalar(0)); }
+    // Zeros that take memory only as they are written (core/state_vector.hpp): a layout
+    // switch fills them as the data arrives.
+    void allocate_parameters_lazily() { params_ = lazy_zeros<Scalar>(padded_size_); }
+    // The parameters' buffer itself, for a layout switch to give its pages back as it empties it.
+    [[nodiscard]] state_vector<Scalar>& parameter_storage() { return params_; }
 
 private:
-    [[nodiscard]] std::size_t held(const std::vector<Scalar>& buffer) const {
+    [[nodiscard]] std::size_t held(const state_vector<Scalar>& buffer) const {
         return std::min(buffer.size(), registry_.total_size());
     }
 
     parameter_registry registry_;
-    std::vector<Scalar> params_;
-    std::vector<Scalar> grads_;
+    state_vector<Scalar> params_;
+    state_vector<Scalar> grads_;
     std::size_t padded_size_ = 0;
 };
 

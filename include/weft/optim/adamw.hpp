@@ -18,6 +18,7 @@
 #include <Eigen/Core>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
 #include "weft/optim/optimizer_state.hpp"
@@ -153,8 +154,8 @@ private:
     }
 
     adamw_options options_;
-    std::vector<Scalar> m_;
-    std::vector<Scalar> v_;
+    state_vector<Scalar> m_;
+    state_vector<Scalar> v_;
     std::uint64_t steps_ = 0;
 };
 

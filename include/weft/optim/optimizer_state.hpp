@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 
 namespace weft::optim {
 
@@ -30,7 +31,7 @@ struct state_tensor_view {
 template <class Scalar>
 struct state_tensor {
     std::string name;
-    std::vector<Scalar> values;
+    state_vector<Scalar> values;
     friend bool operator==(const state_tensor&, const state_tensor&) = default;
 };
 
@@ -56,7 +57,7 @@ template <class Scalar, class Views>
 [[nodiscard]] optimizer_state<Scalar> copy_state(std::uint64_t steps, const Views& views) {
     optimizer_state<Scalar> state{steps, {}};
     for (const state_tensor_view<Scalar>& view : views)
-        state.tensors.push_back({std::string(view.name), std::vector<Scalar>(view.values.begin(), view.values.end())});
+        state.tensors.push_back({std::string(view.name), state_vector<Scalar>(view.values.begin(), view.values.end())});
     return state;
 }
 
@@ -65,7 +66,7 @@ namespace detail {
 // Checks that `state` holds exactly the tensors `names` (in any order), all of one size
 // (empty before the first step), and returns them in the order of `names`.
 template <class Scalar, std::size_t N>
-[[nodiscard]] std::array<std::vector<Scalar>, N> take_state_tensors(
+[[nodiscard]] std::array<state_vector<Scalar>, N> take_state_tensors(
     std::string_view optimizer, optimizer_state<Scalar>&& state,
     const std::array<std::string_view, N>& names) {
     auto list = [](const auto& items, auto name_of) {
@@ -77,7 +78,7 @@ template <class Scalar, std::size_t N>
     for (const auto& t : state.tensors)
         require(std::find(names.begin(), names.end(), t.name) != names.end(), std::string(optimizer) + " state tensor",
                 t.name, "is not part of " + std::string(optimizer) + "'s state (valid: " + expected + ")");
-    std::array<std::vector<Scalar>, N> out;
+    std::array<state_vector<Scalar>, N> out;
     for (std::size_t i = 0; i < N; ++i) {
         const auto it = std::find_if(state.tensors.begin(), state.tensors.end(),
                                      [&](const auto& t) { return t.name == names[i]; });

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
 #include "weft/optim/optimizer_state.hpp"
@@ -109,7 +110,7 @@ public:
 
 private:
     sgd_options options_;
-    std::vector<Scalar> momentum_buffer_;
+    state_vector<Scalar> momentum_buffer_;
     std::uint64_t steps_ = 0;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/shard/flat_shard.hpp"
 
@@ -43,7 +44,7 @@ struct stage_tensors {
     // This rank's range of the flat buffers: all of them at ZeRO stage 0.
     flat_shard range;
     // ZeRO-3 between its UNSHARD and RESHARD actions: only this rank's range of the parameters.
-    std::vector<Scalar> parameter_range;
+    state_vector<Scalar> parameter_range;
     // The form the tensors are in: 0 (whole), or the ZeRO stage 1, 2 or 3 that holds them.
     int zero_stage = 0;
 

@@ -14,12 +14,14 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/io/checkpoint.hpp"
 #include "weft/io/safetensors.hpp"
@@ -81,13 +83,13 @@ template <class Comm>
 }
 // A vector of any length (an optimizer state tensor may be empty): its length, then its values.
 template <class Comm>
-void send_vector(Comm& comm, const std::vector<float>& values, int dest) {
+void send_vector(Comm& comm, std::span<const float> values, int dest) {
     send_count(comm, values.size(), dest);
-    if (!values.empty()) send_floats(comm, std::span<const float>(values), dest);
+    if (!values.empty()) send_floats(comm, values, dest);
 }
 template <class Comm>
-[[nodiscard]] std::vector<float> receive_vector(Comm& comm, int source) {
-    std::vector<float> values(static_cast<std::size_t>(receive_count(comm, source)));
+[[nodiscard]] state_vector<float> receive_vector(Comm& comm, int source) {
+    state_vector<float> values(static_cast<std::size_t>(receive_count(comm, source)));
     if (!values.empty()) receive_floats(comm, std::span<float>(values), source);
     return values;
 }
@@ -121,16 +123,14 @@ void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
     }
     const nn::parameter_registry whole =
         Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(full.index)]);
-    std::vector<std::vector<float>*> buffers{&full.parameters};
-    for (auto& tensor : full.optimizer.tensors) buffers.push_back(&tensor.values);
-    for (std::vector<float>* values : buffers) {
-        if (values->empty()) continue;  // a state tensor not kept (yet)
+    const auto assemble = [&](auto& values) {
+        if (values.empty()) return;  // a state tensor not kept (yet)
         // Slices differ in length (uneven vocabulary pieces): all-gather them padded.
         std::vector<float> mine(longest, 0.0f);
-        std::copy(values->begin(), values->end(), mine.begin());
+        std::copy(values.begin(), values.end(), mine.begin());
         std::vector<float> all(longest * static_cast<std::size_t>(tp));
         group.allgather(std::span<const float>(mine), std::span<float>(all));
-        std::vector<float> assembled(whole.total_size());
+        std::remove_reference_t<decltype(values)> assembled(whole.total_size());
         for (int r = 0; r < tp; ++r)
             for (const auto& info : slices[static_cast<std::size_t>(r)].entries()) {
                 if (info.split.whole() && r != 0) continue;
@@ -141,8 +141,10 @@ void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
                               assembled.begin() + static_cast<std::ptrdiff_t>(to + global));
                 });
             }
-        *values = std::move(assembled);
-    }
+        values = std::move(assembled);
+    };
+    assemble(full.parameters);
+    for (auto& tensor : full.optimizer.tensors) assemble(tensor.values);
     full.registry = whole;
 }
 
@@ -161,7 +163,7 @@ template <class Engine>
         const auto& range = sharding.shard();
         full.optimizer.steps = optimizer.step_count();
         for (const auto& view : optimizer.state_views()) {
-            std::vector<float> whole;
+            state_vector<float> whole;
             if (sharding.zero_stage() == 0) {
                 whole.assign(view.values.begin(), view.values.end());
             } else {
@@ -355,7 +357,7 @@ void load(Engine& engine, const std::filesystem::path& path, const std::filesyst
                 if (tensor.values.empty()) continue;
                 const auto first =
                     tensor.values.begin() + static_cast<std::ptrdiff_t>(std::min(range.offset, range.total));
-                tensor.values = std::vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
+                tensor.values = state_vector<float>(first, first + static_cast<std::ptrdiff_t>(range.valid()));
             }
         }
         optimizer.import_state(std::move(state));
