@@ -1,0 +1,183 @@
+// Routing one SWARM stage's calls over its pool of workers (Ryabinin et al., ICML 2023,
+// "stochastic wiring"): interleaved weighted round-robin.
+//
+// Each live worker has a virtual finish time. A call goes to the worker whose virtual time
+// is least, ties broken at random, and that worker's virtual time then moves on by its
+// expected time per call: the exponential moving average (EMA) of the times it was measured
+// at. A worker twice as fast is thus chosen twice as often, and its calls interleave with
+// the others' instead of coming in bursts. The times live in a min-heap; entries a worker
+// left behind (it was chosen again, banned, or left) are skipped as they surface.
+//
+// A worker that joins enters at the current minimum, so it neither waits behind the pool
+// nor takes a burst of calls to catch up. A timed-out call multiplies the worker's EMA by a
+// penalty (it is chosen less, and waited for longer); an error or a dead connection bans
+// it until it announces itself again (join). Timeouts follow each worker's own EMA: a
+// multiple of it, never below a floor.
+//
+// The router is plain data with no clock or I/O, so that the real trainer and the simulated
+// one (benchmarks/bench_swarm) make the same choices.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <queue>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+
+namespace weft::swarm {
+
+using worker_id = std::uint64_t;
+
+struct router_options {
+    double ema_weight = 0.2;           // weight of the newest measurement in the EMA, in (0, 1]
+    double initial_seconds = 1.0;      // the expected time of a worker not measured yet, > 0
+    double timeout_multiple = 4.0;     // a call times out after this many EMAs, >= 1
+    double timeout_floor_seconds = 1;  // and never sooner than this, > 0
+    double timeout_penalty = 2.0;      // a timed-out worker's EMA is multiplied by this, >= 1
+};
+
+class router {
+public:
+    explicit router(int stage, router_options options = {}, std::uint64_t seed = 0)
+        : stage_(stage), options_(options), random_(seed) {
+        require(options.ema_weight > 0 && options.ema_weight <= 1, "ema_weight", options.ema_weight,
+                "must be in (0, 1]");
+        require(options.initial_seconds > 0, "initial_seconds", options.initial_seconds, "must be > 0");
+        require(options.timeout_multiple >= 1, "timeout_multiple", options.timeout_multiple, "must be >= 1");
+        require(options.timeout_floor_seconds > 0, "timeout_floor_seconds", options.timeout_floor_seconds,
+                "must be > 0");
+        require(options.timeout_penalty >= 1, "timeout_penalty", options.timeout_penalty, "must be >= 1");
+    }
+
+    // A worker announces itself: it joins the pool (again, after a ban) at the current
+    // minimum virtual time. A worker already live keeps its place.
+    void join(worker_id id) {
+        const double least = minimum_virtual_time();
+        worker& w = workers_[id];
+        if (w.live) return;
+        w.live = true;
+        w.virtual_time = least;
+        push(id, w);
+    }
+    // A worker leaves (or moves to another stage): no more calls go to it.
+    void leave(worker_id id) {
+        if (auto it = workers_.find(id); it != workers_.end()) {
+            it->second.live = false;
+            ++it->second.version;
+        }
+    }
+
+    // The worker the next call goes to; none when no worker is live.
+    [[nodiscard]] std::optional<worker_id> pick() {
+        while (!heap_.empty()) {
+            const entry top = heap_.top();
+            heap_.pop();
+            worker& w = workers_.at(top.id);
+            if (!w.live || top.version != w.version) continue;  // left behind
+            w.virtual_time = top.finish + w.ema_seconds;
+            push(top.id, w);
+            return top.id;
+        }
+        return std::nullopt;
+    }
+    // As pick(), or a weft::error naming the stage when no worker is live.
+    [[nodiscard]] worker_id pick_or_throw() {
+        if (const auto id = pick()) return *id;
+        throw error("swarm stage " + std::to_string(stage_) +
+                    " has no live worker: every one has left, failed or been banned (start workers for it, or "
+                    "wait for one to announce itself)");
+    }
+
+    // A call to `id` took `seconds`: its EMA follows.
+    void finished(worker_id id, double seconds) {
+        require(seconds >= 0, "call seconds", seconds, "must be >= 0");
+        worker& w = known(id);
+        w.ema_seconds = w.measured ? (1 - options_.ema_weight) * w.ema_seconds + options_.ema_weight * seconds : seconds;
+        w.measured = true;
+    }
+    // A call to `id` timed out: its EMA takes the penalty; the caller tries another worker.
+    void timed_out(worker_id id) {
+        worker& w = known(id);
+        w.ema_seconds *= options_.timeout_penalty;
+        w.measured = true;
+    }
+    // A call to `id` failed, or its connection died: banned until it announces itself again.
+    void failed(worker_id id) {
+        worker& w = known(id);
+        w.live = false;
+        ++w.version;
+        ++w.bans;
+    }
+
+    // How long to wait for a call to `id`: a multiple of its EMA, never below the floor.
+    [[nodiscard]] double timeout_seconds(worker_id id) const {
+        const worker& w = known(id);
+        return std::max(options_.timeout_floor_seconds, options_.timeout_multiple * w.ema_seconds);
+    }
+    [[nodiscard]] double expected_seconds(worker_id id) const { return known(id).ema_seconds; }
+    [[nodiscard]] bool is_live(worker_id id) const {
+        const auto it = workers_.find(id);
+        return it != workers_.end() && it->second.live;
+    }
+    [[nodiscard]] int times_banned(worker_id id) const { return known(id).bans; }
+    [[nodiscard]] std::size_t live_workers() const {
+        std::size_t n = 0;
+        for (const auto& [id, w] : workers_) n += w.live ? 1 : 0;
+        return n;
+    }
+    [[nodiscard]] int stage() const { return stage_; }
+
+private:
+    struct worker {
+        double ema_seconds = 0;
+        double virtual_time = 0;
+        std::uint64_t version = 0;  // heap entries of older versions are stale
+        bool live = false;
+        bool measured = false;
+        int bans = 0;
+    };
+    struct entry {
+        double finish;
+        std::uint64_t tie;  // random: equal times go in random order
+        worker_id id;
+        std::uint64_t version;
+        friend bool operator>(const entry& a, const entry& b) {
+            return a.finish != b.finish ? a.finish > b.finish : a.tie > b.tie;
+        }
+    };
+
+    void push(worker_id id, worker& w) {
+        if (w.ema_seconds == 0) w.ema_seconds = options_.initial_seconds;
+        ++w.version;
+        heap_.push({w.virtual_time, random_(), id, w.version});
+    }
+    [[nodiscard]] double minimum_virtual_time() const {
+        std::optional<double> least;
+        for (const auto& [id, w] : workers_)
+            if (w.live && (!least || w.virtual_time < *least)) least = w.virtual_time;
+        return least.value_or(0.0);
+    }
+    [[nodiscard]] const worker& known(worker_id id) const {
+        const auto it = workers_.find(id);
+        if (it == workers_.end())
+            throw invalid_argument("swarm worker", std::to_string(id), "has never joined stage " + std::to_string(stage_));
+        return it->second;
+    }
+    worker& known(worker_id id) { return const_cast<worker&>(std::as_const(*this).known(id)); }
+
+    int stage_;
+    router_options options_;
+    std::mt19937_64 random_;
+    std::map<worker_id, worker> workers_;
+    std::priority_queue<entry, std::vector<entry>, std::greater<>> heap_;
+};
+
+}  // namespace weft::swarm

@@ -1,0 +1,120 @@
+// The SWARM router: interleaved weighted round-robin over a stage's workers, with joins at
+// the current minimum, bans, timeouts that follow each worker's EMA, and a clear error
+// when no worker is live.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "weft/core/error.hpp"
+#include "weft/swarm/router.hpp"
+
+using weft::swarm::router;
+using weft::swarm::router_options;
+
+namespace {
+
+std::map<weft::swarm::worker_id, int> count_picks(router& r, int calls) {
+    std::map<weft::swarm::worker_id, int> counts;
+    for (int i = 0; i < calls; ++i) ++counts[r.pick_or_throw()];
+    return counts;
+}
+
+}  // namespace
+
+TEST_CASE("calls go to workers in proportion to their speed, interleaved", "[swarm][router]") {
+    router r(0);
+    r.join(1);
+    r.join(2);
+    r.finished(1, 1.0);  // worker 1 takes 1 s a call, worker 2 takes 2 s
+    r.finished(2, 2.0);
+    const auto counts = count_picks(r, 300);
+    CHECK(counts.at(1) >= 198);
+    CHECK(counts.at(1) <= 202);
+    // Equal workers interleave: at no point has one had more than one call over the other
+    // (ties go in random order, so a worker may get two in a row across a tie).
+    router even(0);
+    even.join(7);
+    even.join(8);
+    std::map<weft::swarm::worker_id, int> so_far{{7, 0}, {8, 0}};
+    for (int i = 0; i < 40; ++i) {
+        ++so_far[even.pick_or_throw()];
+        CHECK(std::abs(so_far[7] - so_far[8]) <= 1);
+    }
+}
+
+TEST_CASE("a worker that joins enters at the current minimum", "[swarm][router]") {
+    router r(0);
+    r.join(1);
+    r.join(2);
+    (void)count_picks(r, 100);  // the pool's virtual times are far along
+    r.join(3);
+    const auto counts = count_picks(r, 30);
+    // Without entering at the minimum it would take the next 30 calls or so; it takes its share.
+    CHECK(counts.at(3) >= 9);
+    CHECK(counts.at(3) <= 11);
+    CHECK(counts.at(1) >= 9);
+}
+
+TEST_CASE("a failed worker is banned until it announces itself again", "[swarm][router]") {
+    router r(2);
+    r.join(1);
+    r.join(2);
+    r.failed(1);
+    CHECK_FALSE(r.is_live(1));
+    CHECK(r.times_banned(1) == 1);
+    CHECK(count_picks(r, 10).count(1) == 0);
+    r.join(1);
+    CHECK(count_picks(r, 10).at(1) >= 4);
+    r.failed(1);
+    r.failed(2);
+    CHECK_FALSE(r.pick().has_value());
+    CHECK_THROWS_WITH(r.pick_or_throw(), Catch::Contains("swarm stage 2 has no live worker"));
+    r.leave(2);
+    CHECK(r.live_workers() == 0);
+}
+
+TEST_CASE("timeouts follow each worker's EMA, and a timeout costs its share", "[swarm][router]") {
+    router r(0, router_options{.ema_weight = 0.5, .timeout_multiple = 3, .timeout_floor_seconds = 0.5,
+                               .timeout_penalty = 4});
+    r.join(1);
+    r.join(2);
+    r.finished(1, 0.1);
+    CHECK(r.timeout_seconds(1) == Approx(0.5));  // 3 x 0.1 is under the floor
+    r.finished(1, 0.5);                          // EMA (0.1 + 0.5) / 2 = 0.3
+    CHECK(r.expected_seconds(1) == Approx(0.3));
+    CHECK(r.timeout_seconds(1) == Approx(0.9));
+    r.finished(2, 0.3);
+    r.timed_out(2);  // 0.3 x 4
+    CHECK(r.expected_seconds(2) == Approx(1.2));
+    CHECK(r.timeout_seconds(2) == Approx(3.6));
+    const auto counts = count_picks(r, 100);
+    CHECK(counts.at(1) >= 78);  // 1.2 / 0.3 = 4 times as many calls
+    CHECK(counts.at(1) <= 82);
+}
+
+TEST_CASE("ties go in random order, the same for the same seed", "[swarm][router]") {
+    std::set<weft::swarm::worker_id> first_picks;
+    for (std::uint64_t seed = 0; seed < 16; ++seed) {
+        router a(0, {}, seed), b(0, {}, seed);
+        for (weft::swarm::worker_id id = 1; id <= 4; ++id) {
+            a.join(id);
+            b.join(id);
+        }
+        const auto pick = a.pick_or_throw();
+        CHECK(pick == b.pick_or_throw());
+        first_picks.insert(pick);
+    }
+    CHECK(first_picks.size() >= 3);
+}
+
+TEST_CASE("bad router options and unknown workers are refused by name", "[swarm][router]") {
+    CHECK_THROWS_WITH(router(0, router_options{.ema_weight = 0}), Catch::Contains("ema_weight"));
+    CHECK_THROWS_WITH(router(0, router_options{.timeout_multiple = 0.5}), Catch::Contains("timeout_multiple"));
+    CHECK_THROWS_WITH(router(0, router_options{.timeout_floor_seconds = 0}), Catch::Contains("timeout_floor_seconds"));
+    CHECK_THROWS_WITH(router(0, router_options{.timeout_penalty = 0.5}), Catch::Contains("timeout_penalty"));
+    router r(0);
+    CHECK_THROWS_WITH(r.finished(9, 1.0), Catch::Contains("swarm worker") && Catch::Contains("never joined"));
+    r.join(9);
+    CHECK_THROWS_WITH(r.finished(9, -1.0), Catch::Contains("call seconds"));
+}
