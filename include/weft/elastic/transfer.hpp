@@ -173,6 +173,20 @@ private:
                 {h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {}, {}, {}});
     }
 
+    // ---- buffer sizes -------------------------------------------------------------
+    // Elements of a stage's buffers in layout `l`: the flat buffer (padded to the ZeRO ranges),
+    // the parameters (the ZeRO-3 range, or the flat buffer), and each optimizer state tensor
+    // (the stage's tensors, or from ZeRO-1 on the valid part of the range).
+    static std::size_t flat_elements(const layout& l, const stage_holding& h) {
+        return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.padded;
+    }
+    static std::size_t parameter_elements(const layout& l, const stage_holding& h) {
+        return l.config().zero_stage() == 3 ? h.range.size : flat_elements(l, h);
+    }
+    static std::size_t moment_elements(const layout& l, const stage_holding& h) {
+        return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.valid();
+    }
+
     // ---- the order of the waves ---------------------------------------------------
     // The sizes, in elements, of one rank's buffers of each kind in a layout.
     struct kind_sizes {
@@ -181,14 +195,11 @@ private:
         std::size_t moment = 0;     // each optimizer state tensor
     };
     static kind_sizes sizes_of(const layout& l, int rank) {
-        const int zero = l.config().zero_stage();
-        const std::size_t shards = zero == 0 ? 1 : static_cast<std::size_t>(l.config().dp());
         kind_sizes out;
         for (const stage_holding& h : l.holdings(rank)) {
-            const std::size_t padded = (h.registry.total_size() + shards - 1) / shards * shards;
-            out.parameters += zero == 3 ? h.range.size : padded;
-            out.gradients += zero <= 1 ? padded : 0;
-            out.moment += zero == 0 ? h.registry.total_size() : h.range.valid();
+            out.parameters += parameter_elements(l, h);
+            out.gradients += l.config().zero_stage() <= 1 ? flat_elements(l, h) : 0;
+            out.moment += moment_elements(l, h);
         }
         return out;
     }
@@ -304,13 +315,12 @@ private:
         for (new_stage& s : new_) {
             if (w.what == held_class::parameters) {
                 if (zero == 3)
-                    s.parameter_range = lazy_zeros<Scalar>(s.holding.range.size);
+                    s.parameter_range = lazy_zeros<Scalar>(parameter_elements(to_, s.holding));
                 else
                     s.full.allocate_parameters_lazily();
             } else {
                 if (s.optimizer.size() <= w.tensor) s.optimizer.resize(w.tensor + 1);
-                const std::size_t n = zero == 0 ? s.holding.registry.total_size() : s.holding.range.valid();
-                s.optimizer[w.tensor] = lazy_zeros<Scalar>(n);
+                s.optimizer[w.tensor] = lazy_zeros<Scalar>(moment_elements(to_, s.holding));
             }
             s.ledger = page_ledger<Scalar>::filling(*new_buffer(w, s).values, meter_);
         }
