@@ -1,4 +1,4 @@
-# Installs the headers and exports weft::weft (and weft::mpi / weft::cuda / weft::nccl
+# Installs the headers and exports weft::weft (and weft::mpi / weft::cuda / weft::nccl / weft::zmq
 # where they exist) so that find_package(weft CONFIG REQUIRED) works for users.
 include(CMakePackageConfigHelpers)
 
@@ -17,6 +17,12 @@ endif()
 if(WEFT_HAS_NCCL)
     install(TARGETS weft_nccl EXPORT weft-nccl-targets)
     install(EXPORT weft-nccl-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
+endif()
+
+# weft::zmq records the ZeroMQ library and include directory found here.
+if(WEFT_HAS_ZMQ)
+    install(TARGETS weft_zmq EXPORT weft-zmq-targets)
+    install(EXPORT weft-zmq-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 endif()
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/weftConfig.cmake.in

@@ -6,7 +6,9 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libopenmpi-dev openmpi-bin
-          libcli11-dev nlohmann-json3-dev)
+          libcli11-dev nlohmann-json3-dev
+          # ZeroMQ: the SWARM transport (swarm_train), which outlives a dead worker where MPI would not.
+          libzmq3-dev cppzmq-dev)
 if [[ "${1:-}" == "--tests" ]]; then
     # procps: pgrep, which the stalled-peer and preemption tests use to find rank processes.
     packages+=(catch2 libbenchmark-dev python3-torch python3-numpy procps)

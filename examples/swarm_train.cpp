@@ -1,0 +1,365 @@
+// examples/swarm_train: trains GPT-2 as a SWARM pipeline (docs/swarm.md). The trainer is
+// the rendezvous; each stage is served by a pool of worker processes that may crash, stall,
+// run slow or join at any time, and training goes on, counting every sample exactly once.
+//
+//   swarm_train --spawn --stages 2 --workers-per-stage 2 --data data/train.bin --steps 20
+//   swarm_train --spawn ... --fail 1@5 --stall 2@8:3 --slow 3:2      (faults on purpose)
+//   swarm_train --listen 0.0.0.0:5555 --stages 2 --workers-per-stage 2 --data ...   (host A)
+//   swarm_train --role worker --rendezvous hostA:5555 --host hostB                  (host B, ...)
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/data/token_batches.hpp"
+#include "weft/io/token_file.hpp"
+#include "weft/swarm/net/trainer.hpp"
+#include "weft/swarm/net/worker.hpp"
+#include "weft/train/lr_schedule.hpp"
+#include "weft/train/step_log.hpp"
+#include "gpt_run_cli.hpp"
+
+extern char** environ;
+
+namespace {
+
+struct options : weft_examples::gpt_run_options {
+    std::string role = "trainer";
+    int stages = 2;
+    int workers_per_stage = 2;
+    bool spawn = false;
+    int microbatches = 4;
+    std::string optimizer = "adamw";
+    double grad_clip = 0;
+    long long warmup_steps = 0;
+    double min_lr = 0;
+    long long decay_steps = -1;
+    std::vector<int> partition;
+    std::string listen = "127.0.0.1:0";
+    std::string rendezvous;
+    std::string host = "127.0.0.1";
+    long long id = -1;
+    int stage = -1;
+    long long parent_pid = 0;
+    std::vector<std::string> fails, stalls, slows, joins;
+    std::size_t compress_block = 0;
+    double heartbeat_s = 0.25;
+    int max_attempts = 8;
+    double wait_s = 30;
+    double connect_timeout_s = 10;
+};
+
+// ---- fault flags: W@STEP[:forward|backward], W@STEP:SECONDS, W:FACTOR ------------------
+long long parse_int(const std::string& text, const std::string& flag, const std::string& whole) {
+    long long v = 0;
+    const auto [end, failure] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (failure != std::errc() || end != text.data() + text.size() || v < 0)
+        throw weft::invalid_argument(flag, whole, "must read " + std::string(flag == "--fail" ? "W@STEP[:forward|backward]"
+                                                                  : flag == "--stall" ? "W@STEP:SECONDS"
+                                                                  : flag == "--join" ? "W@STEP"
+                                                                                      : "W:FACTOR") +
+                                                        " with non-negative integers W and STEP");
+    return v;
+}
+double parse_positive(const std::string& text, const std::string& flag, const std::string& whole) {
+    try {
+        std::size_t used = 0;
+        const double v = std::stod(text, &used);
+        if (used == text.size() && std::isfinite(v) && v > 0) return v;
+    } catch (const std::exception&) {
+    }
+    throw weft::invalid_argument(flag, whole, "needs a positive number after the colon");
+}
+std::map<std::int64_t, weft::swarm::worker_faults> parse_faults(const options& o) {
+    std::map<std::int64_t, weft::swarm::worker_faults> faults;
+    for (const auto& f : o.fails) {
+        const auto at = f.find('@');
+        if (at == std::string::npos) throw weft::invalid_argument("--fail", f, "must read W@STEP[:forward|backward]");
+        const auto colon = f.find(':', at);
+        auto& w = faults[parse_int(f.substr(0, at), "--fail", f)];
+        w.fail_step = parse_int(f.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
+                                "--fail", f);
+        if (colon != std::string::npos) {
+            const std::string phase = f.substr(colon + 1);
+            if (phase == "forward") w.fail_phase = weft::swarm::worker_faults::phase::forward;
+            else if (phase == "backward") w.fail_phase = weft::swarm::worker_faults::phase::backward;
+            else throw weft::invalid_argument("--fail", f, "the phase after the colon must be forward or backward");
+        }
+    }
+    for (const auto& s : o.stalls) {
+        const auto at = s.find('@'), colon = s.find(':');
+        if (at == std::string::npos || colon == std::string::npos || colon < at)
+            throw weft::invalid_argument("--stall", s, "must read W@STEP:SECONDS");
+        auto& w = faults[parse_int(s.substr(0, at), "--stall", s)];
+        w.stall_step = parse_int(s.substr(at + 1, colon - at - 1), "--stall", s);
+        w.stall_seconds = parse_positive(s.substr(colon + 1), "--stall", s);
+    }
+    for (const auto& s : o.slows) {
+        const auto colon = s.find(':');
+        if (colon == std::string::npos) throw weft::invalid_argument("--slow", s, "must read W:FACTOR");
+        auto& w = faults[parse_int(s.substr(0, colon), "--slow", s)];
+        w.slow_factor = parse_positive(s.substr(colon + 1), "--slow", s);
+        if (w.slow_factor < 1) throw weft::invalid_argument("--slow", s, "FACTOR must be at least 1");
+    }
+    return faults;
+}
+
+// ---- worker processes started by the trainer (--spawn) --------------------------------
+// Children of this process: each is stopped at the end, and any left is killed, so no
+// worker outlives the run, even when the trainer fails.
+class child_workers {
+public:
+    explicit child_workers(std::string program) : program_(std::move(program)) {}
+    child_workers(const child_workers&) = delete;
+    child_workers& operator=(const child_workers&) = delete;
+    ~child_workers() { reap(std::chrono::seconds(0)); }
+
+    void start(long long id, int stage, const std::string& rendezvous, const std::string& host) {
+        std::vector<std::string> args{program_, "--role", "worker", "--rendezvous", rendezvous, "--id",
+                                      std::to_string(id), "--host", host, "--parent-pid", std::to_string(::getpid())};
+        if (stage >= 0) args.insert(args.end(), {"--stage", std::to_string(stage)});
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t pid = 0;
+        if (const int failure = posix_spawn(&pid, program_.c_str(), nullptr, nullptr, argv.data(), environ); failure != 0)
+            throw weft::error("--spawn: cannot start a worker process from " + program_ + ": " + std::strerror(failure));
+        pids_[id] = pid;
+    }
+    // Waits up to `grace` for the workers to exit, then kills the rest; returns how many
+    // had to be killed.
+    int reap(std::chrono::milliseconds grace) {
+        const auto deadline = std::chrono::steady_clock::now() + grace;
+        int killed = 0;
+        for (auto& [id, pid] : pids_) {
+            while (pid > 0) {
+                int status = 0;
+                const pid_t done = ::waitpid(pid, &status, WNOHANG);
+                if (done == pid || done < 0) {
+                    pid = 0;
+                    break;
+                }
+                if (std::chrono::steady_clock::now() >= deadline) {
+                    ::kill(pid, SIGKILL);
+                    ::waitpid(pid, &status, 0);
+                    ++killed;
+                    pid = 0;
+                    break;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+        }
+        return killed;
+    }
+    [[nodiscard]] std::map<long long, pid_t> pids() const { return pids_; }
+
+private:
+    std::string program_;
+    std::map<long long, pid_t> pids_;
+};
+
+int run_worker(const options& o) {
+    if (o.parent_pid > 0) {
+        // A spawned worker dies with its trainer, even one killed with SIGKILL.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != static_cast<pid_t>(o.parent_pid)) return 0;
+    }
+    weft::require(!o.rendezvous.empty(), "--rendezvous", o.rendezvous,
+                  "a worker needs the trainer's HOST:PORT (the trainer prints it)");
+    weft::swarm::net::worker w({.rendezvous = o.rendezvous, .requested_id = o.id, .requested_stage = o.stage,
+                                .host = o.host, .connect_timeout_seconds = o.connect_timeout_s});
+    const auto report = w.run();
+    std::printf("%s\n", report.summary().c_str());
+    return 0;
+}
+
+int run_trainer(const options& o, const std::string& program) {
+    weft::require(!o.data.empty(), "--data", o.data, "name an llm.c token file (make one with make_dataset --out-dir DIR)");
+    weft::require(o.save.empty(), "--save", o.save,
+                  "is not supported by swarm_train: the weights live on the workers (train_gpt --save does it)");
+    const auto tokens = weft::io::read_token_file(o.data);
+    for (const auto token : tokens.tokens())
+        if (token >= o.vocab)
+            throw weft::invalid_argument("--vocab", o.vocab,
+                                         "the --data file holds token " + std::to_string(token) + "; use a larger --vocab");
+    auto faults = parse_faults(o);
+    std::map<long long, long long> joins;  // worker id -> the step before which it is started
+    for (const auto& j : o.joins) {
+        const auto at = j.find('@');
+        if (at == std::string::npos) throw weft::invalid_argument("--join", j, "must read W@STEP");
+        joins[parse_int(j.substr(0, at), "--join", j)] = parse_int(j.substr(at + 1), "--join", j);
+    }
+    const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
+                                      .warmup_steps = o.warmup_steps,
+                                      .decay_steps = o.decay_steps >= 0 ? o.decay_steps : o.steps};
+    lr.validate();
+    const weft::optim::optimizer_options optimizer{.kind = weft::optim::parse_optimizer_kind(o.optimizer), .lr = o.lr,
+                                                   .weight_decay = o.weight_decay};
+    weft::swarm::net::trainer trainer({.model = o.model(), .stages = o.stages, .partition = o.partition,
+                                       .batch = o.batch, .microbatches = o.microbatches, .optimizer = optimizer,
+                                       .grad_clip = o.grad_clip, .init_from = o.init_from, .listen = o.listen,
+                                       .heartbeat_seconds = o.heartbeat_s, .seed = o.seed,
+                                       .max_attempts = o.max_attempts, .wait_for_worker_seconds = o.wait_s,
+                                       .compress_block = o.compress_block, .faults = faults});
+    const std::string address = trainer.address();
+    std::printf("weft swarm_train | rendezvous %s | stages %d (units", address.c_str(), o.stages);
+    for (const auto& u : trainer.stage_units()) std::printf(" [%d, %d)", u.first, u.last);
+    std::printf(") | batch %d | microbatches %d | compression %s\n", o.batch, o.microbatches,
+                o.compress_block == 0 ? "off" : ("8-bit, blocks of " + std::to_string(o.compress_block)).c_str());
+    std::fflush(stdout);
+    child_workers children(program);
+    const int initial = o.stages * o.workers_per_stage;
+    if (o.spawn)
+        for (int w = 0; w < initial; ++w) children.start(w, w % o.stages, address, "127.0.0.1");
+    else
+        std::printf("waiting for %d worker(s) per stage: swarm_train --role worker --rendezvous %s\n",
+                    o.workers_per_stage, address.c_str());
+    std::fflush(stdout);
+    std::ofstream log;
+    if (!o.log_json.empty()) {
+        log.open(o.log_json);
+        weft::require(log.good(), "--log-json", o.log_json, "must be a writable file path");
+    }
+    try {
+        trainer.wait_for_workers(o.workers_per_stage, o.wait_s);
+        for (long long step = 0; step < o.steps; ++step) {
+            // A worker of --join starts before its step and joins while it runs; the next step
+            // waits until it is ready, so that the faults of a test happen after it is.
+            for (const auto& [id, at] : joins)
+                if (at == step && o.spawn) children.start(id, static_cast<int>(id % o.stages), address, "127.0.0.1");
+            for (const auto& [id, at] : joins)
+                if (at + 1 == step && o.spawn) trainer.wait_for_worker(static_cast<weft::swarm::worker_id>(id), o.wait_s);
+            const double step_lr = lr.at(step);
+            const auto r = trainer.step(weft::data::batch_at(tokens, step, o.batch, o.seq_len), step_lr);
+            const double tokens_per_s = double(o.batch) * o.seq_len / r.seconds;
+            std::string served;
+            nlohmann::json served_json = nlohmann::json::array();
+            for (std::size_t k = 0; k < r.served.size(); ++k) {
+                served += (k ? " | s" : "s") + std::to_string(k) + ":";
+                nlohmann::json ids = nlohmann::json::array();
+                for (const auto id : r.served[k]) {
+                    served += " " + std::to_string(id);
+                    ids.push_back(id);
+                }
+                served_json.push_back(ids);
+            }
+            std::printf("step %lld | loss %.6f | samples %lld | lr %.2e | norm %.4f | %.1f ms | tok/s %.0f | retries %lld"
+                        " | late %lld | %s\n",
+                        r.step, r.loss, r.samples, step_lr, r.grad_norm, 1e3 * r.seconds, tokens_per_s,
+                        r.retried_calls, r.late_replies, served.c_str());
+            std::fflush(stdout);
+            if (log.is_open())
+                log << nlohmann::ordered_json{{"step", r.step},
+                                              {"loss", r.loss},
+                                              {"samples", r.samples},
+                                              {"lr", step_lr},
+                                              {"grad_norm", r.grad_norm},
+                                              {"ms", 1e3 * r.seconds},
+                                              {"tokens_per_s", tokens_per_s},
+                                              {"retried_calls", r.retried_calls},
+                                              {"late_replies", r.late_replies},
+                                              {"wire_bytes_per_microbatch", r.wire_bytes_per_microbatch},
+                                              {"plain_bytes_per_microbatch", r.plain_bytes_per_microbatch},
+                                              {"served", served_json}}
+                           .dump()
+                    << '\n'
+                    << std::flush;
+        }
+    } catch (...) {
+        trainer.stop_workers();
+        throw;
+    }
+    trainer.stop_workers();
+    const int killed = children.reap(std::chrono::seconds(5));
+    std::printf("workers |");
+    for (const auto& m : trainer.members())
+        std::printf(" %llu: stage %d, %lld calls, %lld timeouts, %s |", static_cast<unsigned long long>(m.id), m.stage,
+                    m.calls, m.timeouts, m.live ? "live" : "gone");
+    std::printf("\n");
+    if (killed > 0) std::printf("%d worker(s) did not stop in 5 s and were killed\n", killed);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Train GPT-2 as a SWARM pipeline: pools of worker processes per stage that may fail, stall or join."};
+    options o;
+    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
+                                                .batch = "a multiple of --microbatches"});
+    app.add_option("--role", o.role, "trainer (the rendezvous, drives the steps) or worker")
+        ->check(CLI::IsMember({"trainer", "worker"}))
+        ->capture_default_str();
+    app.add_option("--stages", o.stages, "pipeline stages")->check(weft_examples::int_in(1, 1 << 16))->capture_default_str();
+    app.add_option("--workers-per-stage", o.workers_per_stage, "workers each stage needs before training starts")
+        ->check(weft_examples::int_in(1, 1 << 16))
+        ->capture_default_str();
+    app.add_flag("--spawn", o.spawn, "start the workers as child processes on this machine");
+    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
+        ->check(weft_examples::int_in(1, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
+    app.add_option("--grad-clip", o.grad_clip, "clip the averaged gradients to this global L2 norm (0: off)")
+        ->check(weft_examples::finite_at_least(0, true))
+        ->capture_default_str();
+    app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warmup to --lr")
+        ->check(weft_examples::int_in(0, 1LL << 40));
+    app.add_option("--min-lr", o.min_lr, "learning rate the cosine decay ends at (default: --lr)")
+        ->check(weft_examples::finite_at_least(0, false));
+    app.add_option("--decay-steps", o.decay_steps, "the step the decay reaches --min-lr (default: --steps)")
+        ->check(weft_examples::int_in(0, 1LL << 40));
+    app.add_option("--partition", o.partition, "units per stage, e.g. 2,2 (default: balanced by cost)")->delimiter(',');
+    app.add_option("--listen", o.listen, "trainer: HOST:PORT the rendezvous binds (port 0: any free one)")
+        ->capture_default_str();
+    app.add_option("--rendezvous", o.rendezvous, "worker: HOST:PORT of the trainer's rendezvous");
+    app.add_option("--host", o.host, "worker: the address other workers reach this one at")->capture_default_str();
+    app.add_option("--id", o.id, "worker: the id to ask for (faults name workers by id)");
+    app.add_option("--stage", o.stage, "worker: the stage to ask for (default: where the trainer wants)");
+    app.add_option("--parent-pid", o.parent_pid, "worker: exit with this process (--spawn sets it)");
+    app.add_option("--fail", o.fails,
+                   "worker W kills itself (SIGKILL) at its first call (of the phase) at or after STEP: "
+                   "W@STEP[:forward|backward]");
+    app.add_option("--stall", o.stalls, "worker W's first call at or after STEP waits SECONDS first: W@STEP:SECONDS");
+    app.add_option("--slow", o.slows, "worker W computes FACTOR times slower: W:FACTOR");
+    app.add_option("--join", o.joins,
+                   "with --spawn: start one more worker W (for stage W mod --stages) before step STEP, which it "
+                   "joins while it runs: W@STEP");
+    app.add_option("--compress-block", o.compress_block,
+                   "8-bit quantization of activations and their gradients, one scale per this many values (0: off)")
+        ->check(weft_examples::int_in(0, 1 << 24))
+        ->capture_default_str();
+    app.add_option("--heartbeat-s", o.heartbeat_s, "seconds between worker heartbeats (12 missed: the worker expires)")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    app.add_option("--max-attempts", o.max_attempts, "sends of one call before the step fails")
+        ->check(weft_examples::int_in(1, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--wait-s", o.wait_s, "seconds to wait for workers (at the start, and for a stage with none live)")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    app.add_option("--connect-timeout-s", o.connect_timeout_s, "worker: seconds to reach the rendezvous")
+        ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    const char* program = o.role == "worker" ? "swarm_train worker" : "swarm_train";
+    try {
+        if (o.role == "worker") return run_worker(o);
+        return run_trainer(o, "/proc/self/exe");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        return 2;
+    }
+}

@@ -1,0 +1,102 @@
+// ZeroMQ plumbing for SWARM processes: TCP endpoints from HOST:PORT, and sending and
+// receiving one message of bytes on DEALER and ROUTER sockets.
+//
+// Why ZeroMQ: a SWARM run must outlive any of its workers. MPI ends the whole job when one
+// process dies; a ZeroMQ socket over TCP just loses that peer (its queued messages go, and a
+// ROUTER with ZMQ_ROUTER_MANDATORY reports it unreachable), and the run goes on.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/core/error.hpp"
+
+namespace weft::swarm::net {
+
+// "tcp://HOST:PORT" from "HOST:PORT", checked: `option` names the flag in errors. Port 0
+// (any free port) only where the address is bound, not connected to.
+[[nodiscard]] inline std::string tcp_endpoint(std::string_view host_port, std::string_view option,
+                                              bool allow_any_port) {
+    const auto colon = host_port.rfind(':');
+    const std::string valid = std::string("must be HOST:PORT with a port in [") + (allow_any_port ? "0" : "1") +
+                              ", 65535]" + (allow_any_port ? " (0: any free port)" : "");
+    if (colon == std::string_view::npos || colon == 0) throw invalid_argument(option, host_port, valid);
+    int port = -1;
+    const auto digits = host_port.substr(colon + 1);
+    const auto [end, failure] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (failure != std::errc() || end != digits.data() + digits.size() || port < (allow_any_port ? 0 : 1) ||
+        port > 65535)
+        throw invalid_argument(option, host_port, valid);
+    const std::string host(host_port.substr(0, colon));
+    return "tcp://" + host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
+}
+
+// "HOST:PORT" of a bound socket (its last endpoint, "tcp://HOST:PORT").
+[[nodiscard]] inline std::string bound_address(const zmq::socket_t& socket) {
+    std::string endpoint = socket.get(zmq::sockopt::last_endpoint);
+    if (endpoint.starts_with("tcp://")) endpoint.erase(0, 6);
+    return endpoint;
+}
+
+// A socket that never blocks its process's exit on undelivered messages.
+[[nodiscard]] inline zmq::socket_t make_socket(zmq::context_t& context, zmq::socket_type type) {
+    zmq::socket_t socket(context, type);
+    socket.set(zmq::sockopt::linger, 0);
+    return socket;
+}
+
+// DEALER side: one frame.
+inline void send(zmq::socket_t& socket, std::span<const std::byte> bytes) {
+    socket.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
+}
+[[nodiscard]] inline std::optional<std::vector<std::byte>> receive(zmq::socket_t& socket) {
+    zmq::message_t message;
+    if (!socket.recv(message, zmq::recv_flags::dontwait)) return std::nullopt;
+    const auto* first = static_cast<const std::byte*>(message.data());
+    return std::vector<std::byte>(first, first + message.size());
+}
+
+// ROUTER side: the peer's routing id, then the frame. False when the peer is gone (the
+// socket must have ZMQ_ROUTER_MANDATORY set).
+[[nodiscard]] inline bool send_to(zmq::socket_t& router, const std::string& peer, std::span<const std::byte> bytes) {
+    try {
+        if (!router.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+        return router.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t& e) {
+        if (e.num() == EHOSTUNREACH) return false;
+        throw;
+    }
+}
+struct routed_message {
+    std::string peer;
+    std::vector<std::byte> bytes;
+};
+[[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router) {
+    zmq::message_t id;
+    if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
+    zmq::message_t body;
+    static_cast<void>(router.recv(body, zmq::recv_flags::none));  // the frames of a message arrive together
+    const auto* first = static_cast<const std::byte*>(body.data());
+    return routed_message{id.to_string(), std::vector<std::byte>(first, first + body.size())};
+}
+
+// Waits up to `timeout` for any of `sockets` to have a message; which ones do.
+[[nodiscard]] inline std::vector<bool> wait_readable(std::span<zmq::socket_t* const> sockets,
+                                                     std::chrono::milliseconds timeout) {
+    std::vector<zmq::pollitem_t> items;
+    for (zmq::socket_t* s : sockets) items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), timeout);
+    std::vector<bool> ready;
+    for (const auto& item : items) ready.push_back((item.revents & ZMQ_POLLIN) != 0);
+    return ready;
+}
+
+}  // namespace weft::swarm::net

@@ -1,0 +1,770 @@
+// The SWARM trainer: the rendezvous its workers announce themselves to, and the loop that
+// drives each global batch through the stages' pools of workers.
+//
+// A step:
+//  1. Every micro-batch goes forward stage by stage and back again, each call to the worker
+//     of that stage its router picks (interleaved weighted round-robin, swarm/router.hpp). The
+//     trainer keeps every stage's input and output gradient of the step, so a call that times
+//     out, is refused or dies with its worker is sent again elsewhere, up to a retry cap. The
+//     last stage's call is forward, loss and backward at once.
+//  2. The trainer records which worker's backward it accepted for each (stage, micro-batch),
+//     and collects from each worker the sum of exactly those contributions. A worker that
+//     cannot hand them over (it died) has those backwards redone by another worker of its
+//     stage, from the kept inputs. Each sample thus counts exactly once.
+//  3. The stage's gradient is the sum of what was collected (each micro-batch's loss was
+//     scaled by its share of the batch's samples), the tied wte gradient is summed across
+//     the first and last stages, the global norm is clipped once, and every live worker of
+//     the stage steps its optimizer with that one gradient, so they stay identical.
+//
+// Membership: a worker says hello, gets a welcome (id, stage, settings, peers), fetches its
+// state and says ready; from then on its heartbeats keep it a member. A worker that misses
+// heartbeats past the expiry, or whose connection is gone, is banned from its router until
+// it announces itself again.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/data/token_batches.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/models/gpt.hpp"
+#include "weft/nn/gpt_stage.hpp"
+#include "weft/swarm/net/link.hpp"
+#include "weft/swarm/protocol.hpp"
+#include "weft/swarm/router.hpp"
+#include "weft/swarm/stage_service.hpp"
+#include "weft/swarm/wire.hpp"
+#include "weft/train/grad_norm.hpp"
+
+namespace weft::swarm::net {
+
+struct trainer_options {
+    nn::gpt_config model;
+    int stages = 2;
+    std::vector<int> partition;  // units per stage; empty: balanced by cost
+    int batch = 8;
+    int microbatches = 4;
+    optim::optimizer_options optimizer;
+    double grad_clip = 0;  // 0: no clipping
+    std::string init_from;
+    std::string listen = "127.0.0.1:0";  // HOST:PORT the rendezvous binds (port 0: any free one)
+    double heartbeat_seconds = 0.25;
+    int missed_heartbeats = 12;  // a worker silent this many intervals expires
+    router_options routing{.ema_weight = 0.2, .initial_seconds = 0.5, .timeout_multiple = 8,
+                           .timeout_floor_seconds = 2, .timeout_penalty = 2};
+    std::uint64_t seed = 0;
+    int max_attempts = 8;                  // sends of one call before the step fails
+    double wait_for_worker_seconds = 30;   // a call waits this long for a live worker of its stage
+    std::uint64_t compress_block = 0;      // 0: activations and their gradients travel plain
+    std::uint64_t chunk_elements = 1 << 16;
+    std::map<std::int64_t, worker_faults> faults;  // by worker id
+};
+
+struct step_result {
+    long long step = 0;
+    double loss = 0;
+    long long samples = 0;  // samples whose gradient was counted, once each, at every stage
+    double seconds = 0;
+    double grad_norm = 0;
+    std::vector<std::set<worker_id>> served;  // per stage: workers whose answers were used
+    long long retried_calls = 0;              // calls sent again after a timeout, refusal or death
+    long long late_replies = 0;               // answers to calls already given up on (ignored)
+    double wire_bytes_per_microbatch = 0;     // activations and their gradients, both ways
+    double plain_bytes_per_microbatch = 0;    // what they take uncompressed
+};
+
+// One line of the membership, for the end-of-run table.
+struct member_summary {
+    worker_id id = 0;
+    int stage = 0;
+    bool live = false;
+    long long calls = 0;
+    long long timeouts = 0;
+    long long deaths = 0;
+};
+
+class trainer {
+public:
+    explicit trainer(trainer_options options)
+        : options_(std::move(options)),
+          units_(swarm_stage_units(options_.model, options_.stages, options_.partition)),
+          router_socket_(make_socket(context_, zmq::socket_type::router)) {
+        require(options_.microbatches >= 1, "--microbatches", options_.microbatches, "must be at least 1");
+        require(options_.batch % options_.microbatches == 0, "--batch", options_.batch,
+                "must be a multiple of --microbatches " + std::to_string(options_.microbatches));
+        require(options_.max_attempts >= 1, "--max-attempts", options_.max_attempts, "must be at least 1");
+        require(options_.heartbeat_seconds > 0, "--heartbeat-s", options_.heartbeat_seconds, "must be > 0");
+        router_socket_.set(zmq::sockopt::router_mandatory, 1);
+        router_socket_.bind(tcp_endpoint(options_.listen, "--listen", true));
+        for (int k = 0; k < options_.stages; ++k) {
+            routers_.emplace_back(k, options_.routing, options_.seed + static_cast<std::uint64_t>(k));
+            registries_.push_back(nn::gpt_stage<exec::cpu>::layout(options_.model, units_[std::size_t(k)]));
+        }
+    }
+
+    // HOST:PORT workers reach the rendezvous at.
+    [[nodiscard]] std::string address() const { return bound_address(router_socket_); }
+    [[nodiscard]] std::uint64_t step_index() const { return step_; }
+    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
+
+    // Serves the rendezvous until worker `id` is ready (it joined, and fetched its state).
+    void wait_for_worker(worker_id id, double seconds) {
+        const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
+        while (true) {
+            pump(std::chrono::milliseconds(5));
+            const auto it = members_.find(id);
+            if (it != members_.end() && it->second.live && it->second.ready) return;
+            if (clock::now() > deadline)
+                throw error("worker " + std::to_string(id) + " did not become ready within " + std::to_string(seconds) +
+                            " s (--wait-s)");
+        }
+    }
+
+    // Serves the rendezvous until every stage has `per_stage` workers ready.
+    void wait_for_workers(int per_stage, double seconds) {
+        const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
+        while (true) {
+            pump(std::chrono::milliseconds(20));
+            std::string short_stages;
+            for (int k = 0; k < options_.stages; ++k)
+                if (ready_count(k) < per_stage)
+                    short_stages += " stage " + std::to_string(k) + " has " + std::to_string(ready_count(k)) + ";";
+            if (short_stages.empty()) return;
+            if (clock::now() > deadline)
+                throw error("workers did not arrive: after " + std::to_string(seconds) + " s," + short_stages +
+                            " each stage needs " + std::to_string(per_stage) + " (workers join with --role worker "
+                            "--rendezvous " + address() + ")");
+        }
+    }
+
+    // One global batch: every sample counted once, every stage stepped once.
+    step_result step(const data::token_batch& batch, double lr) {
+        require(batch.rows == options_.batch, "batch rows", batch.rows,
+                "must equal --batch " + std::to_string(options_.batch));
+        const auto started = clock::now();
+        step_state st(options_.microbatches, options_.stages);
+        st.batch = &batch;
+        st.rows = batch.rows / options_.microbatches;
+        result_ = step_result{};
+        result_.step = static_cast<long long>(step_);
+        result_.served.resize(std::size_t(options_.stages));
+        run_microbatches(st);
+        std::vector<std::vector<float>> gradients = collect_gradients(st);
+        sum_tied_gradients(gradients);
+        double squares = 0;
+        for (int k = 0; k < options_.stages; ++k)
+            squares += train::counted_sum_of_squares<float>(
+                gradients[std::size_t(k)], 0,
+                train::norm_counted_runs(registries_[std::size_t(k)], k, 0, models::gpt::tied_parameters(options_.model),
+                                         units_));
+        double loss = 0;
+        for (const double l : st.loss) loss += l;
+        loss /= options_.microbatches;
+        result_.grad_norm = std::sqrt(squares);
+        if (!std::isfinite(loss) || !std::isfinite(result_.grad_norm))
+            throw error("step " + std::to_string(step_) + " is not finite (loss " + std::to_string(loss) +
+                        ", gradient norm " + std::to_string(result_.grad_norm) +
+                        "); it was not applied: lower --lr or check the data");
+        const auto stale = apply(gradients, lr, train::clip_coefficient(options_.grad_clip, result_.grad_norm));
+        result_.loss = loss;
+        result_.samples = st.counted_rows;
+        result_.seconds = std::chrono::duration<double>(clock::now() - started).count();
+        result_.wire_bytes_per_microbatch = static_cast<double>(wire_bytes_) / options_.microbatches;
+        result_.plain_bytes_per_microbatch = static_cast<double>(plain_bytes_) / options_.microbatches;
+        wire_bytes_ = plain_bytes_ = 0;
+        ++step_;
+        for (const worker_id id : stale) send_rejoin(id, members_.at(id));
+        return result_;
+    }
+
+    // Tells every member the run is over.
+    void stop_workers() {
+        for (auto& [id, m] : members_) {
+            message_writer w(message_kind::stop);
+            static_cast<void>(send_to(router_socket_, m.peer, w.take()));
+        }
+        // Let the messages leave before the socket closes (linger is 0).
+        pump(std::chrono::milliseconds(100));
+    }
+
+    [[nodiscard]] std::vector<member_summary> members() const {
+        std::vector<member_summary> out;
+        for (const auto& [id, m] : members_)
+            out.push_back({id, m.stage, m.live && m.ready, m.calls, m.timeouts, m.deaths});
+        return out;
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+
+    struct member {
+        std::string peer;           // routing id of its call socket
+        std::string state_address;  // HOST:PORT of its state server
+        int stage = 0;
+        bool live = true;   // heard from within the expiry
+        bool ready = false;  // holds the current step's state and is in its router
+        std::uint64_t step = 0;
+        clock::time_point heard;
+        long long calls = 0, timeouts = 0, deaths = 0, outstanding = 0;
+    };
+
+    // A call on its way: what it was for, so its answer (or its loss) can be handled.
+    enum class call_kind { forward, backward, collect, apply };
+    struct pending_call {
+        call_kind kind;
+        worker_id worker;
+        int stage;
+        int microbatch;
+        std::vector<std::int32_t> microbatches;  // collect
+        clock::time_point sent, deadline;
+    };
+    struct completion {
+        pending_call call;
+        bool ok = false;
+        std::string why;  // when not ok
+        std::vector<std::byte> bytes;
+    };
+
+    struct microbatch_task {
+        int stage = 0;
+        bool backward = false;  // on the way back
+        bool done = false;
+        bool in_flight = false;
+        int attempts = 0;
+        std::optional<clock::time_point> waiting_since;  // no live worker to send to
+    };
+    static microbatch_task redo_task(int stage) {
+        microbatch_task t;
+        t.stage = stage;
+        t.backward = true;
+        return t;
+    }
+    struct step_state {
+        step_state(int microbatches, int stages)
+            : tasks(std::size_t(microbatches)),
+              inputs(std::size_t(microbatches), std::vector<std::vector<float>>(std::size_t(stages))),
+              grad_outputs(std::size_t(microbatches), std::vector<std::vector<float>>(std::size_t(stages))),
+              loss(std::size_t(microbatches), 0.0) {}
+        const data::token_batch* batch = nullptr;
+        int rows = 0;
+        std::vector<microbatch_task> tasks;
+        std::vector<std::vector<std::vector<float>>> inputs;        // [mb][stage], stage >= 1
+        std::vector<std::vector<std::vector<float>>> grad_outputs;  // [mb][stage], stage < last
+        std::vector<double> loss;
+        std::map<std::pair<int, int>, worker_id> accepted;  // (stage, mb) -> whose backward counts
+        long long counted_rows = 0;
+    };
+
+    [[nodiscard]] int ready_count(int stage) const {
+        int n = 0;
+        for (const auto& [id, m] : members_) n += (m.live && m.ready && m.stage == stage) ? 1 : 0;
+        return n;
+    }
+    [[nodiscard]] double expiry_seconds() const { return options_.heartbeat_seconds * options_.missed_heartbeats; }
+    [[nodiscard]] bool is_last(int stage) const { return stage == options_.stages - 1; }
+
+    // ---- membership --------------------------------------------------------------------
+    void on_hello(const std::string& peer, message_reader& r) {
+        const hello_message hello = read_hello(r);
+        worker_id id = next_id_;
+        if (hello.requested_id >= 0) {
+            id = static_cast<worker_id>(hello.requested_id);
+            if (auto it = members_.find(id); it != members_.end() && it->second.live && it->second.peer != peer) {
+                std::fprintf(stderr, "swarm: a second worker asked for id %llu, which is live; it gets %llu\n",
+                             static_cast<unsigned long long>(id), static_cast<unsigned long long>(next_id_));
+                id = next_id_;
+            }
+        }
+        next_id_ = std::max(next_id_, id + 1);
+        int stage = hello.requested_stage;
+        if (stage < 0 || stage >= options_.stages || (step_ > 0 && ready_count(stage) == 0)) stage = least_loaded_stage();
+        member& m = members_[id];
+        if (m.live && m.ready) routers_[std::size_t(m.stage)].leave(id);
+        m = member{.peer = peer, .state_address = hello.state_address, .stage = stage, .live = true, .ready = false,
+                   .step = 0, .heard = clock::now()};
+        welcome_message w{.id = id, .stage = stage, .stages = options_.stages, .step = step_, .model = options_.model,
+                          .units = units_[std::size_t(stage)], .optimizer = options_.optimizer,
+                          .init_from = options_.init_from, .heartbeat_seconds = options_.heartbeat_seconds,
+                          .expiry_seconds = expiry_seconds(), .compress_block = options_.compress_block,
+                          .chunk_elements = options_.chunk_elements, .faults = {}, .peers = peers_of(stage, id)};
+        if (auto f = options_.faults.find(static_cast<std::int64_t>(id)); f != options_.faults.end()) w.faults = f->second;
+        message_writer out(message_kind::welcome);
+        write(out, w);
+        if (!send_to(router_socket_, peer, out.take())) m.live = false;
+    }
+    // The stage a worker without a wish joins: the one with the fewest ready workers among
+    // those that still hold state (all of them at step 0).
+    [[nodiscard]] int least_loaded_stage() const {
+        int best = 0, fewest = 1 << 30;
+        for (int k = 0; k < options_.stages; ++k) {
+            const int n = ready_count(k);
+            if (step_ > 0 && n == 0) continue;
+            if (n < fewest) best = k, fewest = n;
+        }
+        return best;
+    }
+    [[nodiscard]] std::vector<peer_address> peers_of(int stage, worker_id except) const {
+        std::vector<peer_address> peers;
+        for (const auto& [id, m] : members_)
+            if (id != except && m.live && m.ready && m.stage == stage && m.step == step_)
+                peers.push_back({id, m.state_address});
+        return peers;
+    }
+    // A stale member fetches its stage's state again (or a new stage's, on a move).
+    void send_rejoin(worker_id id, member& m) {
+        if (m.ready) routers_[std::size_t(m.stage)].leave(id);
+        m.ready = false;
+        message_writer w(message_kind::rejoin);
+        w.put(static_cast<std::int32_t>(m.stage)).put(units_[std::size_t(m.stage)].first);
+        w.put(units_[std::size_t(m.stage)].last).put(step_);
+        write_peers(w, peers_of(m.stage, id));
+        if (!send_to(router_socket_, m.peer, w.take())) mark_dead(id, m, "its connection is gone");
+    }
+    void on_ready(message_reader& r) {
+        const auto id = r.get<worker_id>("id");
+        const auto step = r.get<std::uint64_t>("step");
+        r.finish();
+        auto it = members_.find(id);
+        if (it == members_.end()) return;
+        member& m = it->second;
+        m.heard = clock::now();
+        m.live = true;
+        if (step != step_) {
+            send_rejoin(id, m);
+            return;
+        }
+        m.step = step;
+        m.ready = true;
+        routers_[std::size_t(m.stage)].join(id);
+    }
+    void on_heartbeat(const std::string& peer, message_reader& r) {
+        const auto id = r.get<worker_id>("id");
+        static_cast<void>(r.get<std::uint64_t>("step"));
+        r.finish();
+        static_cast<void>(send_to(router_socket_, peer, message_writer(message_kind::heartbeat_ack).take()));
+        auto it = members_.find(id);
+        if (it == members_.end()) return;
+        member& m = it->second;
+        m.heard = clock::now();
+        if (!m.live) {  // it was given up on but is back: it must fetch its state again
+            m.live = true;
+            send_rejoin(id, m);
+        }
+    }
+    void mark_dead(worker_id id, member& m, const std::string& why) {
+        if (!m.live) return;
+        m.live = false;
+        m.ready = false;
+        ++m.deaths;
+        routers_[std::size_t(m.stage)].failed(id);
+        std::fprintf(stderr, "swarm: worker %llu of stage %d banned: %s\n", static_cast<unsigned long long>(id),
+                     m.stage, why.c_str());
+        // Its calls on the way are lost.
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (it->second.worker == id) {
+                completions_.push_back({it->second, false, "worker " + std::to_string(id) + " died", {}});
+                it = pending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    // ---- the event loop ----------------------------------------------------------------
+    // Waits up to `wait` for messages, handles them, then expires silent members and
+    // overdue calls.
+    void pump(std::chrono::milliseconds wait) {
+        zmq::socket_t* sockets[] = {&router_socket_};
+        if (wait_readable(sockets, wait)[0])
+            while (auto m = receive_from(router_socket_)) dispatch(*m);
+        const auto now = clock::now();
+        for (auto& [id, m] : members_)
+            if (m.live && now - m.heard > std::chrono::duration<double>(expiry_seconds()))
+                mark_dead(id, m, "no heartbeat for " + std::to_string(expiry_seconds()) + " s");
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (now > it->second.deadline) {
+                auto& m = members_.at(it->second.worker);
+                ++m.timeouts;
+                --m.outstanding;
+                routers_[std::size_t(it->second.stage)].timed_out(it->second.worker);
+                completions_.push_back({it->second, false, "timed out", {}});
+                it = pending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    void dispatch(const routed_message& message) {
+        try {
+            message_reader r(message.bytes, "peer '" + message.peer + "'");
+            switch (r.kind()) {
+                case message_kind::hello: on_hello(message.peer, r); return;
+                case message_kind::ready: on_ready(r); return;
+                case message_kind::heartbeat: on_heartbeat(message.peer, r); return;
+                case message_kind::forward_reply:
+                case message_kind::backward_reply:
+                case message_kind::collect_reply:
+                case message_kind::apply_reply:
+                case message_kind::refused: on_reply(r, message); return;
+                default: return;
+            }
+        } catch (const error& e) {
+            // A malformed message costs that message, not the run.
+            std::fprintf(stderr, "swarm: ignored a message: %s\n", e.what());
+        }
+    }
+    void on_reply(message_reader& r, const routed_message& message) {
+        const auto call = r.get<std::uint64_t>("call");
+        const auto it = pending_.find(call);
+        if (it == pending_.end()) {
+            ++result_.late_replies;
+            return;
+        }
+        pending_call p = it->second;
+        pending_.erase(it);
+        member& m = members_.at(p.worker);
+        --m.outstanding;
+        m.heard = clock::now();
+        if (r.kind() == message_kind::refused) {
+            const auto worker_step = r.get<std::uint64_t>("worker step");
+            const std::string why = r.get_string("reason");
+            completions_.push_back({p, false, "refused: " + why, {}});
+            // A worker holding another step's state fetches the current one.
+            if (worker_step != step_) send_rejoin(p.worker, m);
+            return;
+        }
+        const auto seconds = r.get<double>("seconds");
+        routers_[std::size_t(p.stage)].finished(p.worker, seconds);
+        ++m.calls;
+        completions_.push_back({p, true, {}, message.bytes});
+    }
+
+    // Sends a call to a worker; false when it is gone (then it is banned).
+    bool send_call(worker_id id, pending_call call, message_writer& w, std::uint64_t call_id) {
+        member& m = members_.at(id);
+        call.worker = id;
+        call.sent = clock::now();
+        const double timeout = routers_[std::size_t(call.stage)].timeout_seconds(id);
+        // A worker serves its calls in turn: one sent behind others waits for them too.
+        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
+                                        std::chrono::duration<double>(timeout * double(m.outstanding + 1)));
+        if (call.kind == call_kind::forward || call.kind == call_kind::backward) {
+            wire_bytes_ += w.size();
+            plain_bytes_ += w.plain_size();
+        }
+        if (!send_to(router_socket_, m.peer, w.take())) {
+            mark_dead(id, m, "its connection is gone");
+            return false;
+        }
+        ++m.outstanding;
+        pending_.emplace(call_id, std::move(call));
+        return true;
+    }
+    std::optional<worker_id> pick(int stage) {
+        auto& route = routers_[std::size_t(stage)];
+        while (auto id = route.pick()) {
+            const member& m = members_.at(*id);
+            if (m.live && m.ready && m.step == step_) return id;
+            route.leave(*id);
+        }
+        return std::nullopt;
+    }
+    void no_worker(int stage, std::optional<clock::time_point>& since) {
+        if (!since) since = clock::now();
+        if (clock::now() - *since > std::chrono::duration<double>(options_.wait_for_worker_seconds))
+            throw error("stage " + std::to_string(stage) + " has no live worker: none answered within --wait-s " +
+                        std::to_string(options_.wait_for_worker_seconds) + " s (" +
+                        std::to_string(members_.size()) + " workers ever joined); start workers with --role worker "
+                        "--rendezvous " + address());
+    }
+
+    // ---- step 1: every micro-batch there and back --------------------------------------
+    std::span<const std::int32_t> rows_of(const std::vector<std::int32_t>& tokens, const step_state& st, int mb) const {
+        const std::size_t n = std::size_t(st.rows) * std::size_t(options_.model.seq_len);
+        return std::span<const std::int32_t>(tokens).subspan(std::size_t(mb) * n, n);
+    }
+    // F or B of `mb` at `stage`: the kept input, and the output gradient or the targets.
+    message_writer call_message(const step_state& st, int mb, int stage, bool backward, std::uint64_t call) {
+        message_writer w(backward ? message_kind::backward : message_kind::forward);
+        w.put(call).put(step_);
+        if (backward) w.put(static_cast<std::int32_t>(mb));
+        const auto block = options_.compress_block;
+        w.put(static_cast<std::int32_t>(st.rows));
+        const auto& activations = st.inputs[std::size_t(mb)][std::size_t(stage)];
+        w.put_ints(stage == 0 ? rows_of(st.batch->inputs, st, mb) : std::span<const std::int32_t>());
+        w.put_floats(activations, block);
+        if (backward) {
+            const auto& grad = st.grad_outputs[std::size_t(mb)][std::size_t(stage)];
+            w.put_floats(grad, block);
+            w.put_ints(is_last(stage) ? rows_of(st.batch->targets, st, mb) : std::span<const std::int32_t>());
+            w.put(static_cast<double>(st.rows) / options_.batch);  // the micro-batch's share of the samples
+        }
+        return w;
+    }
+    void retry(microbatch_task& t, const std::string& what, const std::string& why) {
+        ++result_.retried_calls;
+        if (++t.attempts >= options_.max_attempts)
+            throw error(what + " failed " + std::to_string(t.attempts) + " times (the last: " + why +
+                        "); the retry cap is --max-attempts " + std::to_string(options_.max_attempts));
+    }
+    void run_microbatches(step_state& st) {
+        const int count = options_.microbatches;
+        int done = 0;
+        while (done < count) {
+            for (int mb = 0; mb < count; ++mb) {
+                auto& t = st.tasks[std::size_t(mb)];
+                if (t.done || t.in_flight) continue;
+                const auto id = pick(t.stage);
+                if (!id) {
+                    no_worker(t.stage, t.waiting_since);
+                    continue;
+                }
+                t.waiting_since.reset();
+                const std::uint64_t call = next_call_++;
+                // The last stage does forward, loss and backward in one call.
+                const bool backward = t.backward || is_last(t.stage);
+                auto w = call_message(st, mb, t.stage, backward, call);
+                t.in_flight = send_call(*id, {backward ? call_kind::backward : call_kind::forward, *id, t.stage, mb,
+                                              {}, {}, {}},
+                                        w, call);
+            }
+            pump(std::chrono::milliseconds(5));
+            while (!completions_.empty()) {
+                completion c = std::move(completions_.front());
+                completions_.erase(completions_.begin());
+                if (c.call.kind != call_kind::forward && c.call.kind != call_kind::backward) continue;
+                auto& t = st.tasks[std::size_t(c.call.microbatch)];
+                t.in_flight = false;
+                const std::string what = std::string(c.call.kind == call_kind::forward ? "forward" : "backward") +
+                                         " of micro-batch " + std::to_string(c.call.microbatch) + " at stage " +
+                                         std::to_string(c.call.stage);
+                if (!c.ok) {
+                    retry(t, what, c.why);
+                    continue;
+                }
+                if (advance(st, c)) ++done;
+            }
+        }
+    }
+    // Takes a call's answer; true when its micro-batch has come all the way back.
+    bool advance(step_state& st, const completion& c) {
+        message_reader r(c.bytes, "worker " + std::to_string(c.call.worker));
+        wire_bytes_ += c.bytes.size();
+        plain_bytes_ += c.bytes.size();  // plus what quantized floats saved, added as they are read
+        static_cast<void>(r.get<std::uint64_t>("call"));
+        static_cast<void>(r.get<double>("seconds"));
+        const int mb = c.call.microbatch, k = c.call.stage;
+        auto& t = st.tasks[std::size_t(mb)];
+        result_.served[std::size_t(k)].insert(c.call.worker);
+        if (c.call.kind == call_kind::forward) {
+            st.inputs[std::size_t(mb)][std::size_t(k + 1)] = r.get_floats("output");
+            r.finish();
+            plain_bytes_ += r.plain_size() - c.bytes.size();
+            t.stage = k + 1;
+            t.attempts = 0;
+            return false;
+        }
+        const double loss = r.get<double>("loss");
+        std::vector<float> grad_input = r.get_floats("input gradient");
+        r.finish();
+        plain_bytes_ += r.plain_size() - c.bytes.size();
+        if (is_last(k)) st.loss[std::size_t(mb)] = loss;
+        st.accepted[{k, mb}] = c.call.worker;
+        t.attempts = 0;
+        if (k == 0) {
+            t.done = true;
+            return true;
+        }
+        st.grad_outputs[std::size_t(mb)][std::size_t(k - 1)] = std::move(grad_input);
+        t.stage = k - 1;
+        t.backward = true;
+        return false;
+    }
+
+    // ---- step 2: collect each accepted contribution once ------------------------------
+    std::vector<std::vector<float>> collect_gradients(step_state& st) {
+        std::set<std::pair<int, int>> need;  // (stage, mb) not collected yet
+        for (const auto& [key, id] : st.accepted) need.insert(key);
+        std::set<std::pair<int, int>> in_flight;
+        std::map<std::pair<int, int>, std::vector<float>> partials;  // (stage, first mb) -> sum
+        std::map<std::pair<int, int>, microbatch_task> redo;         // backwards to run again
+        std::vector<long long> rows(std::size_t(options_.stages), 0);
+        while (!need.empty()) {
+            // Group what is needed by the worker whose contribution counts.
+            std::map<std::pair<int, worker_id>, std::vector<std::int32_t>> groups;
+            for (const auto& key : need)
+                if (!in_flight.contains(key) && !redo.contains(key))
+                    groups[{key.first, st.accepted.at(key)}].push_back(key.second);
+            for (auto& [group, mbs] : groups) {
+                const auto [k, id] = group;
+                const member& m = members_.at(id);
+                if (!(m.live && m.ready && m.step == step_)) {  // gone: its backwards are redone
+                    for (const int mb : mbs) redo[{k, mb}] = redo_task(k);
+                    continue;
+                }
+                const std::uint64_t call = next_call_++;
+                message_writer w(message_kind::collect);
+                w.put(call).put(step_).put_ints(mbs);
+                for (const int mb : mbs) in_flight.insert({k, mb});
+                if (!send_call(id, {call_kind::collect, id, k, -1, mbs, {}, {}}, w, call))
+                    for (const int mb : mbs) in_flight.erase({k, mb}), redo[{k, mb}] = redo_task(k);
+            }
+            // Backwards to redo: any live worker of the stage, from the kept inputs.
+            for (auto& [key, t] : redo) {
+                if (t.in_flight) continue;
+                const auto id = pick(key.first);
+                if (!id) {
+                    no_worker(key.first, t.waiting_since);
+                    continue;
+                }
+                const std::uint64_t call = next_call_++;
+                auto w = call_message(st, key.second, key.first, true, call);
+                t.in_flight = send_call(*id, {call_kind::backward, *id, key.first, key.second, {}, {}, {}}, w, call);
+            }
+            pump(std::chrono::milliseconds(5));
+            while (!completions_.empty()) {
+                completion c = std::move(completions_.front());
+                completions_.erase(completions_.begin());
+                const int k = c.call.stage;
+                if (c.call.kind == call_kind::collect) {
+                    for (const int mb : c.call.microbatches) in_flight.erase({k, mb});
+                    if (!c.ok) {
+                        ++result_.retried_calls;
+                        for (const int mb : c.call.microbatches) redo[{k, mb}] = redo_task(k);
+                        continue;
+                    }
+                    message_reader r(c.bytes, "worker " + std::to_string(c.call.worker));
+                    static_cast<void>(r.get<std::uint64_t>("call"));
+                    static_cast<void>(r.get<double>("seconds"));
+                    auto sum = r.get_floats("gradient");
+                    r.finish();
+                    require(sum.size() == registries_[std::size_t(k)].total_size(), "collected gradient", sum.size(),
+                            "must hold stage " + std::to_string(k) + "'s parameters");
+                    partials[{k, *std::min_element(c.call.microbatches.begin(), c.call.microbatches.end())}] =
+                        std::move(sum);
+                    for (const int mb : c.call.microbatches) {
+                        need.erase({k, mb});
+                        rows[std::size_t(k)] += st.rows;
+                    }
+                    result_.served[std::size_t(k)].insert(c.call.worker);
+                } else if (c.call.kind == call_kind::backward) {
+                    const auto it = redo.find({k, c.call.microbatch});
+                    if (it == redo.end()) continue;
+                    auto& t = it->second;
+                    t.in_flight = false;
+                    if (!c.ok) {
+                        retry(t, "the redone backward of micro-batch " + std::to_string(c.call.microbatch) +
+                                     " at stage " + std::to_string(k), c.why);
+                        continue;
+                    }
+                    st.accepted[{k, c.call.microbatch}] = c.call.worker;
+                    redo.erase({k, c.call.microbatch});
+                }
+            }
+        }
+        // The samples counted: the same at every stage, each once.
+        for (int k = 0; k < options_.stages; ++k)
+            require(rows[std::size_t(k)] == options_.batch, "samples counted at stage " + std::to_string(k),
+                    rows[std::size_t(k)], "must be the batch's " + std::to_string(options_.batch));
+        st.counted_rows = rows[0];
+        // Summed in micro-batch order of the groups: the same bits on every worker it goes to.
+        std::vector<std::vector<float>> gradients(std::size_t(options_.stages));
+        for (int k = 0; k < options_.stages; ++k) gradients[std::size_t(k)].assign(registries_[std::size_t(k)].total_size(), 0.0f);
+        for (const auto& [key, sum] : partials) {
+            auto& g = gradients[std::size_t(key.first)];
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] += sum[i];
+        }
+        return gradients;
+    }
+
+    // GPT-2's wte lives on the first and the last stage: both copies take the summed gradient.
+    void sum_tied_gradients(std::vector<std::vector<float>>& gradients) const {
+        if (options_.stages == 1) return;
+        for (const auto& tie : models::gpt::tied_parameters(options_.model)) {
+            auto& first = registries_.front();
+            auto& last = registries_.back();
+            if (!first.contains(tie.name) || !last.contains(tie.name)) continue;
+            const auto& a = first.find(tie.name);
+            const auto& b = last.find(tie.name);
+            for (std::size_t i = 0; i < a.size; ++i) {
+                const float sum = gradients.front()[a.offset + i] + gradients.back()[b.offset + i];
+                gradients.front()[a.offset + i] = sum;
+                gradients.back()[b.offset + i] = sum;
+            }
+        }
+    }
+
+    // ---- step 3: every live worker of each stage steps with its stage's gradient ------
+    // Returns the members that must fetch the new state: those whose step is unknown (the
+    // apply was lost) and those that joined while it was sent.
+    std::vector<worker_id> apply(const std::vector<std::vector<float>>& gradients, double lr, double clip) {
+        std::vector<int> applied(std::size_t(options_.stages), 0);
+        std::set<worker_id> waiting;
+        std::vector<worker_id> stale;
+        for (auto& [id, m] : members_) {
+            if (!(m.live && m.ready && m.step == step_)) continue;
+            const std::uint64_t call = next_call_++;
+            message_writer w(message_kind::apply);
+            w.put(call).put(step_).put(lr).put(clip).put_floats(gradients[std::size_t(m.stage)]);
+            if (send_call(id, {call_kind::apply, id, m.stage, -1, {}, {}, {}}, w, call)) waiting.insert(id);
+        }
+        while (!waiting.empty()) {
+            pump(std::chrono::milliseconds(5));
+            while (!completions_.empty()) {
+                completion c = std::move(completions_.front());
+                completions_.erase(completions_.begin());
+                if (c.call.kind != call_kind::apply) continue;
+                waiting.erase(c.call.worker);
+                member& m = members_.at(c.call.worker);
+                if (c.ok) {
+                    m.step = step_ + 1;
+                    ++applied[std::size_t(c.call.stage)];
+                } else if (m.live) {
+                    if (m.ready) routers_[std::size_t(m.stage)].leave(c.call.worker);
+                    m.ready = false;
+                    stale.push_back(c.call.worker);
+                }
+            }
+        }
+        for (int k = 0; k < options_.stages; ++k)
+            if (applied[std::size_t(k)] == 0)
+                throw error("stage " + std::to_string(k) + " lost every worker while stepping at step " +
+                            std::to_string(step_) + ": no one holds its state any more, the run cannot go on");
+        // Ready members not stepped: they became ready after the applies went out.
+        for (auto& [id, m] : members_)
+            if (m.live && m.ready && m.step != step_ + 1) {
+                routers_[std::size_t(m.stage)].leave(id);
+                m.ready = false;
+                stale.push_back(id);
+            }
+        return stale;
+    }
+
+    trainer_options options_;
+    std::vector<nn::unit_range> units_;
+    std::vector<nn::parameter_registry> registries_;
+    zmq::context_t context_;
+    zmq::socket_t router_socket_;
+    std::vector<router> routers_;
+    std::map<worker_id, member> members_;
+    std::map<std::uint64_t, pending_call> pending_;
+    std::vector<completion> completions_;
+    worker_id next_id_ = 0;
+    std::uint64_t next_call_ = 1;
+    std::uint64_t step_ = 0;
+    step_result result_;
+    std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
+};
+
+}  // namespace weft::swarm::net

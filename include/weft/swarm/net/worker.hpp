@@ -1,0 +1,422 @@
+// A SWARM worker process: it announces itself to the rendezvous, fetches its stage's state
+// from several peers in chunks (or starts from the initial weights), then serves stateless
+// calls (swarm/stage_service.hpp) until told to stop. A second thread beats the heartbeat
+// that keeps it a member; when the trainer stops answering those, the worker ends, so no
+// worker outlives its run.
+//
+// Sockets: a DEALER to the rendezvous for calls, a second DEALER (the heartbeat thread's),
+// and a ROUTER where peers fetch this worker's state.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/io/safetensors.hpp"
+#include "weft/swarm/net/link.hpp"
+#include "weft/swarm/protocol.hpp"
+#include "weft/swarm/stage_service.hpp"
+#include "weft/swarm/wire.hpp"
+
+namespace weft::swarm::net {
+
+struct worker_options {
+    std::string rendezvous;          // HOST:PORT of the rendezvous (the trainer)
+    std::int64_t requested_id = -1;  // -1: the rendezvous numbers it
+    int requested_stage = -1;        // -1: the rendezvous chooses
+    std::string host = "127.0.0.1";  // the address peers reach this worker's state server at
+    double connect_timeout_seconds = 10;
+    double fetch_timeout_seconds = 5;  // a peer that does not answer a chunk within this is banned
+};
+
+// What a worker did, printed when it ends.
+struct worker_report {
+    worker_id id = 0;
+    int stage = -1;
+    std::map<std::string, long long> served;  // calls served, by kind
+    long long refused = 0;
+    std::set<worker_id> banned_peers;  // peers that failed to hand out state
+    std::string summary() const {
+        std::string text = "worker " + std::to_string(id) + " | stage " + std::to_string(stage) + " | served";
+        for (const auto& [kind, n] : served) text += " " + kind + " " + std::to_string(n);
+        text += " | refused " + std::to_string(refused) + " | banned peers";
+        if (banned_peers.empty()) text += " none";
+        for (const worker_id p : banned_peers) text += " " + std::to_string(p);
+        return text;
+    }
+};
+
+class worker {
+public:
+    explicit worker(worker_options options)
+        : options_(std::move(options)),
+          endpoint_(tcp_endpoint(options_.rendezvous, "--rendezvous", false)),
+          calls_(make_socket(context_, zmq::socket_type::dealer)),
+          state_server_(make_socket(context_, zmq::socket_type::router)) {
+        require(options_.connect_timeout_seconds > 0, "--connect-timeout", options_.connect_timeout_seconds,
+                "must be > 0 seconds");
+        state_server_.bind("tcp://" + options_.host + ":*");
+        calls_.connect(endpoint_);
+    }
+
+    // Joins and serves until the trainer says stop (or stops answering). The report is the
+    // worker's to print.
+    worker_report run() {
+        join();
+        std::thread beat([this] { heartbeat_loop(); });
+        try {
+            serve();
+        } catch (...) {
+            stopping_ = true;
+            beat.join();
+            throw;
+        }
+        stopping_ = true;
+        beat.join();
+        if (trainer_gone_)
+            throw error("worker " + std::to_string(report_.id) + ": the trainer at " + options_.rendezvous +
+                        " stopped answering heartbeats for " + std::to_string(welcome_.expiry_seconds) +
+                        " s; this worker ends so that no process outlives its run");
+        return report_;
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+
+    void join() {
+        message_writer hello(message_kind::hello);
+        write(hello, hello_message{options_.requested_id, options_.requested_stage, bound_address(state_server_),
+                                   static_cast<std::int64_t>(::getpid())});
+        send(calls_, hello.take());
+        const auto deadline = clock::now() + std::chrono::duration<double>(options_.connect_timeout_seconds);
+        while (clock::now() < deadline) {
+            zmq::socket_t* sockets[] = {&calls_};
+            if (!wait_readable(sockets, std::chrono::milliseconds(100))[0]) continue;
+            const auto bytes = receive(calls_);
+            if (!bytes) continue;
+            message_reader r(*bytes, "the rendezvous " + options_.rendezvous);
+            if (r.kind() != message_kind::welcome) continue;
+            welcome_ = read_welcome(r);
+            report_.id = welcome_.id;
+            start_stage();
+            return;
+        }
+        throw error("cannot reach the rendezvous at " + options_.rendezvous + " (--rendezvous): no welcome within " +
+                    std::to_string(options_.connect_timeout_seconds) +
+                    " s; is the trainer running there, and can this host reach that port?");
+    }
+
+    // Builds the stage's service and fills its state: the initial weights, or the peers'.
+    void start_stage() {
+        report_.stage = welcome_.stage;
+        service_ = std::make_unique<stage_service>(welcome_.model, welcome_.stage, welcome_.stages, welcome_.units,
+                                                   welcome_.optimizer);
+        if (welcome_.peers.empty()) {
+            require(welcome_.step == 0, "welcome: peers", "none", "a stage past step 0 has peers holding its state");
+            if (!welcome_.init_from.empty()) service_->load_weights(io::read_safetensors(welcome_.init_from));
+        } else {
+            fetch_state(welcome_.peers);
+        }
+        step_ = service_->step();
+        message_writer ready(message_kind::ready);
+        ready.put(welcome_.id).put(service_->step());
+        send(calls_, ready.take());
+    }
+
+    // The state image from the peers: the manifest from one, then chunks from all of them in
+    // turn, one outstanding request per peer. A peer that does not answer in time is banned
+    // for this fetch; a chunk from another step (the stage stepped meanwhile) starts over.
+    void fetch_state(const std::vector<peer_address>& peers) {
+        for (int attempt = 0; attempt < 5; ++attempt) {
+            std::vector<std::pair<peer_address, zmq::socket_t>> links;
+            for (const auto& p : peers) {
+                if (report_.banned_peers.contains(p.id)) continue;
+                auto s = make_socket(context_, zmq::socket_type::dealer);
+                s.connect(tcp_endpoint(p.address, "peer address", false));
+                links.emplace_back(p, std::move(s));
+            }
+            if (links.empty()) break;
+            std::optional<state_manifest> manifest;
+            for (auto& [peer, link] : links) {
+                if (report_.banned_peers.contains(peer.id)) continue;
+                manifest = request_manifest(peer, link);
+                if (manifest) break;
+            }
+            if (!manifest) continue;
+            service_->begin_restore(*manifest);
+            if (fetch_chunks(links, *manifest)) {
+                service_->finish_restore();
+                return;
+            }
+        }
+        throw error("worker " + std::to_string(welcome_.id) + " of stage " + std::to_string(welcome_.stage) +
+                    ": no peer handed out the stage's state (peers banned:" + banned_text() + ")");
+    }
+    std::string banned_text() const {
+        std::string t;
+        for (const worker_id p : report_.banned_peers) t += " " + std::to_string(p);
+        return t.empty() ? " none" : t;
+    }
+    std::optional<std::vector<std::byte>> await(zmq::socket_t& link) {
+        zmq::socket_t* sockets[] = {&link};
+        const auto timeout = std::chrono::milliseconds(static_cast<long>(1e3 * options_.fetch_timeout_seconds));
+        if (!wait_readable(sockets, timeout)[0]) return std::nullopt;
+        return receive(link);
+    }
+    std::optional<state_manifest> request_manifest(const peer_address& peer, zmq::socket_t& link) {
+        message_writer w(message_kind::state_request);
+        w.put(std::uint64_t{0}).put(std::uint64_t{0});
+        send(link, w.take());
+        const auto bytes = await(link);
+        if (!bytes) {
+            report_.banned_peers.insert(peer.id);
+            return std::nullopt;
+        }
+        message_reader r(*bytes, "peer " + std::to_string(peer.id));
+        if (r.kind() != message_kind::state_reply) return std::nullopt;
+        auto m = read_manifest(r);
+        r.finish();
+        return m;
+    }
+    bool fetch_chunks(std::vector<std::pair<peer_address, zmq::socket_t>>& links, const state_manifest& manifest) {
+        const std::uint64_t total = manifest.total(), chunk = std::max<std::uint64_t>(1, welcome_.chunk_elements);
+        std::vector<std::uint64_t> todo;
+        for (std::uint64_t at = 0; at < total; at += chunk) todo.push_back(at);
+        std::map<std::size_t, std::pair<std::uint64_t, clock::time_point>> asked;  // link -> chunk, when
+        const auto timeout = std::chrono::duration<double>(options_.fetch_timeout_seconds);
+        while (!todo.empty() || !asked.empty()) {
+            for (std::size_t i = 0; i < links.size() && !todo.empty(); ++i) {
+                if (asked.contains(i) || report_.banned_peers.contains(links[i].first.id)) continue;
+                const std::uint64_t at = todo.back();
+                todo.pop_back();
+                message_writer w(message_kind::state_request);
+                w.put(at).put(std::min(chunk, total - at));
+                send(links[i].second, w.take());
+                asked[i] = {at, clock::now()};
+            }
+            if (asked.empty()) return false;  // every peer banned
+            std::vector<zmq::socket_t*> sockets;
+            std::vector<std::size_t> which;
+            for (const auto& [i, a] : asked) {
+                sockets.push_back(&links[i].second);
+                which.push_back(i);
+            }
+            const auto ready = wait_readable(sockets, std::chrono::milliseconds(50));
+            for (std::size_t k = 0; k < which.size(); ++k) {
+                const std::size_t i = which[k];
+                if (!ready[k]) {
+                    if (clock::now() - asked[i].second > timeout) {
+                        report_.banned_peers.insert(links[i].first.id);
+                        todo.push_back(asked[i].first);
+                        asked.erase(i);
+                    }
+                    continue;
+                }
+                const auto bytes = receive(links[i].second);
+                if (!bytes) continue;
+                message_reader r(*bytes, "peer " + std::to_string(links[i].first.id));
+                const auto step = r.get<std::uint64_t>("step");
+                const auto offset = r.get<std::uint64_t>("offset");
+                const auto values = r.get_floats("state");
+                r.finish();
+                if (step != manifest.step) return false;  // the stage stepped: start over
+                require(offset == asked[i].first, "state chunk offset", offset, "must be the one asked for");
+                service_->write_state(offset, values);
+                asked.erase(i);
+            }
+        }
+        return true;
+    }
+
+    void serve() {
+        while (!trainer_gone_) {
+            zmq::socket_t* sockets[] = {&calls_, &state_server_};
+            const auto ready = wait_readable(sockets, std::chrono::milliseconds(100));
+            if (ready[1])
+                while (auto m = receive_from(state_server_)) serve_state(*m);
+            if (!ready[0]) continue;
+            while (auto bytes = receive(calls_)) {
+                message_reader r(*bytes, "the trainer");
+                if (r.kind() == message_kind::stop) return;
+                handle(r);
+            }
+        }
+    }
+
+    void serve_state(const routed_message& m) {
+        message_reader r(m.bytes, "a joining peer");
+        const auto offset = r.get<std::uint64_t>("offset");
+        const auto count = r.get<std::uint64_t>("count");
+        r.finish();
+        message_writer w(message_kind::state_reply);
+        if (count == 0) {
+            write(w, service_->manifest());
+        } else {
+            w.put(service_->step()).put(offset).put_floats(service_->read_state(offset, count));
+        }
+        static_cast<void>(send_to(state_server_, m.peer, w.take()));
+        ++report_.served["state"];
+    }
+
+    void play_faults(std::uint64_t step, message_kind kind) {
+        const auto& f = welcome_.faults;
+        const bool phase_matches = f.fail_phase == worker_faults::phase::any ||
+                                   (f.fail_phase == worker_faults::phase::forward && kind == message_kind::forward) ||
+                                   (f.fail_phase == worker_faults::phase::backward && kind == message_kind::backward);
+        // At or after the step: the router decides which worker gets which call, so a worker
+        // may have no call (of that kind) in the step named.
+        if (f.fail_step >= 0 && static_cast<std::int64_t>(step) >= f.fail_step && phase_matches) {
+            std::fprintf(stderr, "worker %llu: failing at step %llu during %s (--fail)\n",
+                         static_cast<unsigned long long>(welcome_.id), static_cast<unsigned long long>(step),
+                         std::string(to_string(kind)).c_str());
+            std::fflush(stderr);
+            std::raise(SIGKILL);
+        }
+        if (f.stall_step >= 0 && static_cast<std::int64_t>(step) >= f.stall_step && !stalled_) {
+            stalled_ = true;
+            std::this_thread::sleep_for(std::chrono::duration<double>(f.stall_seconds));
+        }
+    }
+
+    void handle(message_reader& r) {
+        if (r.kind() == message_kind::rejoin) {
+            const auto stage = r.get<std::int32_t>("stage");
+            const auto first = r.get<int>("units first");
+            const auto last = r.get<int>("units last");
+            welcome_.step = r.get<std::uint64_t>("step");
+            welcome_.peers = read_peers(r);
+            r.finish();
+            welcome_.stage = stage;
+            welcome_.units = {first, last};
+            start_stage();
+            return;
+        }
+        const auto call = r.get<std::uint64_t>("call");
+        const auto step = r.get<std::uint64_t>("step");
+        const auto kind = r.kind();
+        play_faults(step, kind);
+        const auto started = clock::now();
+        message_writer reply(message_kind::refused);
+        try {
+            reply = answer(r, kind, call, step);
+            ++report_.served[std::string(to_string(kind))];
+        } catch (const call_refused& refusal) {
+            ++report_.refused;
+            reply = message_writer(message_kind::refused);
+            reply.put(call).put(service_->step()).put_string(refusal.what());
+        }
+        const double seconds = std::chrono::duration<double>(clock::now() - started).count();
+        if (welcome_.faults.slow_factor > 1)
+            std::this_thread::sleep_for(std::chrono::duration<double>((welcome_.faults.slow_factor - 1) * seconds));
+        send(calls_, reply.take());
+        step_ = service_->step();
+    }
+
+    // The reply to one call: its id, the seconds it computed, then its results.
+    message_writer answer(message_reader& r, message_kind kind, std::uint64_t call, std::uint64_t step) {
+        const auto started = clock::now();
+        const auto block = welcome_.compress_block;
+        const auto seconds = [&] { return std::chrono::duration<double>(clock::now() - started).count(); };
+        switch (kind) {
+            case message_kind::forward: {
+                const stage_input input = read_input(r);
+                r.finish();
+                const auto out = service_->forward(step, input);
+                message_writer w(message_kind::forward_reply);
+                w.put(call).put(seconds()).put_floats(out, block);
+                return w;
+            }
+            case message_kind::backward: {
+                const auto microbatch = r.get<std::int32_t>("micro-batch");
+                const stage_input input = read_input(r);
+                const auto grad_output = r.get_floats("output gradient");
+                const auto targets = r.get_ints("targets");
+                const auto scale = r.get<double>("scale");
+                r.finish();
+                const auto result = service_->backward(step, microbatch, input, grad_output, targets, scale);
+                message_writer w(message_kind::backward_reply);
+                w.put(call).put(seconds()).put(result.loss).put_floats(result.grad_input, block);
+                return w;
+            }
+            case message_kind::collect: {
+                const auto microbatches = r.get_ints("micro-batches");
+                r.finish();
+                const auto sum = service_->collect(step, microbatches);
+                message_writer w(message_kind::collect_reply);
+                w.put(call).put(seconds()).put_floats(sum);  // gradients for averaging travel exact
+                return w;
+            }
+            case message_kind::apply: {
+                const auto lr = r.get<double>("lr");
+                const auto clip = r.get<double>("clip");
+                const auto gradient = r.get_floats("gradient");
+                r.finish();
+                service_->apply(step, lr, clip, gradient);
+                message_writer w(message_kind::apply_reply);
+                w.put(call).put(seconds()).put(service_->step());
+                return w;
+            }
+            default:
+                throw call_refused("a worker does not serve " + std::string(to_string(kind)) + " messages");
+        }
+    }
+    static stage_input read_input(message_reader& r) {
+        stage_input in;
+        in.rows = r.get<std::int32_t>("rows");
+        in.tokens = r.get_ints("tokens");
+        in.activations = r.get_floats("activations");
+        return in;
+    }
+
+    void heartbeat_loop() {
+        auto beat = make_socket(context_, zmq::socket_type::dealer);
+        beat.connect(endpoint_);
+        auto last_ack = clock::now();
+        const worker_id id = welcome_.id;  // the main thread changes only the stage and step on a rejoin
+        const auto interval = std::chrono::duration<double>(welcome_.heartbeat_seconds);
+        const auto expiry = std::chrono::duration<double>(welcome_.expiry_seconds);
+        auto next = clock::now();
+        while (!stopping_) {
+            if (clock::now() >= next) {
+                message_writer w(message_kind::heartbeat);
+                w.put(id).put(step_.load());
+                send(beat, w.take());
+                next = clock::now() + std::chrono::duration_cast<clock::duration>(interval);
+            }
+            zmq::socket_t* sockets[] = {&beat};
+            if (wait_readable(sockets, std::chrono::milliseconds(50))[0])
+                while (receive(beat)) last_ack = clock::now();
+            if (clock::now() - last_ack > expiry) {
+                trainer_gone_ = true;
+                return;
+            }
+        }
+    }
+
+    worker_options options_;
+    std::string endpoint_;
+    zmq::context_t context_;
+    zmq::socket_t calls_;
+    zmq::socket_t state_server_;
+    welcome_message welcome_;
+    std::unique_ptr<stage_service> service_;
+    worker_report report_;
+    std::atomic<std::uint64_t> step_{0};
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> trainer_gone_{false};
+    bool stalled_ = false;
+};
+
+}  // namespace weft::swarm::net
