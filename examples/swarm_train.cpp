@@ -62,16 +62,14 @@ struct options : weft_examples::gpt_run_options {
     double connect_timeout_s = 10;
 };
 
-// ---- fault flags: W@STEP[:forward|backward], W@STEP:SECONDS, W:FACTOR ------------------
-long long parse_int(const std::string& text, const std::string& flag, const std::string& whole) {
+// ---- fault flags: W@STEP[:forward|backward], W@STEP:SECONDS, W:FACTOR, W@STEP ----------
+// A non-negative integer of `flag`'s value `whole`, which must read as `form`.
+long long parse_count(const std::string& text, const std::string& flag, const std::string& whole,
+                      const std::string& form) {
     long long v = 0;
     const auto [end, failure] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (failure != std::errc() || end != text.data() + text.size() || v < 0)
-        throw weft::invalid_argument(flag, whole, "must read " + std::string(flag == "--fail" ? "W@STEP[:forward|backward]"
-                                                                  : flag == "--stall" ? "W@STEP:SECONDS"
-                                                                  : flag == "--join" ? "W@STEP"
-                                                                                      : "W:FACTOR") +
-                                                        " with non-negative integers W and STEP");
+        throw weft::invalid_argument(flag, whole, "must read " + form + " with non-negative integers W and STEP");
     return v;
 }
 double parse_positive(const std::string& text, const std::string& flag, const std::string& whole) {
@@ -89,9 +87,10 @@ std::map<std::int64_t, weft::swarm::worker_faults> parse_faults(const options& o
         const auto at = f.find('@');
         if (at == std::string::npos) throw weft::invalid_argument("--fail", f, "must read W@STEP[:forward|backward]");
         const auto colon = f.find(':', at);
-        auto& w = faults[parse_int(f.substr(0, at), "--fail", f)];
-        w.fail_step = parse_int(f.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
-                                "--fail", f);
+        const std::string form = "W@STEP[:forward|backward]";
+        auto& w = faults[parse_count(f.substr(0, at), "--fail", f, form)];
+        w.fail_step = parse_count(f.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
+                                  "--fail", f, form);
         if (colon != std::string::npos) {
             const std::string phase = f.substr(colon + 1);
             if (phase == "forward") w.fail_phase = weft::swarm::worker_faults::phase::forward;
@@ -103,14 +102,14 @@ std::map<std::int64_t, weft::swarm::worker_faults> parse_faults(const options& o
         const auto at = s.find('@'), colon = s.find(':');
         if (at == std::string::npos || colon == std::string::npos || colon < at)
             throw weft::invalid_argument("--stall", s, "must read W@STEP:SECONDS");
-        auto& w = faults[parse_int(s.substr(0, at), "--stall", s)];
-        w.stall_step = parse_int(s.substr(at + 1, colon - at - 1), "--stall", s);
+        auto& w = faults[parse_count(s.substr(0, at), "--stall", s, "W@STEP:SECONDS")];
+        w.stall_step = parse_count(s.substr(at + 1, colon - at - 1), "--stall", s, "W@STEP:SECONDS");
         w.stall_seconds = parse_positive(s.substr(colon + 1), "--stall", s);
     }
     for (const auto& s : o.slows) {
         const auto colon = s.find(':');
         if (colon == std::string::npos) throw weft::invalid_argument("--slow", s, "must read W:FACTOR");
-        auto& w = faults[parse_int(s.substr(0, colon), "--slow", s)];
+        auto& w = faults[parse_count(s.substr(0, colon), "--slow", s, "W:FACTOR")];
         w.slow_factor = parse_positive(s.substr(colon + 1), "--slow", s);
         if (w.slow_factor < 1) throw weft::invalid_argument("--slow", s, "FACTOR must be at least 1");
     }
@@ -200,7 +199,7 @@ int run_trainer(const options& o, const std::string& program) {
     for (const auto& j : o.joins) {
         const auto at = j.find('@');
         if (at == std::string::npos) throw weft::invalid_argument("--join", j, "must read W@STEP");
-        joins[parse_int(j.substr(0, at), "--join", j)] = parse_int(j.substr(at + 1), "--join", j);
+        joins[parse_count(j.substr(0, at), "--join", j, "W@STEP")] = parse_count(j.substr(at + 1), "--join", j, "W@STEP");
     }
     const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
                                       .warmup_steps = o.warmup_steps,

@@ -31,6 +31,7 @@
 #include "weft/exec/cpu.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/models/gpt.hpp"
+#include "weft/models/stage_units.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/partition.hpp"
@@ -46,8 +47,8 @@ public:
     using error::error;
 };
 
-// The stages' unit ranges: balanced by estimated cost, or from the units per stage given.
-// A stage count the model cannot be cut into is refused naming --stages.
+// The stages' unit ranges, cut as the engine cuts them (models::stage_units); a stage count
+// the model cannot be cut into is refused naming --stages.
 [[nodiscard]] inline std::vector<nn::unit_range> swarm_stage_units(const nn::gpt_config& model, int stages,
                                                                    const std::vector<int>& partition = {}) {
     model.validate();
@@ -55,9 +56,7 @@ public:
             "must be in [1, " + std::to_string(model.num_units()) + "]: each stage holds at least one of the model's " +
                 std::to_string(model.num_units()) + " units (the embedding, " + std::to_string(model.num_layers) +
                 " blocks and the head)");
-    if (!partition.empty()) return nn::partition_from_counts(partition, model.num_units(), stages);
-    const auto costs = models::gpt::unit_costs(model);
-    return nn::partition_by_cost(costs, stages);
+    return models::stage_units<models::gpt>(model, stages, partition);
 }
 
 // What the stage's state image holds: the parameters, then each optimizer tensor, all
@@ -190,11 +189,14 @@ public:
         check_step(step, "apply");
         require(gradient.size() == tensors_.parameters().size(), "apply: gradient", gradient.size(),
                 "must hold the stage's " + std::to_string(tensors_.parameters().size()) + " parameters");
-        std::vector<float> grads(gradient.begin(), gradient.end());
-        if (clip < 1)
-            for (float& g : grads) g *= static_cast<float>(clip);
+        std::vector<float> clipped;
+        if (clip < 1) {
+            clipped.assign(gradient.begin(), gradient.end());
+            for (float& g : clipped) g *= static_cast<float>(clip);
+            gradient = clipped;
+        }
         optimizer_.set_lr(lr);
-        optimizer_.step(tensors_.parameters(), grads, registry(), 0);
+        optimizer_.step(tensors_.parameters(), gradient, registry(), 0);
         ++step_;
         kept_.clear();
     }
@@ -230,7 +232,6 @@ public:
         restoring_ = optim::optimizer_state<float>{m.step, {}};
         for (const auto& [name, count] : m.optimizer_tensors)
             restoring_.tensors.push_back({name, state_vector<float>(count)});
-        restoring_step_ = m.step;
     }
     void write_state(std::uint64_t offset, std::span<const float> values) {
         std::uint64_t first = 0;
@@ -246,9 +247,9 @@ public:
     }
     void finish_restore() {
         // The optimizer's own count of steps is the image's; AdamW's bias correction uses it.
+        step_ = restoring_.steps;
         optimizer_.import_state(std::move(restoring_));
         restoring_ = {};
-        step_ = restoring_step_;
         kept_.clear();
     }
 
@@ -295,8 +296,7 @@ private:
     optim::any_optimizer<float> optimizer_;
     std::uint64_t step_ = 0;
     std::map<std::pair<std::uint64_t, int>, std::vector<float>> kept_;
-    optim::optimizer_state<float> restoring_;
-    std::uint64_t restoring_step_ = 0;
+    optim::optimizer_state<float> restoring_;  // the image being fetched (its steps: the step)
 };
 
 }  // namespace weft::swarm

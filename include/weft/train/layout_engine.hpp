@@ -30,6 +30,7 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
+#include "weft/models/stage_units.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -402,21 +403,7 @@ private:
     // The units of each of `stages` stages: options.partition's counts, or the default.
     static std::vector<nn::unit_range> stage_units_of(const model_config& model, const engine_options& options,
                                                       int stages) {
-        if (options.partition.empty()) return default_partition(model, Model::num_units(model), stages);
-        return nn::partition_from_counts(options.partition, Model::num_units(model), stages);
-    }
-
-    // Balanced by the model's estimated cost per unit where it gives one (GPT: flops), else
-    // as even as possible in unit count.
-    static std::vector<nn::unit_range> default_partition(const model_config& model, int num_units, int stages) {
-        if constexpr (requires { Model::unit_costs(model); }) {
-            const std::vector<double> costs = Model::unit_costs(model);
-            require(static_cast<int>(costs.size()) == num_units, "unit_costs size", costs.size(),
-                    "the model policy must give one cost per unit (" + std::to_string(num_units) + ")");
-            return nn::partition_by_cost(costs, stages);
-        } else {
-            return nn::partition_units(num_units, stages);
-        }
+        return models::stage_units<Model>(model, stages, options.partition);
     }
 
     // This rank's stages under the program's placement, in stage order.

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -110,6 +111,7 @@ public:
         for (int k = 0; k < options_.stages; ++k) {
             routers_.emplace_back(k, options_.routing, options_.seed + static_cast<std::uint64_t>(k));
             registries_.push_back(nn::gpt_stage<exec::cpu>::layout(options_.model, units_[std::size_t(k)]));
+            norm_runs_.push_back(train::norm_counted_runs(registries_.back(), k, 0, tied_, units_));
         }
     }
 
@@ -120,32 +122,26 @@ public:
 
     // Serves the rendezvous until worker `id` is ready (it joined, and fetched its state).
     void wait_for_worker(worker_id id, double seconds) {
-        const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
-        while (true) {
-            pump(std::chrono::milliseconds(5));
+        serve_until(seconds, [&]() -> std::string {
             const auto it = members_.find(id);
-            if (it != members_.end() && it->second.live && it->second.ready) return;
-            if (clock::now() > deadline)
-                throw error("worker " + std::to_string(id) + " did not become ready within " + std::to_string(seconds) +
-                            " s (--wait-s)");
-        }
+            if (it != members_.end() && it->second.live && it->second.ready) return {};
+            return "worker " + std::to_string(id) + " did not become ready within " + std::to_string(seconds) +
+                   " s (--wait-s)";
+        });
     }
 
     // Serves the rendezvous until every stage has `per_stage` workers ready.
     void wait_for_workers(int per_stage, double seconds) {
-        const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
-        while (true) {
-            pump(std::chrono::milliseconds(20));
+        serve_until(seconds, [&]() -> std::string {
             std::string short_stages;
             for (int k = 0; k < options_.stages; ++k)
                 if (ready_count(k) < per_stage)
                     short_stages += " stage " + std::to_string(k) + " has " + std::to_string(ready_count(k)) + ";";
-            if (short_stages.empty()) return;
-            if (clock::now() > deadline)
-                throw error("workers did not arrive: after " + std::to_string(seconds) + " s," + short_stages +
-                            " each stage needs " + std::to_string(per_stage) + " (workers join with --role worker "
-                            "--rendezvous " + address() + ")");
-        }
+            if (short_stages.empty()) return {};
+            return "workers did not arrive: after " + std::to_string(seconds) + " s," + short_stages +
+                   " each stage needs " + std::to_string(per_stage) + " (workers join with --role worker "
+                   "--rendezvous " + address() + ")";
+        });
     }
 
     // One global batch: every sample counted once, every stage stepped once.
@@ -164,10 +160,7 @@ public:
         sum_tied_gradients(gradients);
         double squares = 0;
         for (int k = 0; k < options_.stages; ++k)
-            squares += train::counted_sum_of_squares<float>(
-                gradients[std::size_t(k)], 0,
-                train::norm_counted_runs(registries_[std::size_t(k)], k, 0, models::gpt::tied_parameters(options_.model),
-                                         units_));
+            squares += train::counted_sum_of_squares<float>(gradients[std::size_t(k)], 0, norm_runs_[std::size_t(k)]);
         double loss = 0;
         for (const double l : st.loss) loss += l;
         loss /= options_.microbatches;
@@ -265,6 +258,18 @@ private:
         std::map<std::pair<int, int>, worker_id> accepted;  // (stage, mb) -> whose backward counts
         long long counted_rows = 0;
     };
+
+    // Pumps messages until `unmet()` gives an empty string; past `seconds`, throws what it gives.
+    template <class Unmet>
+    void serve_until(double seconds, Unmet unmet) {
+        const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
+        while (true) {
+            pump(std::chrono::milliseconds(5));
+            std::string why = unmet();
+            if (why.empty()) return;
+            if (clock::now() > deadline) throw error(why);
+        }
+    }
 
     [[nodiscard]] int ready_count(int stage) const {
         int n = 0;
@@ -490,10 +495,6 @@ private:
     }
 
     // ---- step 1: every micro-batch there and back --------------------------------------
-    std::span<const std::int32_t> rows_of(const std::vector<std::int32_t>& tokens, const step_state& st, int mb) const {
-        const std::size_t n = std::size_t(st.rows) * std::size_t(options_.model.seq_len);
-        return std::span<const std::int32_t>(tokens).subspan(std::size_t(mb) * n, n);
-    }
     // F or B of `mb` at `stage`: the kept input, and the output gradient or the targets.
     message_writer call_message(const step_state& st, int mb, int stage, bool backward, std::uint64_t call) {
         message_writer w(backward ? message_kind::backward : message_kind::forward);
@@ -502,12 +503,13 @@ private:
         const auto block = options_.compress_block;
         w.put(static_cast<std::int32_t>(st.rows));
         const auto& activations = st.inputs[std::size_t(mb)][std::size_t(stage)];
-        w.put_ints(stage == 0 ? rows_of(st.batch->inputs, st, mb) : std::span<const std::int32_t>());
+        const data::token_batch_view rows = data::micro_batch(*st.batch, mb, options_.microbatches);
+        w.put_ints(stage == 0 ? rows.inputs : std::span<const std::int32_t>());
         w.put_floats(activations, block);
         if (backward) {
             const auto& grad = st.grad_outputs[std::size_t(mb)][std::size_t(stage)];
             w.put_floats(grad, block);
-            w.put_ints(is_last(stage) ? rows_of(st.batch->targets, st, mb) : std::span<const std::int32_t>());
+            w.put_ints(is_last(stage) ? rows.targets : std::span<const std::int32_t>());
             w.put(static_cast<double>(st.rows) / options_.batch);  // the micro-batch's share of the samples
         }
         return w;
@@ -542,7 +544,7 @@ private:
             pump(std::chrono::milliseconds(5));
             while (!completions_.empty()) {
                 completion c = std::move(completions_.front());
-                completions_.erase(completions_.begin());
+                completions_.pop_front();
                 if (c.call.kind != call_kind::forward && c.call.kind != call_kind::backward) continue;
                 auto& t = st.tasks[std::size_t(c.call.microbatch)];
                 t.in_flight = false;
@@ -557,28 +559,36 @@ private:
             }
         }
     }
-    // Takes a call's answer; true when its micro-batch has come all the way back.
-    bool advance(step_state& st, const completion& c) {
+    // An answer's results: past the call id and seconds on_reply read.
+    static message_reader results_of(const completion& c) {
         message_reader r(c.bytes, "worker " + std::to_string(c.call.worker));
-        wire_bytes_ += c.bytes.size();
-        plain_bytes_ += c.bytes.size();  // plus what quantized floats saved, added as they are read
         static_cast<void>(r.get<std::uint64_t>("call"));
         static_cast<void>(r.get<double>("seconds"));
+        return r;
+    }
+    // Counts an answer read to its end: its bytes, and what they would be plain.
+    void count_reply_bytes(const message_reader& r, const completion& c) {
+        r.finish();
+        wire_bytes_ += c.bytes.size();
+        plain_bytes_ += r.plain_size();
+    }
+
+    // Takes a call's answer; true when its micro-batch has come all the way back.
+    bool advance(step_state& st, const completion& c) {
+        message_reader r = results_of(c);
         const int mb = c.call.microbatch, k = c.call.stage;
         auto& t = st.tasks[std::size_t(mb)];
         result_.served[std::size_t(k)].insert(c.call.worker);
         if (c.call.kind == call_kind::forward) {
             st.inputs[std::size_t(mb)][std::size_t(k + 1)] = r.get_floats("output");
-            r.finish();
-            plain_bytes_ += r.plain_size() - c.bytes.size();
+            count_reply_bytes(r, c);
             t.stage = k + 1;
             t.attempts = 0;
             return false;
         }
         const double loss = r.get<double>("loss");
         std::vector<float> grad_input = r.get_floats("input gradient");
-        r.finish();
-        plain_bytes_ += r.plain_size() - c.bytes.size();
+        count_reply_bytes(r, c);
         if (is_last(k)) st.loss[std::size_t(mb)] = loss;
         st.accepted[{k, mb}] = c.call.worker;
         t.attempts = 0;
@@ -635,7 +645,7 @@ private:
             pump(std::chrono::milliseconds(5));
             while (!completions_.empty()) {
                 completion c = std::move(completions_.front());
-                completions_.erase(completions_.begin());
+                completions_.pop_front();
                 const int k = c.call.stage;
                 if (c.call.kind == call_kind::collect) {
                     for (const int mb : c.call.microbatches) in_flight.erase({k, mb});
@@ -644,9 +654,7 @@ private:
                         for (const int mb : c.call.microbatches) redo[{k, mb}] = redo_task(k);
                         continue;
                     }
-                    message_reader r(c.bytes, "worker " + std::to_string(c.call.worker));
-                    static_cast<void>(r.get<std::uint64_t>("call"));
-                    static_cast<void>(r.get<double>("seconds"));
+                    message_reader r = results_of(c);
                     auto sum = r.get_floats("gradient");
                     r.finish();
                     require(sum.size() == registries_[std::size_t(k)].total_size(), "collected gradient", sum.size(),
@@ -688,19 +696,21 @@ private:
         return gradients;
     }
 
-    // GPT-2's wte lives on the first and the last stage: both copies take the summed gradient.
+    // A tensor several stages hold (GPT-2's wte, first and last stage): every copy takes the
+    // sum of their gradients, as train::tied_gradients does across pipeline ranks.
     void sum_tied_gradients(std::vector<std::vector<float>>& gradients) const {
-        if (options_.stages == 1) return;
-        for (const auto& tie : models::gpt::tied_parameters(options_.model)) {
-            auto& first = registries_.front();
-            auto& last = registries_.back();
-            if (!first.contains(tie.name) || !last.contains(tie.name)) continue;
-            const auto& a = first.find(tie.name);
-            const auto& b = last.find(tie.name);
-            for (std::size_t i = 0; i < a.size; ++i) {
-                const float sum = gradients.front()[a.offset + i] + gradients.back()[b.offset + i];
-                gradients.front()[a.offset + i] = sum;
-                gradients.back()[b.offset + i] = sum;
+        for (const auto& tie : tied_) {
+            std::vector<std::span<float>> copies;
+            for (std::size_t k = 0; k < registries_.size(); ++k)
+                if (registries_[k].contains(tie.name)) {
+                    const auto& info = registries_[k].find(tie.name);
+                    copies.push_back(std::span<float>(gradients[k]).subspan(info.offset, info.size));
+                }
+            if (copies.size() < 2) continue;
+            for (std::size_t i = 0; i < copies.front().size(); ++i) {
+                float sum = 0;
+                for (const auto& c : copies) sum += c[i];
+                for (const auto& c : copies) c[i] = sum;
             }
         }
     }
@@ -723,7 +733,7 @@ private:
             pump(std::chrono::milliseconds(5));
             while (!completions_.empty()) {
                 completion c = std::move(completions_.front());
-                completions_.erase(completions_.begin());
+                completions_.pop_front();
                 if (c.call.kind != call_kind::apply) continue;
                 waiting.erase(c.call.worker);
                 member& m = members_.at(c.call.worker);
@@ -753,13 +763,15 @@ private:
 
     trainer_options options_;
     std::vector<nn::unit_range> units_;
+    std::vector<models::tied_parameter> tied_ = models::gpt::tied_parameters(options_.model);
     std::vector<nn::parameter_registry> registries_;
+    std::vector<std::vector<train::flat_run>> norm_runs_;  // what each stage counts in the norm
     zmq::context_t context_;
     zmq::socket_t router_socket_;
     std::vector<router> routers_;
     std::map<worker_id, member> members_;
     std::map<std::uint64_t, pending_call> pending_;
-    std::vector<completion> completions_;
+    std::deque<completion> completions_;
     worker_id next_id_ = 0;
     std::uint64_t next_call_ = 1;
     std::uint64_t step_ = 0;

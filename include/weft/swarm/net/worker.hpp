@@ -307,28 +307,34 @@ private:
         const auto step = r.get<std::uint64_t>("step");
         const auto kind = r.kind();
         play_faults(step, kind);
-        const auto started = clock::now();
-        message_writer reply(message_kind::refused);
-        try {
-            reply = answer(r, kind, call, step);
-            ++report_.served[std::string(to_string(kind))];
-        } catch (const call_refused& refusal) {
-            ++report_.refused;
-            reply = message_writer(message_kind::refused);
-            reply.put(call).put(service_->step()).put_string(refusal.what());
-        }
-        const double seconds = std::chrono::duration<double>(clock::now() - started).count();
-        if (welcome_.faults.slow_factor > 1)
-            std::this_thread::sleep_for(std::chrono::duration<double>((welcome_.faults.slow_factor - 1) * seconds));
+        message_writer reply = [&] {
+            try {
+                message_writer w = answer(r, kind, call, step);
+                ++report_.served[std::string(to_string(kind))];
+                return w;
+            } catch (const call_refused& refusal) {
+                ++report_.refused;
+                message_writer w(message_kind::refused);
+                w.put(call).put(service_->step()).put_string(refusal.what());
+                return w;
+            }
+        }();
         send(calls_, reply.take());
         step_ = service_->step();
     }
 
-    // The reply to one call: its id, the seconds it computed, then its results.
+    // The reply to one call: its id, the seconds it computed, then its results. A worker made
+    // slow (--slow) waits out the extra time before it measures, so the trainer's router sees
+    // a slower worker, as it would on slower hardware.
     message_writer answer(message_reader& r, message_kind kind, std::uint64_t call, std::uint64_t step) {
         const auto started = clock::now();
         const auto block = welcome_.compress_block;
-        const auto seconds = [&] { return std::chrono::duration<double>(clock::now() - started).count(); };
+        const auto seconds = [&] {
+            const double computed = std::chrono::duration<double>(clock::now() - started).count();
+            if (welcome_.faults.slow_factor > 1)
+                std::this_thread::sleep_for(std::chrono::duration<double>((welcome_.faults.slow_factor - 1) * computed));
+            return std::chrono::duration<double>(clock::now() - started).count();
+        };
         switch (kind) {
             case message_kind::forward: {
                 const stage_input input = read_input(r);
