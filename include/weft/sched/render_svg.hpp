@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/io/xml_text.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/cost_model.hpp"
 #include "weft/sched/detail/json_text.hpp"
@@ -44,28 +45,8 @@ namespace detail {
     }
 }
 
-[[nodiscard]] inline std::string xml_text(std::string_view text) {
-    std::string out;
-    for (const char c : text) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&quot;";
-                break;
-            default:
-                out += c;
-        }
-    }
-    return out;
-}
+// Kept under its old name so existing callers of weft::sched::detail::xml_text still compile.
+using weft::io::detail::xml_text;
 
 // A tick every 1, 2, 5, 10, ... time units, whichever keeps the axis at about 20 ticks or fewer.
 [[nodiscard]] inline double svg_tick_step(double makespan) {
