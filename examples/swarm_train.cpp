@@ -57,6 +57,10 @@ struct options : weft_examples::gpt_run_options {
     std::vector<std::string> fails, stalls, slows, joins;
     std::size_t compress_block = 0;
     double heartbeat_s = 0.25;
+    double rebalance_s = 0;
+    int catch_up_steps = 4;
+    int in_flight = 0;
+    std::size_t state_chunk = 1 << 16;
     int max_attempts = 8;
     double wait_s = 30;
     double connect_timeout_s = 10;
@@ -208,11 +212,14 @@ int run_trainer(const options& o, const std::string& program) {
     const weft::optim::optimizer_options optimizer{.kind = weft::optim::parse_optimizer_kind(o.optimizer), .lr = o.lr,
                                                    .weight_decay = o.weight_decay};
     weft::swarm::net::trainer trainer({.model = o.model(), .stages = o.stages, .partition = o.partition,
-                                       .batch = o.batch, .microbatches = o.microbatches, .optimizer = optimizer,
+                                       .batch = o.batch, .microbatches = o.microbatches,
+                                       .max_in_flight = o.in_flight, .optimizer = optimizer,
                                        .grad_clip = o.grad_clip, .init_from = o.init_from, .listen = o.listen,
                                        .heartbeat_seconds = o.heartbeat_s, .seed = o.seed,
                                        .max_attempts = o.max_attempts, .wait_for_worker_seconds = o.wait_s,
-                                       .compress_block = o.compress_block, .faults = faults});
+                                       .compress_block = o.compress_block, .chunk_elements = o.state_chunk,
+                                       .faults = faults, .rebalance_seconds = o.rebalance_s,
+                                       .catch_up_steps = o.catch_up_steps, .rebalancing = {}});
     const std::string address = trainer.address();
     std::printf("weft swarm_train | rendezvous %s | stages %d (units", address.c_str(), o.stages);
     for (const auto& u : trainer.stage_units()) std::printf(" [%d, %d)", u.first, u.last);
@@ -259,6 +266,14 @@ int run_trainer(const options& o, const std::string& program) {
                         " | late %lld | %s\n",
                         r.step, r.loss, r.samples, step_lr, r.grad_norm, 1e3 * r.seconds, tokens_per_s,
                         r.retried_calls, r.late_replies, served.c_str());
+            nlohmann::json moved_json;  // null: no move after this step
+            if (r.moved) {
+                std::printf("rebalance | moved worker %llu from stage %d to stage %d | slower stage of the two: %.1f -> "
+                            "%.1f micro-batches/s (predicted)\n",
+                            static_cast<unsigned long long>(r.moved->worker), r.moved->from, r.moved->to,
+                            r.moved->bottleneck_before, r.moved->bottleneck_after);
+                moved_json = {{"worker", r.moved->worker}, {"from", r.moved->from}, {"to", r.moved->to}};
+            }
             std::fflush(stdout);
             if (log.is_open())
                 log << nlohmann::ordered_json{{"step", r.step},
@@ -272,7 +287,8 @@ int run_trainer(const options& o, const std::string& program) {
                                               {"late_replies", r.late_replies},
                                               {"wire_bytes_per_microbatch", r.wire_bytes_per_microbatch},
                                               {"plain_bytes_per_microbatch", r.plain_bytes_per_microbatch},
-                                              {"served", served_json}}
+                                              {"served", served_json},
+                                              {"moved", moved_json}}
                            .dump()
                     << '\n'
                     << std::flush;
@@ -342,6 +358,22 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--heartbeat-s", o.heartbeat_s, "seconds between worker heartbeats (12 missed: the worker expires)")
         ->check(weft_examples::finite_at_least(0, false))
+        ->capture_default_str();
+    app.add_option("--rebalance-s", o.rebalance_s,
+                   "every this many seconds, between steps, one worker may move from the least to the most loaded "
+                   "stage (0: never)")
+        ->check(weft_examples::finite_at_least(0, true))
+        ->capture_default_str();
+    app.add_option("--in-flight", o.in_flight, "micro-batches going through the stages at once (0: all of a step's)")
+        ->check(weft_examples::int_in(0, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--catch-up-steps", o.catch_up_steps,
+                   "steps of averaged gradients the trainer keeps, so that a worker whose fetched state is up to "
+                   "that many steps old replays them instead of fetching again (0: it fetches again)")
+        ->check(weft_examples::int_in(0, 1 << 10))
+        ->capture_default_str();
+    app.add_option("--state-chunk", o.state_chunk, "values per chunk a joining worker fetches from one peer at a time")
+        ->check(weft_examples::int_in(1, 1 << 26))
         ->capture_default_str();
     app.add_option("--max-attempts", o.max_attempts, "sends of one call before the step fails")
         ->check(weft_examples::int_in(1, 1 << 20))

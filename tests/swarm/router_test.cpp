@@ -56,6 +56,23 @@ TEST_CASE("a worker that joins enters at the current minimum", "[swarm][router]"
     CHECK(counts.at(1) >= 9);
 }
 
+TEST_CASE("a new worker's first measured call replaces the guess its place was reckoned with", "[swarm][router]") {
+    // The pool takes 1 ms a call; the guess for a worker not measured yet is 1 s. Without the
+    // correction, the newcomer would wait some 1000 of the pool's calls after its first.
+    router r(0, {.initial_seconds = 1.0});
+    r.join(1);
+    r.finished(1, 0.001);
+    (void)count_picks(r, 50);
+    r.join(2);
+    // It enters at the minimum, level with worker 1: one of the next two calls is its.
+    const bool picked = r.pick_or_throw() == 2 || r.pick_or_throw() == 2;
+    CHECK(picked);
+    r.finished(2, 0.001);
+    const auto counts = count_picks(r, 40);
+    CHECK(counts.at(2) >= 19);
+    CHECK(counts.at(2) <= 21);
+}
+
 TEST_CASE("a failed worker is banned until it announces itself again", "[swarm][router]") {
     router r(2);
     r.join(1);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +36,12 @@
 namespace weft::swarm {
 
 using worker_id = std::uint64_t;
+
+// What a call was, for the timings a micro-batch's cost is reckoned from: a stage's
+// micro-batch makes one forward call and one backward call (the last stage: one backward
+// call that includes the forward). Their times differ several-fold, so one EMA of both
+// would lean to whichever came last (at a step's end: all backwards).
+enum class call_class : std::uint8_t { forward = 0, backward = 1 };
 
 struct router_options {
     double ema_weight = 0.2;           // weight of the newest measurement in the EMA, in (0, 1]
@@ -96,10 +103,22 @@ public:
                     "wait for one to announce itself)");
     }
 
-    // A call to `id` took `seconds`: its EMA follows.
-    void finished(worker_id id, double seconds) {
+    // A call to `id` took `seconds`: its EMA follows, and that of its class of call.
+    void finished(worker_id id, double seconds, call_class kind = call_class::forward) {
         require(seconds >= 0, "call seconds", seconds, "must be >= 0");
         worker& w = known(id);
+        auto& by_class = w.class_seconds[static_cast<std::size_t>(kind)];
+        by_class = by_class ? (1 - options_.ema_weight) * *by_class + options_.ema_weight * seconds : seconds;
+        if (!w.measured && w.live) {
+            // Its place was reckoned with the guess (initial_seconds), which may be ages of the
+            // pool's calls: moved by the difference, it gets its share from now on rather than
+            // after the pool catches up with the guess.
+            w.virtual_time += seconds - w.ema_seconds;
+            w.ema_seconds = seconds;
+            w.measured = true;
+            push(id, w);
+            return;
+        }
         w.ema_seconds = w.measured ? (1 - options_.ema_weight) * w.ema_seconds + options_.ema_weight * seconds : seconds;
         w.measured = true;
     }
@@ -110,8 +129,9 @@ public:
         w.measured = true;
     }
     // A call to `id` failed, or its connection died: banned until it announces itself again.
+    // A worker that dies before it ever joined (while fetching its state) is recorded banned.
     void failed(worker_id id) {
-        worker& w = known(id);
+        worker& w = workers_[id];
         w.live = false;
         ++w.version;
         ++w.bans;
@@ -123,6 +143,15 @@ public:
         return std::max(options_.timeout_floor_seconds, options_.timeout_multiple * w.ema_seconds);
     }
     [[nodiscard]] double expected_seconds(worker_id id) const { return known(id).ema_seconds; }
+    // The EMA of `id`'s calls of one class; none until one was timed.
+    [[nodiscard]] std::optional<double> class_seconds(worker_id id, call_class kind) const {
+        return known(id).class_seconds[static_cast<std::size_t>(kind)];
+    }
+    // Whether a call of `id` has been timed yet (until then its EMA is initial_seconds).
+    [[nodiscard]] bool is_measured(worker_id id) const {
+        const auto it = workers_.find(id);
+        return it != workers_.end() && it->second.measured;
+    }
     [[nodiscard]] bool is_live(worker_id id) const {
         const auto it = workers_.find(id);
         return it != workers_.end() && it->second.live;
@@ -143,6 +172,7 @@ private:
         bool live = false;
         bool measured = false;
         int bans = 0;
+        std::array<std::optional<double>, 2> class_seconds;  // by call_class
     };
     struct entry {
         double finish;

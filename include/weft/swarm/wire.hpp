@@ -31,7 +31,7 @@ static_assert(std::endian::native == std::endian::little,
               "would need byte swaps");
 
 inline constexpr std::uint32_t wire_magic = 0x54465757;  // "WWFT" read as little-endian bytes
-inline constexpr std::uint16_t wire_version = 1;
+inline constexpr std::uint16_t wire_version = 2;  // 2: a state request names its stage
 inline constexpr std::size_t wire_header_bytes = 8;  // magic, version, kind
 
 // What a message asks or answers. Calls carry an id the answer repeats.
@@ -96,8 +96,11 @@ public:
     template <class T>
         requires std::is_trivially_copyable_v<T>
     message_writer& put(T value) {
-        const auto* first = reinterpret_cast<const std::byte*>(&value);
-        bytes_.insert(bytes_.end(), first, first + sizeof(T));
+        // resize and memcpy, not insert: GCC 12 at -O3 misreads an insert of a few bytes into a
+        // freshly grown vector as an overflow (-Wstringop-overflow, a false positive).
+        const std::size_t at = bytes_.size();
+        bytes_.resize(at + sizeof(T));
+        std::memcpy(bytes_.data() + at, &value, sizeof(T));
         plain_ += sizeof(T);
         return *this;
     }

@@ -19,7 +19,10 @@
 // Membership: a worker says hello, gets a welcome (id, stage, settings, peers), fetches its
 // state and says ready; from then on its heartbeats keep it a member. A worker that misses
 // heartbeats past the expiry, or whose connection is gone, is banned from its router until
-// it announces itself again.
+// it announces itself again. A worker without a wish joins the most loaded stage, and every
+// rebalancing period one worker may move there from a least loaded one (swarm/rebalancer.hpp):
+// between steps, it leaves its router and fetches its new stage's state from that stage's
+// peers, as a joining worker does.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +46,7 @@
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
 #include "weft/swarm/protocol.hpp"
+#include "weft/swarm/rebalancer.hpp"
 #include "weft/swarm/router.hpp"
 #include "weft/swarm/stage_service.hpp"
 #include "weft/swarm/wire.hpp"
@@ -56,6 +60,10 @@ struct trainer_options {
     std::vector<int> partition;  // units per stage; empty: balanced by cost
     int batch = 8;
     int microbatches = 4;
+    // Micro-batches going at once (0: all of the step's). Sent all at once, they queue at
+    // the first stage's workers ahead of the backwards, and a worker that leaves takes more
+    // calls with it (bench_swarm measures the difference).
+    int max_in_flight = 0;
     optim::optimizer_options optimizer;
     double grad_clip = 0;  // 0: no clipping
     std::string init_from;
@@ -70,6 +78,11 @@ struct trainer_options {
     std::uint64_t compress_block = 0;      // 0: activations and their gradients travel plain
     std::uint64_t chunk_elements = 1 << 16;
     std::map<std::int64_t, worker_faults> faults;  // by worker id
+    double rebalance_seconds = 0;                  // 0: workers never move between stages
+    // The steps' averaged gradients kept, so that a worker whose fetched state is that many
+    // steps old catches up by replaying them rather than fetching again.
+    int catch_up_steps = 4;
+    rebalance_options rebalancing;
 };
 
 struct step_result {
@@ -83,6 +96,7 @@ struct step_result {
     long long late_replies = 0;               // answers to calls already given up on (ignored)
     double wire_bytes_per_microbatch = 0;     // activations and their gradients, both ways
     double plain_bytes_per_microbatch = 0;    // what they take uncompressed
+    std::optional<worker_move> moved;         // after the step, a worker sent to another stage
 };
 
 // One line of the membership, for the end-of-run table.
@@ -105,6 +119,7 @@ public:
         require(options_.batch % options_.microbatches == 0, "--batch", options_.batch,
                 "must be a multiple of --microbatches " + std::to_string(options_.microbatches));
         require(options_.max_attempts >= 1, "--max-attempts", options_.max_attempts, "must be at least 1");
+        require(options_.max_in_flight >= 0, "--in-flight", options_.max_in_flight, "must be >= 0 (0: all of a step's)");
         require(options_.heartbeat_seconds > 0, "--heartbeat-s", options_.heartbeat_seconds, "must be > 0");
         router_socket_.set(zmq::sockopt::router_mandatory, 1);
         router_socket_.bind(tcp_endpoint(options_.listen, "--listen", true));
@@ -169,15 +184,22 @@ public:
             throw error("step " + std::to_string(step_) + " is not finite (loss " + std::to_string(loss) +
                         ", gradient norm " + std::to_string(result_.grad_norm) +
                         "); it was not applied: lower --lr or check the data");
-        const auto stale = apply(gradients, lr, train::clip_coefficient(options_.grad_clip, result_.grad_norm));
+        const double clip = train::clip_coefficient(options_.grad_clip, result_.grad_norm);
+        const auto [lost, behind] = apply(gradients, lr, clip);
         result_.loss = loss;
         result_.samples = st.counted_rows;
         result_.seconds = std::chrono::duration<double>(clock::now() - started).count();
         result_.wire_bytes_per_microbatch = static_cast<double>(wire_bytes_) / options_.microbatches;
         result_.plain_bytes_per_microbatch = static_cast<double>(plain_bytes_) / options_.microbatches;
         wire_bytes_ = plain_bytes_ = 0;
+        if (options_.catch_up_steps > 0) {
+            history_.push_back({step_, lr, clip, std::move(gradients)});
+            while (history_.size() > static_cast<std::size_t>(options_.catch_up_steps)) history_.pop_front();
+        }
         ++step_;
-        for (const worker_id id : stale) send_rejoin(id, members_.at(id));
+        for (const worker_id id : lost) send_rejoin(id, members_.at(id));
+        for (const worker_id id : behind) bring_up_to_date(id, members_.at(id));
+        result_.moved = rebalance();
         return result_;
     }
 
@@ -210,10 +232,12 @@ private:
         std::uint64_t step = 0;
         clock::time_point heard;
         long long calls = 0, timeouts = 0, deaths = 0, outstanding = 0;
+        int catching_up = 0;        // replayed steps on their way
+        bool catch_up_failed = false;
     };
 
     // A call on its way: what it was for, so its answer (or its loss) can be handled.
-    enum class call_kind { forward, backward, collect, apply };
+    enum class call_kind { forward, backward, collect, apply, catch_up };
     struct pending_call {
         call_kind kind;
         worker_id worker;
@@ -232,6 +256,7 @@ private:
     struct microbatch_task {
         int stage = 0;
         bool backward = false;  // on the way back
+        bool started = false;
         bool done = false;
         bool in_flight = false;
         int attempts = 0;
@@ -293,7 +318,7 @@ private:
         }
         next_id_ = std::max(next_id_, id + 1);
         int stage = hello.requested_stage;
-        if (stage < 0 || stage >= options_.stages || (step_ > 0 && ready_count(stage) == 0)) stage = least_loaded_stage();
+        if (stage < 0 || stage >= options_.stages || (step_ > 0 && ready_count(stage) == 0)) stage = stage_to_join();
         member& m = members_[id];
         if (m.live && m.ready) routers_[std::size_t(m.stage)].leave(id);
         m = member{.peer = peer, .state_address = hello.state_address, .stage = stage, .live = true, .ready = false,
@@ -308,21 +333,59 @@ private:
         write(out, w);
         if (!send_to(router_socket_, peer, out.take())) m.live = false;
     }
-    // The stage a worker without a wish joins: the one with the fewest ready workers among
-    // those that still hold state (all of them at step 0).
-    [[nodiscard]] int least_loaded_stage() const {
-        int best = 0, fewest = 1 << 30;
+    // The stage a worker without a wish joins: the most loaded among those that still hold
+    // state (all of them at step 0; past it, a stage whose workers all died has no state to
+    // fetch, and the run has failed).
+    [[nodiscard]] int stage_to_join() const {
+        std::vector<stage_load> loads;
+        std::vector<int> stage_of;
         for (int k = 0; k < options_.stages; ++k) {
-            const int n = ready_count(k);
-            if (step_ > 0 && n == 0) continue;
-            if (n < fewest) best = k, fewest = n;
+            if (step_ > 0 && ready_count(k) == 0) continue;
+            loads.push_back(load_of(k));
+            stage_of.push_back(k);
         }
-        return best;
+        return loads.empty() ? 0 : stage_of[std::size_t(most_loaded_stage(loads))];
+    }
+    // Stage k's pool as the rebalancer sees it: its ready workers at their measured rates.
+    [[nodiscard]] stage_load load_of(int k) const {
+        std::vector<worker_id> ready;
+        for (const auto& [id, m] : members_)
+            if (m.live && m.ready && m.stage == k) ready.push_back(id);
+        // The last stage's forward is in its backward call: one call a micro-batch, not two.
+        static constexpr call_class middle[] = {call_class::forward, call_class::backward};
+        static constexpr call_class last[] = {call_class::backward};
+        return load_from_router(routers_[std::size_t(k)], ready,
+                                is_last(k) ? std::span<const call_class>(last) : std::span<const call_class>(middle),
+                                options_.routing.initial_seconds);
+    }
+    // Every --rebalance-s, between steps: at most one worker moves to the most loaded stage.
+    std::optional<worker_move> rebalance() {
+        if (options_.rebalance_seconds <= 0) return std::nullopt;
+        const auto now = clock::now();
+        if (!last_rebalance_) last_rebalance_ = now;
+        if (now - *last_rebalance_ < std::chrono::duration<double>(options_.rebalance_seconds)) return std::nullopt;
+        // A worker on its way in (joining, or moving) is in no pool yet; judging the loads
+        // without it would send a second worker after the first.
+        for (const auto& [id, m] : members_)
+            if (m.live && !m.ready) return std::nullopt;
+        last_rebalance_ = now;
+        std::vector<stage_load> loads;
+        for (int k = 0; k < options_.stages; ++k) loads.push_back(load_of(k));
+        const auto move = plan_move(loads, options_.rebalancing);
+        if (!move) return std::nullopt;
+        member& m = members_.at(move->worker);
+        routers_[std::size_t(m.stage)].leave(move->worker);
+        m.ready = false;
+        m.stage = move->to;
+        send_rejoin(move->worker, m);  // it fetches stage `to`'s state from that stage's peers
+        return move;
     }
     [[nodiscard]] std::vector<peer_address> peers_of(int stage, worker_id except) const {
         std::vector<peer_address> peers;
         for (const auto& [id, m] : members_)
-            if (id != except && m.live && m.ready && m.stage == stage && m.step == step_)
+            // m.step is step_ + 1 for a peer whose apply of this step already answered: it
+            // holds a newer state, which serves as well (the joiner catches up to either).
+            if (id != except && m.live && m.ready && m.stage == stage && m.step >= step_)
                 peers.push_back({id, m.state_address});
         return peers;
     }
@@ -345,13 +408,44 @@ private:
         member& m = it->second;
         m.heard = clock::now();
         m.live = true;
-        if (step != step_) {
+        m.step = step;
+        bring_up_to_date(id, m);
+    }
+    // Catch-up: a worker holding an older step's state (its fetch took a while, or it became
+    // ready after this step's applies went out) is sent the kept steps' averaged gradients as
+    // applies, in order, and joins its stage's router once it holds the current step. One
+    // too far behind, or whose replay fails, fetches the state again.
+    void bring_up_to_date(worker_id id, member& m) {
+        if (m.catching_up > 0) return;  // the replies bring it on
+        if (m.step == step_) {
+            m.ready = true;
+            routers_[std::size_t(m.stage)].join(id);
+            return;
+        }
+        if (m.ready) routers_[std::size_t(m.stage)].leave(id);
+        m.ready = false;
+        if (m.step > step_ || history_.empty() || m.step < history_.front().step) {
             send_rejoin(id, m);
             return;
         }
-        m.step = step;
-        m.ready = true;
-        routers_[std::size_t(m.stage)].join(id);
+        m.catch_up_failed = false;
+        for (const auto& h : history_) {
+            if (h.step < m.step) continue;
+            const std::uint64_t call = next_call_++;
+            message_writer w(message_kind::apply);
+            w.put(call).put(h.step).put(h.lr).put(h.clip).put_floats(h.gradients[std::size_t(m.stage)]);
+            if (!send_call(id, {call_kind::catch_up, id, m.stage, -1, {}, {}, {}}, w, call)) return;
+            ++m.catching_up;
+        }
+    }
+    void caught_up(worker_id id, bool ok) {
+        member& m = members_.at(id);
+        --m.catching_up;
+        if (ok) ++m.step;
+        else m.catch_up_failed = true;
+        if (m.catching_up > 0 || !m.live) return;
+        if (m.catch_up_failed) send_rejoin(id, m);
+        else bring_up_to_date(id, m);
     }
     void on_heartbeat(const std::string& peer, message_reader& r) {
         const auto id = r.get<worker_id>("id");
@@ -375,10 +469,12 @@ private:
         routers_[std::size_t(m.stage)].failed(id);
         std::fprintf(stderr, "swarm: worker %llu of stage %d banned: %s\n", static_cast<unsigned long long>(id),
                      m.stage, why.c_str());
-        // Its calls on the way are lost.
+        // Its calls on the way are lost, its replayed steps with them.
+        m.catching_up = 0;
         for (auto it = pending_.begin(); it != pending_.end();) {
             if (it->second.worker == id) {
-                completions_.push_back({it->second, false, "worker " + std::to_string(id) + " died", {}});
+                if (it->second.kind != call_kind::catch_up)
+                    completions_.push_back({it->second, false, "worker " + std::to_string(id) + " died", {}});
                 it = pending_.erase(it);
             } else {
                 ++it;
@@ -402,9 +498,14 @@ private:
                 auto& m = members_.at(it->second.worker);
                 ++m.timeouts;
                 --m.outstanding;
-                routers_[std::size_t(it->second.stage)].timed_out(it->second.worker);
-                completions_.push_back({it->second, false, "timed out", {}});
+                const pending_call call = it->second;
                 it = pending_.erase(it);
+                if (call.kind == call_kind::catch_up) {
+                    caught_up(call.worker, false);
+                    continue;
+                }
+                routers_[std::size_t(call.stage)].timed_out(call.worker);
+                completions_.push_back({call, false, "timed out", {}});
             } else {
                 ++it;
             }
@@ -441,6 +542,10 @@ private:
         member& m = members_.at(p.worker);
         --m.outstanding;
         m.heard = clock::now();
+        if (p.kind == call_kind::catch_up) {
+            caught_up(p.worker, r.kind() == message_kind::apply_reply);
+            return;
+        }
         if (r.kind() == message_kind::refused) {
             const auto worker_step = r.get<std::uint64_t>("worker step");
             const std::string why = r.get_string("reason");
@@ -450,7 +555,11 @@ private:
             return;
         }
         const auto seconds = r.get<double>("seconds");
-        routers_[std::size_t(p.stage)].finished(p.worker, seconds);
+        // The router and the rebalancer weigh workers by the calls they route; a collect or
+        // an apply costs every worker of a stage the same once a step.
+        if (p.kind == call_kind::forward || p.kind == call_kind::backward)
+            routers_[std::size_t(p.stage)].finished(
+                p.worker, seconds, p.kind == call_kind::forward ? call_class::forward : call_class::backward);
         ++m.calls;
         completions_.push_back({p, true, {}, message.bytes});
     }
@@ -460,7 +569,9 @@ private:
         member& m = members_.at(id);
         call.worker = id;
         call.sent = clock::now();
-        const double timeout = routers_[std::size_t(call.stage)].timeout_seconds(id);
+        // A catching-up worker is in no router yet: its replayed steps get the expiry time.
+        const double timeout = call.kind == call_kind::catch_up ? expiry_seconds()
+                                                                : routers_[std::size_t(call.stage)].timeout_seconds(id);
         // A worker serves its calls in turn: one sent behind others waits for them too.
         call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
                                         std::chrono::duration<double>(timeout * double(m.outstanding + 1)));
@@ -522,17 +633,23 @@ private:
     }
     void run_microbatches(step_state& st) {
         const int count = options_.microbatches;
-        int done = 0;
+        const int cap = options_.max_in_flight > 0 ? options_.max_in_flight : count;
+        int done = 0, started = 0;
         while (done < count) {
             for (int mb = 0; mb < count; ++mb) {
                 auto& t = st.tasks[std::size_t(mb)];
                 if (t.done || t.in_flight) continue;
+                if (!t.started && started - done >= cap) continue;  // --in-flight: it waits its turn
                 const auto id = pick(t.stage);
                 if (!id) {
                     no_worker(t.stage, t.waiting_since);
                     continue;
                 }
                 t.waiting_since.reset();
+                if (!t.started) {
+                    t.started = true;
+                    ++started;
+                }
                 const std::uint64_t call = next_call_++;
                 // The last stage does forward, loss and backward in one call.
                 const bool backward = t.backward || is_last(t.stage);
@@ -716,12 +833,15 @@ private:
     }
 
     // ---- step 3: every live worker of each stage steps with its stage's gradient ------
-    // Returns the members that must fetch the new state: those whose step is unknown (the
-    // apply was lost) and those that joined while it was sent.
-    std::vector<worker_id> apply(const std::vector<std::vector<float>>& gradients, double lr, double clip) {
+    // Returns the members whose state is unknown (the apply was lost: they fetch it again),
+    // and those that became ready while the applies went out (they catch up).
+    struct apply_outcome {
+        std::vector<worker_id> lost, behind;
+    };
+    apply_outcome apply(const std::vector<std::vector<float>>& gradients, double lr, double clip) {
         std::vector<int> applied(std::size_t(options_.stages), 0);
         std::set<worker_id> waiting;
-        std::vector<worker_id> stale;
+        apply_outcome out;
         for (auto& [id, m] : members_) {
             if (!(m.live && m.ready && m.step == step_)) continue;
             const std::uint64_t call = next_call_++;
@@ -743,7 +863,7 @@ private:
                 } else if (m.live) {
                     if (m.ready) routers_[std::size_t(m.stage)].leave(c.call.worker);
                     m.ready = false;
-                    stale.push_back(c.call.worker);
+                    out.lost.push_back(c.call.worker);
                 }
             }
         }
@@ -756,9 +876,9 @@ private:
             if (m.live && m.ready && m.step != step_ + 1) {
                 routers_[std::size_t(m.stage)].leave(id);
                 m.ready = false;
-                stale.push_back(id);
+                out.behind.push_back(id);
             }
-        return stale;
+        return out;
     }
 
     trainer_options options_;
@@ -777,6 +897,13 @@ private:
     std::uint64_t step_ = 0;
     step_result result_;
     std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
+    std::optional<clock::time_point> last_rebalance_;
+    struct applied_step {
+        std::uint64_t step = 0;
+        double lr = 0, clip = 1;
+        std::vector<std::vector<float>> gradients;  // per stage
+    };
+    std::deque<applied_step> history_;  // the last catch_up_steps steps, for catch-up
 };
 
 }  // namespace weft::swarm::net

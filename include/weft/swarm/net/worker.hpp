@@ -15,9 +15,12 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,12 +48,23 @@ struct worker_options {
 struct worker_report {
     worker_id id = 0;
     int stage = -1;
+    std::vector<int> earlier_stages;  // stages it served before a move, in order
     std::map<std::string, long long> served;  // calls served, by kind
     long long refused = 0;
+    std::map<worker_id, long long> chunks_from;  // state chunks fetched, by donor
     std::set<worker_id> banned_peers;  // peers that failed to hand out state
     std::string summary() const {
-        std::string text = "worker " + std::to_string(id) + " | stage " + std::to_string(stage) + " | served";
+        std::string text = "worker " + std::to_string(id) + " | stage " + std::to_string(stage);
+        if (!earlier_stages.empty()) {
+            text += " (moved from";
+            for (const int k : earlier_stages) text += " " + std::to_string(k);
+            text += ")";
+        }
+        text += " | served";
         for (const auto& [kind, n] : served) text += " " + kind + " " + std::to_string(n);
+        text += " | state chunks from";
+        if (chunks_from.empty()) text += " none";
+        for (const auto& [donor, n] : chunks_from) text += " " + std::to_string(donor) + ":" + std::to_string(n);
         text += " | refused " + std::to_string(refused) + " | banned peers";
         if (banned_peers.empty()) text += " none";
         for (const worker_id p : banned_peers) text += " " + std::to_string(p);
@@ -74,10 +88,16 @@ public:
     // Joins and serves until the trainer says stop (or stops answering). The report is the
     // worker's to print.
     worker_report run() {
-        join();
+        try {
+            join();
+        } catch (const stop_requested&) {
+            return report_;  // the run ended while this worker fetched its first state
+        }
         std::thread beat([this] { heartbeat_loop(); });
         try {
             serve();
+        } catch (const stop_requested&) {
+            // the run ended while this worker fetched a state (on a move, or again)
         } catch (...) {
             stopping_ = true;
             beat.join();
@@ -94,6 +114,16 @@ public:
 
 private:
     using clock = std::chrono::steady_clock;
+    struct stop_requested {};  // the trainer said stop while this worker was fetching state
+
+    // While fetching, the trainer's messages are set aside for afterwards (a stop ends the
+    // fetch at once), so that a run ending mid-fetch ends this worker too.
+    void poll_trainer() {
+        while (auto bytes = receive(calls_)) {
+            if (message_reader(*bytes, "the trainer").kind() == message_kind::stop) throw stop_requested{};
+            deferred_.push_back(std::move(*bytes));
+        }
+    }
 
     void join() {
         message_writer hello(message_kind::hello);
@@ -120,7 +150,9 @@ private:
 
     // Builds the stage's service and fills its state: the initial weights, or the peers'.
     void start_stage() {
+        if (report_.stage >= 0 && report_.stage != welcome_.stage) report_.earlier_stages.push_back(report_.stage);
         report_.stage = welcome_.stage;
+        snapshot_.reset();
         service_ = std::make_unique<stage_service>(welcome_.model, welcome_.stage, welcome_.stages, welcome_.units,
                                                    welcome_.optimizer);
         if (welcome_.peers.empty()) {
@@ -135,28 +167,41 @@ private:
         send(calls_, ready.take());
     }
 
-    // The state image from the peers: the manifest from one, then chunks from all of them in
-    // turn, one outstanding request per peer. A peer that does not answer in time is banned
-    // for this fetch; a chunk from another step (the stage stepped meanwhile) starts over.
+    // The state image from the peers. Each is asked for the manifest first, which makes it
+    // keep a snapshot of its state at that step; the chunks then come from all peers whose
+    // snapshot has the newest step, one outstanding request per peer, so the image is one
+    // step's however long the fetch takes while the stage trains on. A peer that does not
+    // answer in time, or refuses, is banned for this fetch; one that no longer holds the
+    // step's snapshot starts the fetch over. The trainer then brings the worker from that
+    // step to the current one by replaying the steps' averaged gradients (trainer.hpp,
+    // "catch-up").
     void fetch_state(const std::vector<peer_address>& peers) {
+        fetch_bans_.clear();
         for (int attempt = 0; attempt < 5; ++attempt) {
             std::vector<std::pair<peer_address, zmq::socket_t>> links;
             for (const auto& p : peers) {
-                if (report_.banned_peers.contains(p.id)) continue;
+                if (fetch_bans_.contains(p.id)) continue;
                 auto s = make_socket(context_, zmq::socket_type::dealer);
                 s.connect(tcp_endpoint(p.address, "peer address", false));
                 links.emplace_back(p, std::move(s));
             }
             if (links.empty()) break;
+            // The newest step any peer holds. A peer asked just before its stage stepped is
+            // asked once more: its snapshot then is of that step too, and it shares the load.
+            std::vector<std::optional<state_manifest>> manifests;
+            for (auto& [peer, link] : links) manifests.push_back(request_manifest(peer, link));
             std::optional<state_manifest> manifest;
-            for (auto& [peer, link] : links) {
-                if (report_.banned_peers.contains(peer.id)) continue;
-                manifest = request_manifest(peer, link);
-                if (manifest) break;
-            }
+            for (const auto& m : manifests)
+                if (m && (!manifest || m->step > manifest->step)) manifest = m;
             if (!manifest) continue;
+            std::vector<std::pair<peer_address, zmq::socket_t>> donors;
+            for (std::size_t i = 0; i < links.size(); ++i) {
+                auto& m = manifests[i];
+                if (m && m->step < manifest->step) m = request_manifest(links[i].first, links[i].second);
+                if (m && m->step == manifest->step) donors.push_back(std::move(links[i]));
+            }
             service_->begin_restore(*manifest);
-            if (fetch_chunks(links, *manifest)) {
+            if (fetch_chunks(donors, *manifest)) {
                 service_->finish_restore();
                 return;
             }
@@ -164,9 +209,14 @@ private:
         throw error("worker " + std::to_string(welcome_.id) + " of stage " + std::to_string(welcome_.stage) +
                     ": no peer handed out the stage's state (peers banned:" + banned_text() + ")");
     }
+    // A peer that failed to hand out state is not asked again during this fetch.
+    void ban_peer(worker_id id) {
+        fetch_bans_.insert(id);
+        report_.banned_peers.insert(id);
+    }
     std::string banned_text() const {
         std::string t;
-        for (const worker_id p : report_.banned_peers) t += " " + std::to_string(p);
+        for (const worker_id p : fetch_bans_) t += " " + std::to_string(p);
         return t.empty() ? " none" : t;
     }
     std::optional<std::vector<std::byte>> await(zmq::socket_t& link) {
@@ -176,16 +226,19 @@ private:
         return receive(link);
     }
     std::optional<state_manifest> request_manifest(const peer_address& peer, zmq::socket_t& link) {
-        message_writer w(message_kind::state_request);
-        w.put(std::uint64_t{0}).put(std::uint64_t{0});
-        send(link, w.take());
+        refuse_state_requests();
+        poll_trainer();
+        send(link, state_request(0, 0, 0).take());
         const auto bytes = await(link);
         if (!bytes) {
-            report_.banned_peers.insert(peer.id);
+            ban_peer(peer.id);
             return std::nullopt;
         }
         message_reader r(*bytes, "peer " + std::to_string(peer.id));
-        if (r.kind() != message_kind::state_reply) return std::nullopt;
+        if (r.kind() != message_kind::state_reply) {  // refused: it serves another stage now
+            ban_peer(peer.id);
+            return std::nullopt;
+        }
         auto m = read_manifest(r);
         r.finish();
         return m;
@@ -198,15 +251,15 @@ private:
         const auto timeout = std::chrono::duration<double>(options_.fetch_timeout_seconds);
         while (!todo.empty() || !asked.empty()) {
             for (std::size_t i = 0; i < links.size() && !todo.empty(); ++i) {
-                if (asked.contains(i) || report_.banned_peers.contains(links[i].first.id)) continue;
+                if (asked.contains(i) || fetch_bans_.contains(links[i].first.id)) continue;
                 const std::uint64_t at = todo.back();
                 todo.pop_back();
-                message_writer w(message_kind::state_request);
-                w.put(at).put(std::min(chunk, total - at));
-                send(links[i].second, w.take());
+                send(links[i].second, state_request(manifest.step, at, std::min(chunk, total - at)).take());
                 asked[i] = {at, clock::now()};
             }
             if (asked.empty()) return false;  // every peer banned
+            refuse_state_requests();
+            poll_trainer();
             std::vector<zmq::socket_t*> sockets;
             std::vector<std::size_t> which;
             for (const auto& [i, a] : asked) {
@@ -218,7 +271,7 @@ private:
                 const std::size_t i = which[k];
                 if (!ready[k]) {
                     if (clock::now() - asked[i].second > timeout) {
-                        report_.banned_peers.insert(links[i].first.id);
+                        ban_peer(links[i].first.id);
                         todo.push_back(asked[i].first);
                         asked.erase(i);
                     }
@@ -227,6 +280,7 @@ private:
                 const auto bytes = receive(links[i].second);
                 if (!bytes) continue;
                 message_reader r(*bytes, "peer " + std::to_string(links[i].first.id));
+                if (r.kind() != message_kind::state_reply) return false;  // its snapshot is gone: start over
                 const auto step = r.get<std::uint64_t>("step");
                 const auto offset = r.get<std::uint64_t>("offset");
                 const auto values = r.get_floats("state");
@@ -234,6 +288,7 @@ private:
                 if (step != manifest.step) return false;  // the stage stepped: start over
                 require(offset == asked[i].first, "state chunk offset", offset, "must be the one asked for");
                 service_->write_state(offset, values);
+                ++report_.chunks_from[links[i].first.id];
                 asked.erase(i);
             }
         }
@@ -242,32 +297,90 @@ private:
 
     void serve() {
         while (!trainer_gone_) {
+            while (!deferred_.empty()) {
+                const std::vector<std::byte> bytes = std::move(deferred_.front());
+                deferred_.pop_front();
+                message_reader r(bytes, "the trainer");
+                handle(r);
+            }
+            // A snapshot no peer asked from for a while is let go: it is a copy of the state.
+            if (snapshot_ && clock::now() - snapshot_used_ > std::chrono::duration<double>(
+                                                                  4 * options_.fetch_timeout_seconds))
+                snapshot_.reset();
             zmq::socket_t* sockets[] = {&calls_, &state_server_};
             const auto ready = wait_readable(sockets, std::chrono::milliseconds(100));
-            if (ready[1])
-                while (auto m = receive_from(state_server_)) serve_state(*m);
+            if (ready[1]) serve_waiting_state();
             if (!ready[0]) continue;
             while (auto bytes = receive(calls_)) {
                 message_reader r(*bytes, "the trainer");
                 if (r.kind() == message_kind::stop) return;
                 handle(r);
+                serve_waiting_state();  // between calls, so a busy worker still hands out state
             }
         }
     }
+    void serve_waiting_state() {
+        while (auto m = receive_from(state_server_)) serve_state(*m);
+    }
 
+    // Peers asking this worker for state while it fetches its own are refused at once rather
+    // than left waiting for their timeout: what it holds is half written, or another stage's.
+    void refuse_state_requests() {
+        while (auto m = receive_from(state_server_)) {
+            message_writer w(message_kind::refused);
+            w.put(std::uint64_t{0}).put(std::uint64_t{0}).put_string("worker " + std::to_string(welcome_.id) +
+                                                                        " is fetching its own state");
+            static_cast<void>(send_to(state_server_, m->peer, w.take()));
+        }
+    }
+    // A request for the manifest (count 0), or a chunk of step `step`'s state image, of
+    // this worker's stage.
+    message_writer state_request(std::uint64_t step, std::uint64_t offset, std::uint64_t count) const {
+        message_writer w(message_kind::state_request);
+        w.put(static_cast<std::int32_t>(welcome_.stage)).put(step).put(offset).put(count);
+        return w;
+    }
+    // Answers a peer's state request. A manifest request takes a snapshot of the state (one
+    // copy, kept until a later step's request replaces it), so that the chunks the peer then
+    // asks for are all of that step while this worker trains on. A request this worker cannot
+    // serve (it moved to another stage since the peer was told of it, it no longer holds that
+    // step, or the request is malformed) is refused, never fatal: the peer does without it.
     void serve_state(const routed_message& m) {
-        message_reader r(m.bytes, "a joining peer");
-        const auto offset = r.get<std::uint64_t>("offset");
-        const auto count = r.get<std::uint64_t>("count");
-        r.finish();
         message_writer w(message_kind::state_reply);
-        if (count == 0) {
-            write(w, service_->manifest());
-        } else {
-            w.put(service_->step()).put(offset).put_floats(service_->read_state(offset, count));
+        try {
+            message_reader r(m.bytes, "a joining peer");
+            const auto stage = r.get<std::int32_t>("stage");
+            const auto step = r.get<std::uint64_t>("step");
+            const auto offset = r.get<std::uint64_t>("offset");
+            const auto count = r.get<std::uint64_t>("count");
+            r.finish();
+            if (stage != welcome_.stage)
+                throw invalid_argument("state request stage", stage,
+                                       "this worker serves stage " + std::to_string(welcome_.stage));
+            if (count == 0) {
+                if (!snapshot_ || snapshot_->manifest.step != service_->step()) {
+                    const state_manifest now = service_->manifest();
+                    snapshot_ = state_snapshot{now, service_->read_state(0, now.total())};
+                }
+                write(w, snapshot_->manifest);
+            } else {
+                if (!snapshot_ || snapshot_->manifest.step != step)
+                    throw invalid_argument("state request step", step,
+                                           "this worker's snapshot is of step " +
+                                               (snapshot_ ? std::to_string(snapshot_->manifest.step) : "none"));
+                const auto& image = snapshot_->image;
+                require(count <= image.size() && offset <= image.size() - count, "state chunk offset", offset,
+                        "with " + std::to_string(count) + " values must lie within the state's " +
+                            std::to_string(image.size()) + " values");
+                w.put(step).put(offset).put_floats(std::span<const float>(image).subspan(offset, count));
+            }
+            ++report_.served["state"];
+            snapshot_used_ = clock::now();
+        } catch (const error& e) {
+            w = message_writer(message_kind::refused);
+            w.put(std::uint64_t{0}).put(service_->step()).put_string(e.what());
         }
         static_cast<void>(send_to(state_server_, m.peer, w.take()));
-        ++report_.served["state"];
     }
 
     void play_faults(std::uint64_t step, message_kind kind) {
@@ -418,6 +531,14 @@ private:
     zmq::socket_t state_server_;
     welcome_message welcome_;
     std::unique_ptr<stage_service> service_;
+    struct state_snapshot {
+        state_manifest manifest;
+        std::vector<float> image;
+    };
+    std::optional<state_snapshot> snapshot_;  // what joining peers fetch (serve_state)
+    std::chrono::steady_clock::time_point snapshot_used_;
+    std::deque<std::vector<std::byte>> deferred_;  // the trainer's messages that came during a fetch
+    std::set<worker_id> fetch_bans_;               // peers this fetch does without
     worker_report report_;
     std::atomic<std::uint64_t> step_{0};
     std::atomic<bool> stopping_{false};
