@@ -41,6 +41,7 @@ struct options : weft_examples::gpt_run_options {
     int stages = 2;
     int workers_per_stage = 2;
     bool spawn = false;
+    bool join_through_peer = false;
     int microbatches = 4;
     std::string optimizer = "adamw";
     double grad_clip = 0;
@@ -189,6 +190,13 @@ int run_worker(const options& o) {
     return 0;
 }
 
+// The address a live worker takes newcomers' hellos at (--join-through-peer).
+std::string a_live_worker(const weft::swarm::net::trainer& trainer) {
+    for (const auto& m : trainer.members())
+        if (m.live) return m.address;
+    throw weft::error("--join-through-peer: no live worker to join through");
+}
+
 int run_trainer(const options& o, const std::string& program) {
     weft::require(!o.data.empty(), "--data", o.data, "name an llm.c token file (make one with make_dataset --out-dir DIR)");
     weft::require(o.save.empty(), "--save", o.save,
@@ -245,7 +253,9 @@ int run_trainer(const options& o, const std::string& program) {
             // A worker of --join starts before its step and joins while it runs; the next step
             // waits until it is ready, so that the faults of a test happen after it is.
             for (const auto& [id, at] : joins)
-                if (at == step && o.spawn) children.start(id, static_cast<int>(id % o.stages), address, "127.0.0.1");
+                if (at == step && o.spawn)
+                    children.start(id, static_cast<int>(id % o.stages), o.join_through_peer ? a_live_worker(trainer) : address,
+                                   "127.0.0.1");
             for (const auto& [id, at] : joins)
                 if (at + 1 == step && o.spawn) trainer.wait_for_worker(static_cast<weft::swarm::worker_id>(id), o.wait_s);
             const double step_lr = lr.at(step);
@@ -352,6 +362,8 @@ int main(int argc, char** argv) {
     app.add_option("--join", o.joins,
                    "with --spawn: start one more worker W (for stage W mod --stages) before step STEP, which it "
                    "joins while it runs: W@STEP");
+    app.add_flag("--join-through-peer", o.join_through_peer,
+                 "with --join: the new worker says hello to a live worker, which sends it on to the trainer");
     app.add_option("--compress-block", o.compress_block,
                    "8-bit quantization of activations and their gradients, one scale per this many values (0: off)")
         ->check(weft_examples::int_in(0, 1 << 24))

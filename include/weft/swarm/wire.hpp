@@ -31,7 +31,7 @@ static_assert(std::endian::native == std::endian::little,
               "would need byte swaps");
 
 inline constexpr std::uint32_t wire_magic = 0x54465757;  // "WWFT" read as little-endian bytes
-inline constexpr std::uint16_t wire_version = 2;  // 2: a state request names its stage
+inline constexpr std::uint16_t wire_version = 2;  // 2: state requests name their stage; redirect
 inline constexpr std::size_t wire_header_bytes = 8;  // magic, version, kind
 
 // What a message asks or answers. Calls carry an id the answer repeats.
@@ -54,6 +54,7 @@ enum class message_kind : std::uint16_t {
     state_request,   // joining worker -> peer: the state's manifest (count 0) or a chunk of it
     state_reply,
     stop,            // the run is over: exit
+    redirect,        // worker -> newcomer that said hello to it: the trainer's address
 };
 
 [[nodiscard]] constexpr std::string_view to_string(message_kind kind) {
@@ -76,11 +77,12 @@ enum class message_kind : std::uint16_t {
         case message_kind::state_request: return "state_request";
         case message_kind::state_reply: return "state_reply";
         case message_kind::stop: return "stop";
+        case message_kind::redirect: return "redirect";
     }
     return "unknown";
 }
 
-inline constexpr std::uint16_t last_message_kind = static_cast<std::uint16_t>(message_kind::stop);
+inline constexpr std::uint16_t last_message_kind = static_cast<std::uint16_t>(message_kind::redirect);
 
 // How a float array is written: plain (4 bytes a value) or blockwise 8-bit.
 enum class float_form : std::uint8_t { plain = 0, quantized = 1 };

@@ -107,6 +107,7 @@ struct member_summary {
     long long calls = 0;
     long long timeouts = 0;
     long long deaths = 0;
+    std::string address;  // HOST:PORT it serves state (and redirects newcomers) at
 };
 
 class trainer {
@@ -216,7 +217,7 @@ public:
     [[nodiscard]] std::vector<member_summary> members() const {
         std::vector<member_summary> out;
         for (const auto& [id, m] : members_)
-            out.push_back({id, m.stage, m.live && m.ready, m.calls, m.timeouts, m.deaths});
+            out.push_back({id, m.stage, m.live && m.ready, m.calls, m.timeouts, m.deaths, m.state_address});
         return out;
     }
 

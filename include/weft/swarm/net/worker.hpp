@@ -48,6 +48,7 @@ struct worker_options {
 struct worker_report {
     worker_id id = 0;
     int stage = -1;
+    std::string joined_through;  // the peer that sent it on to the trainer, if it was not the trainer
     std::vector<int> earlier_stages;  // stages it served before a move, in order
     std::map<std::string, long long> served;  // calls served, by kind
     long long refused = 0;
@@ -60,6 +61,7 @@ struct worker_report {
             for (const int k : earlier_stages) text += " " + std::to_string(k);
             text += ")";
         }
+        if (!joined_through.empty()) text += " | joined through " + joined_through;
         text += " | served";
         for (const auto& [kind, n] : served) text += " " + kind + " " + std::to_string(n);
         text += " | state chunks from";
@@ -93,6 +95,9 @@ public:
         } catch (const stop_requested&) {
             return report_;  // the run ended while this worker fetched its first state
         }
+        std::printf("worker %llu | stage %d | ready; new workers may join through it: --rendezvous %s\n",
+                    static_cast<unsigned long long>(report_.id), report_.stage, bound_address(state_server_).c_str());
+        std::fflush(stdout);
         std::thread beat([this] { heartbeat_loop(); });
         try {
             serve();
@@ -125,27 +130,60 @@ private:
         }
     }
 
+    // Says hello to --rendezvous: the trainer answers with a welcome; any worker of the run
+    // answers with the trainer's address (redirect), where the hello goes next. So a new
+    // worker may join through whichever member it knows of.
     void join() {
-        message_writer hello(message_kind::hello);
-        write(hello, hello_message{options_.requested_id, options_.requested_stage, bound_address(state_server_),
-                                   static_cast<std::int64_t>(::getpid())});
-        send(calls_, hello.take());
+        std::string rendezvous = options_.rendezvous;
         const auto deadline = clock::now() + std::chrono::duration<double>(options_.connect_timeout_seconds);
-        while (clock::now() < deadline) {
-            zmq::socket_t* sockets[] = {&calls_};
-            if (!wait_readable(sockets, std::chrono::milliseconds(100))[0]) continue;
-            const auto bytes = receive(calls_);
-            if (!bytes) continue;
-            message_reader r(*bytes, "the rendezvous " + options_.rendezvous);
-            if (r.kind() != message_kind::welcome) continue;
-            welcome_ = read_welcome(r);
-            report_.id = welcome_.id;
-            start_stage();
-            return;
+        for (int hop = 0; hop < 4; ++hop) {
+            message_writer hello(message_kind::hello);
+            write(hello, hello_message{options_.requested_id, options_.requested_stage, bound_address(state_server_),
+                                       static_cast<std::int64_t>(::getpid())});
+            send(calls_, hello.take());
+            std::optional<std::string> redirected_to;
+            while (!redirected_to && clock::now() < deadline) {
+                zmq::socket_t* sockets[] = {&calls_};
+                if (!wait_readable(sockets, std::chrono::milliseconds(100))[0]) continue;
+                const auto bytes = receive(calls_);
+                if (!bytes) continue;
+                message_reader r(*bytes, "the rendezvous " + rendezvous);
+                if (r.kind() == message_kind::redirect) {
+                    redirected_to = r.get_string("trainer address");
+                    r.finish();
+                    continue;
+                }
+                if (r.kind() != message_kind::welcome) continue;
+                welcome_ = read_welcome(r);
+                report_.id = welcome_.id;
+                trainer_address_ = rendezvous;
+                start_stage();
+                return;
+            }
+            if (!redirected_to) break;
+            calls_.disconnect(endpoint_);
+            endpoint_ = tcp_endpoint(*redirected_to, "the trainer address a peer redirected to", false);
+            calls_.connect(endpoint_);
+            report_.joined_through = rendezvous;
+            rendezvous = *redirected_to;
         }
         throw error("cannot reach the rendezvous at " + options_.rendezvous + " (--rendezvous): no welcome within " +
                     std::to_string(options_.connect_timeout_seconds) +
-                    " s; is the trainer running there, and can this host reach that port?");
+                    " s; is the trainer (or a worker of the run) there, and can this host reach that port?");
+    }
+    // A newcomer that says hello to this worker rather than the trainer is told where the
+    // trainer is.
+    void redirect(const routed_message& m) {
+        message_writer w(message_kind::redirect);
+        w.put_string(trainer_address_);
+        static_cast<void>(send_to(state_server_, m.peer, w.take()));
+    }
+    [[nodiscard]] static bool is_hello(const routed_message& m) {
+        try {
+            return message_reader(m.bytes, "a peer").kind() == message_kind::hello;
+        } catch (const error&) {
+            return false;  // serve_state refuses what it cannot read
+        }
     }
 
     // Builds the stage's service and fills its state: the initial weights, or the peers'.
@@ -319,14 +357,22 @@ private:
             }
         }
     }
+    // Peers' requests: state, or a newcomer's hello.
     void serve_waiting_state() {
-        while (auto m = receive_from(state_server_)) serve_state(*m);
+        while (auto m = receive_from(state_server_)) {
+            if (is_hello(*m)) redirect(*m);
+            else serve_state(*m);
+        }
     }
 
     // Peers asking this worker for state while it fetches its own are refused at once rather
     // than left waiting for their timeout: what it holds is half written, or another stage's.
     void refuse_state_requests() {
         while (auto m = receive_from(state_server_)) {
+            if (is_hello(*m)) {
+                redirect(*m);
+                continue;
+            }
             message_writer w(message_kind::refused);
             w.put(std::uint64_t{0}).put(std::uint64_t{0}).put_string("worker " + std::to_string(welcome_.id) +
                                                                         " is fetching its own state");
@@ -525,7 +571,8 @@ private:
     }
 
     worker_options options_;
-    std::string endpoint_;
+    std::string endpoint_;         // the trainer's, once a peer redirected this worker there
+    std::string trainer_address_;  // HOST:PORT, told to newcomers that say hello to this worker
     zmq::context_t context_;
     zmq::socket_t calls_;
     zmq::socket_t state_server_;
