@@ -74,6 +74,14 @@ inline void check_loads(std::span<const stage_load> stages) {
 }
 }  // namespace detail
 
+// The calls one micro-batch makes at a stage, by class: a forward and a backward, or at the
+// last stage one backward call that does the forward too (swarm/net/trainer.hpp).
+[[nodiscard]] inline std::span<const call_class> microbatch_calls(bool last_stage) {
+    static constexpr call_class middle[] = {call_class::forward, call_class::backward};
+    static constexpr call_class last[] = {call_class::backward};
+    return last_stage ? std::span<const call_class>(last) : std::span<const call_class>(middle);
+}
+
 // A stage's pool as its router measured it: each of `workers` (those ready to serve) at the
 // micro-batches per second its call times give, one call of each class in `per_microbatch`
 // a micro-batch (a middle stage: forward and backward; the last: backward). One without a

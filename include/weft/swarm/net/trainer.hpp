@@ -352,11 +352,7 @@ private:
         std::vector<worker_id> ready;
         for (const auto& [id, m] : members_)
             if (m.live && m.ready && m.stage == k) ready.push_back(id);
-        // The last stage's forward is in its backward call: one call a micro-batch, not two.
-        static constexpr call_class middle[] = {call_class::forward, call_class::backward};
-        static constexpr call_class last[] = {call_class::backward};
-        return load_from_router(routers_[std::size_t(k)], ready,
-                                is_last(k) ? std::span<const call_class>(last) : std::span<const call_class>(middle),
+        return load_from_router(routers_[std::size_t(k)], ready, microbatch_calls(is_last(k)),
                                 options_.routing.initial_seconds);
     }
     // Every --rebalance-s, between steps: at most one worker moves to the most loaded stage.

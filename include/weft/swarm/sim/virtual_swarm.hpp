@@ -33,7 +33,6 @@
 #include <map>
 #include <optional>
 #include <queue>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -214,9 +213,7 @@ private:
     };
     struct microbatch_state {
         int stage = 0;
-        bool backward = false;
-        bool started = false;
-        bool done = false;
+        bool backward = false;  // on the way back
     };
 
     void push(double time, event_kind kind, std::size_t subject, std::uint64_t epoch = 0) {
@@ -261,12 +258,8 @@ private:
         for (int k = 0; k < stages_; ++k) {
             std::vector<worker_id> ids;
             for (const auto i : ready_workers(k)) ids.push_back(workers_[i].route_id);
-            static constexpr call_class middle[] = {call_class::forward, call_class::backward};
-            static constexpr call_class last[] = {call_class::backward};
-            all.push_back(load_from_router(
-                routers_[std::size_t(k)], ids,
-                is_last(k) ? std::span<const call_class>(last) : std::span<const call_class>(middle),
-                model_.router.initial_seconds));
+            all.push_back(load_from_router(routers_[std::size_t(k)], ids, microbatch_calls(is_last(k)),
+                                           model_.router.initial_seconds));
         }
         return all;
     }
@@ -320,7 +313,6 @@ private:
     }
     void start_more() {
         while (started_ < model_.microbatches_per_step && started_ - finished_ < in_flight_cap_) {
-            microbatches_[std::size_t(started_)].started = true;
             dispatchable_.push_back(started_++);
         }
     }
@@ -334,11 +326,14 @@ private:
             }
             return std::nullopt;
         }
-        // Uniform round-robin: every ready worker of the stage in turn, whatever its speed.
-        const auto ids = ready_workers(stage);
-        if (ids.empty()) return std::nullopt;
+        // Uniform round-robin: every ready worker of the stage in turn, whatever its speed (a
+        // cursor over all workers that skips the others: no list built for every call).
         auto& next = round_robin_next_[std::size_t(stage)];
-        return ids[next++ % ids.size()];
+        for (std::size_t tried = 0; tried < workers_.size(); ++tried) {
+            const std::size_t i = next++ % workers_.size();
+            if (workers_[i].ready && workers_[i].stage == stage) return i;
+        }
+        return std::nullopt;
     }
     void dispatch() {
         if (!in_step_) return;
@@ -416,7 +411,6 @@ private:
         } else {
             holders_[{call.stage, call.microbatch}] = {call.worker, w.epoch};
             if (call.stage == 0) {
-                m.done = true;
                 ++finished_;
                 start_more();
                 maybe_finish_step();
