@@ -51,3 +51,17 @@ function(weft_cuda_target_options target)
         $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra>
         $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${WEFT_WARNINGS_AS_ERRORS}>>:-Xcompiler=-Werror>)
 endfunction()
+
+# exec::cuda's kernels (weft/exec/cuda/backend_kernels.cu) compiled once for all of weft's
+# own targets, as an object library they link (users link weft::cuda_backend instead, which
+# compiles the file into their target). Call after weft_enable_cuda_language succeeded.
+function(weft_cuda_backend_kernels)
+    if(TARGET weft_cuda_backend_kernels)
+        return()
+    endif()
+    add_library(weft_cuda_backend_kernels OBJECT ${PROJECT_SOURCE_DIR}/include/weft/exec/cuda/backend_kernels.cu)
+    set_target_properties(weft_cuda_backend_kernels PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                                               CUDA_RUNTIME_LIBRARY Shared)
+    weft_cuda_target_options(weft_cuda_backend_kernels)
+    target_link_libraries(weft_cuda_backend_kernels PUBLIC weft::cuda)
+endfunction()

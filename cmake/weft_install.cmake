@@ -10,7 +10,7 @@ if(WEFT_HAS_MPI)
     install(EXPORT weft-mpi-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 endif()
 if(WEFT_HAS_CUDA)
-    install(TARGETS weft_cuda EXPORT weft-cuda-targets)
+    install(TARGETS weft_cuda weft_cuda_backend EXPORT weft-cuda-targets)
     install(EXPORT weft-cuda-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 endif()
 # weft::nccl records the NCCL library and include directory found here, as weft::cuda does.

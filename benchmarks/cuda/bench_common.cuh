@@ -44,17 +44,17 @@ __global__ void fill_kernel(T* out, std::size_t n, std::uint32_t seed, float sca
 template <class T>
 void fill(T* out, std::size_t n, std::uint32_t seed, float scale = 1.0f) {
     fill_kernel<<<1024, 256>>>(out, n, seed, scale);
-    weft::exec::cuda::check(cudaGetLastError(), "fill kernel launch");
+    weft::cuda::check(cudaGetLastError(), "fill kernel launch");
 }
 
 // Median-free simple timing: `warmup` untimed runs, then the mean over `iterations`.
 template <class Fn>
 double time_ms(cudaStream_t stream, int warmup, int iterations, Fn&& fn) {
     // The benchmarks' set-up (fill, fill_zero) runs on the legacy default stream, which a
-    // non-blocking weft::exec::cuda::stream does not wait for: finish it before timing.
-    weft::exec::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    // non-blocking weft::cuda::stream does not wait for: finish it before timing.
+    weft::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     for (int i = 0; i < warmup; ++i) fn();
-    weft::exec::cuda::event start, stop;
+    weft::cuda::event start, stop;
     start.record(stream);
     for (int i = 0; i < iterations; ++i) fn();
     stop.record(stream);
@@ -64,7 +64,7 @@ double time_ms(cudaStream_t stream, int warmup, int iterations, Fn&& fn) {
 
 // Returns false (after printing why) when there is no GPU: the caller exits 77.
 inline bool have_gpu() {
-    if (weft::exec::cuda::device_count() == 0) {
+    if (weft::cuda::device_count() == 0) {
         std::printf("no CUDA device: benchmark skipped\n");
         return false;
     }

@@ -14,7 +14,7 @@
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 
 namespace {
 

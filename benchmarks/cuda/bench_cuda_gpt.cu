@@ -23,7 +23,7 @@
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/train/mfu.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 using weft::train::cuda::gpt_trainer;
 
 namespace {

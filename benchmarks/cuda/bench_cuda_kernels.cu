@@ -18,7 +18,7 @@
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/stream.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 using cu::bf16;
 
 namespace {

@@ -26,7 +26,7 @@
 #include "weft/train/cuda/gpt_trainer.cuh"
 #include "weft/train/mfu.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 
 namespace {
 

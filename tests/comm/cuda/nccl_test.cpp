@@ -27,7 +27,7 @@
 #include "weft/comm/mpi.hpp"
 #endif
 
-namespace cuda = weft::exec::cuda;
+namespace cuda = weft::cuda;
 using weft::comm::nccl;
 using weft_test::expect;
 

@@ -50,11 +50,11 @@ int run_device_test(int argc, char** argv, std::initializer_list<std::string_vie
     try {
         host_checks();
         if (failures > 0) return 1;
-        if (weft::exec::cuda::device_count() == 0) {
+        if (weft::cuda::device_count() == 0) {
             std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
             return 77;
         }
-        std::printf("device 0: %s\n", weft::exec::cuda::device_name(0).c_str());
+        std::printf("device 0: %s\n", weft::cuda::device_name(0).c_str());
         for (const std::string_view part : parts)
             if (chosen == "all" || chosen == part) device_part(part);
     } catch (const std::exception& e) {

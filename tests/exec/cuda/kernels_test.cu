@@ -34,7 +34,7 @@
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 using cu::bf16;
 using weft_test::vec;
 

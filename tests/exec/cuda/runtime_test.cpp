@@ -22,42 +22,42 @@ void expect(bool condition, const char* what) {
 }  // namespace
 
 int main() {
-    const auto [major, minor] = weft::exec::cuda::runtime_version();
+    const auto [major, minor] = weft::cuda::runtime_version();
     int nccl_version = 0;
     expect(ncclGetVersion(&nccl_version) == ncclSuccess && nccl_version > 0, "ncclGetVersion");
     std::printf("CUDA runtime %d.%d, NCCL %d\n", major, minor, nccl_version);
 
-    const int devices = weft::exec::cuda::device_count();
+    const int devices = weft::cuda::device_count();
     if (devices == 0) {
         std::printf("no CUDA device: skipped\n");
         return 77;
     }
-    std::printf("device 0: %s\n", weft::exec::cuda::device_name(0).c_str());
+    std::printf("device 0: %s\n", weft::cuda::device_name(0).c_str());
 
     // A round trip through device memory returns the data unchanged.
     std::vector<float> host(1 << 20);
     for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i) * 0.5f;
     float* device = nullptr;
-    weft::exec::cuda::check(cudaMalloc(&device, host.size() * sizeof(float)), "cudaMalloc");
-    weft::exec::cuda::check(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+    weft::cuda::check(cudaMalloc(&device, host.size() * sizeof(float)), "cudaMalloc");
+    weft::cuda::check(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
                             "cudaMemcpy to device");
     std::vector<float> back(host.size());
-    weft::exec::cuda::check(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+    weft::cuda::check(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
                             "cudaMemcpy to host");
-    weft::exec::cuda::check(cudaFree(device), "cudaFree");
+    weft::cuda::check(cudaFree(device), "cudaFree");
     expect(back == host, "device round trip");
 
     // Errors name the call and CUDA's reason.
     bool threw = false;
     try {
-        weft::exec::cuda::check(cudaErrorInvalidValue, "cudaFoo");
+        weft::cuda::check(cudaErrorInvalidValue, "cudaFoo");
     } catch (const weft::error& e) {
         threw = std::string(e.what()).find("cudaFoo failed: cudaErrorInvalidValue") != std::string::npos;
     }
     expect(threw, "check() names the call and the error");
     bool bad_device = false;
     try {
-        (void)weft::exec::cuda::device_name(devices);
+        (void)weft::cuda::device_name(devices);
     } catch (const weft::error&) {
         bad_device = true;
     }

@@ -24,7 +24,7 @@
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
-namespace cu = weft::exec::cuda;
+namespace cu = weft::cuda;
 using weft::train::cuda::gpt_trainer;
 
 namespace {

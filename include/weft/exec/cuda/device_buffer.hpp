@@ -14,7 +14,7 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 template <class T>
 class device_buffer {
@@ -62,7 +62,7 @@ public:
             check(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy to device");
             // From pageable memory cudaMemcpy returns once the data is staged, possibly before
             // the DMA into data_ is done; that DMA is ordered only on the default stream, so a
-            // kernel on a non-blocking weft::exec::cuda::stream could read stale bytes. Wait.
+            // kernel on a non-blocking weft::cuda::stream could read stale bytes. Wait.
             check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy to device");
         }
     }
@@ -104,4 +104,4 @@ private:
     std::size_t size_ = 0;
 };
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

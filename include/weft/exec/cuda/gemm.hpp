@@ -21,7 +21,7 @@
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 using bf16 = __nv_bfloat16;
 
@@ -207,4 +207,4 @@ private:
     std::map<key_type, cublasLtMatmulAlgo_t> algorithms_;
 };
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

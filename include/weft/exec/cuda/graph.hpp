@@ -10,7 +10,7 @@
 
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 class graph {
 public:
@@ -77,4 +77,4 @@ private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -11,7 +11,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 // Throws weft::error("<what> failed: <CUDA's name and text>") unless `status` is success.
 inline void check(cudaError_t status, std::string_view what) {
@@ -50,4 +50,4 @@ inline void check(cudaError_t status, std::string_view what) {
     return {version / 1000, (version % 1000) / 10};
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -8,7 +8,7 @@
 
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 class stream {
 public:
@@ -70,4 +70,4 @@ private:
     cudaEvent_t handle_ = nullptr;
 };
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

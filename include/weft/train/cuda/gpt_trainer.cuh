@@ -48,7 +48,7 @@
 namespace weft::train::cuda {
 
 // The kernels, buffers and GEMMs this model is made of.
-using namespace weft::exec::cuda;  // NOLINT(google-build-using-namespace): one namespace, used throughout
+using namespace weft::cuda;  // NOLINT(google-build-using-namespace): one namespace, used throughout
 
 class gpt_trainer {
 public:
@@ -126,7 +126,7 @@ public:
     // refreshing their bf16 copy. A captured step replays with the options given here.
     void enqueue_step(const std::int32_t* inputs, const std::int32_t* targets, const adamw_hyperparameters& options,
                       cudaStream_t stream) {
-        exec::cuda::detail::require_adamw_hyperparameters(options.lr, options.beta1, options.beta2, options.eps,
+        weft::cuda::detail::require_adamw_hyperparameters(options.lr, options.beta1, options.beta2, options.eps,
                                               options.weight_decay);  // before anything is enqueued
         enqueue_forward_backward(inputs, targets, stream);
         adamw_set_hyperparameters(state_.data(), options, stream);

@@ -15,7 +15,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 // Hyperparameters and derived per-step scalars, kept in device memory. Set the
 // hyperparameters with adamw_state_init (or write lr between steps); adamw_begin_step
@@ -163,4 +163,4 @@ inline void adamw_update(float* params, const float* grads, float* m, float* v, 
                      params_bf16 != nullptr ? params_bf16 + r.offset : nullptr, r.size, r.decays, state, stream);
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -20,7 +20,7 @@
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -243,4 +243,4 @@ void attention_backward(const T* qkv, const T* out, const T* dout, const float* 
     check(cudaGetLastError(), "attention_backward (keys, values) kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

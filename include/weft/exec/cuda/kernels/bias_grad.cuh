@@ -10,7 +10,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -45,4 +45,4 @@ void bias_grad(const T* dy, float* db, int rows, int cols, cudaStream_t stream) 
     check(cudaGetLastError(), "bias_grad kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

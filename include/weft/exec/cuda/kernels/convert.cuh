@@ -11,7 +11,7 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 using bf16 = __nv_bfloat16;
 
@@ -55,4 +55,4 @@ void convert(const From* in, To* out, std::size_t n, cudaStream_t stream) {
     check(cudaGetLastError(), "convert kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

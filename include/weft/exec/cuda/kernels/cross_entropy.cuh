@@ -15,7 +15,7 @@
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -94,4 +94,4 @@ inline void mean(const float* values, int n, float* out, cudaStream_t stream) {
     check(cudaGetLastError(), "mean kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

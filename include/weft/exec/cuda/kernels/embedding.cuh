@@ -19,7 +19,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -135,4 +135,4 @@ void embedding_backward(const std::int32_t* tokens, const T* dy, float* dwte, fl
     check(cudaGetLastError(), "embedding_backward (tokens) kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -10,7 +10,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -56,4 +56,4 @@ void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n, cudaStream_t s
     check(cudaGetLastError(), "gelu_backward kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -13,7 +13,7 @@
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -144,4 +144,4 @@ void layer_norm_backward_weight(const T* x, const float* mean, const float* rstd
     check(cudaGetLastError(), "layer_norm_backward_weight kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

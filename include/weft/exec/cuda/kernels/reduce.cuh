@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <math_constants.h>
 
-namespace weft::exec::cuda::detail {
+namespace weft::cuda::detail {
 
 // After the xor butterfly every lane holds the same value (a + b == b + a exactly).
 __device__ inline float warp_sum(float v) {
@@ -40,4 +40,4 @@ __device__ inline float block_reduce(float v, float* scratch) {
 __device__ inline float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
 __device__ inline float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
-}  // namespace weft::exec::cuda::detail
+}  // namespace weft::cuda::detail

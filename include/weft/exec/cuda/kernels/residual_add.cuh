@@ -11,7 +11,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
-namespace weft::exec::cuda {
+namespace weft::cuda {
 
 namespace detail {
 
@@ -36,4 +36,4 @@ void residual_add(const T* a, const T* b, T* out, std::size_t n, cudaStream_t st
     check(cudaGetLastError(), "residual_add kernel launch");
 }
 
-}  // namespace weft::exec::cuda
+}  // namespace weft::cuda

@@ -1,0 +1,448 @@
+// The CUDA compute backend: the same member kernels as exec::cpu (weft/exec/cpu.hpp), on one
+// GPU, over device matrices (weft/exec/cuda/device_matrix.hpp), so nn/ layers, the models and
+// the engine run on it unchanged. The object holds what the kernels need: its device, a
+// compute stream, the cuBLASLt handle and workspace.
+//
+// Numerics: activations, weights and gradients are fp32 in device memory; the GEMMs round
+// their inputs to bf16 and accumulate in fp32 on tensor cores (weights are rounded as each
+// GEMM reads them, so the fp32 master weights in the stage's flat buffer are what the
+// optimizer updates); everything else computes in fp32. Results match exec::cpu within bf16
+// rounding, not bit for bit. Reductions run in a fixed order (no atomics), so a run repeats
+// bit for bit on the same GPU.
+//
+// Weight and gradient spans must point at device-accessible memory (device or managed); a
+// host pointer is refused with a message rather than read by a kernel. Token ids and labels
+// are host spans, as on the CPU: they are checked there and copied up.
+//
+// Work is queued on the backend's stream and returns without waiting, except cross_entropy,
+// whose loss the caller reads on the host. synchronize() waits for everything queued.
+//
+// Host code: the kernels it launches are compiled once per program by nvcc
+// (weft/exec/cuda/backend_kernels.cu; link weft::cuda_backend).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
+#include "weft/exec/compute_backend.hpp"
+#include "weft/exec/cuda/backend_kernels.hpp"
+#include "weft/exec/cuda/device_matrix.hpp"
+#include "weft/exec/cuda/gemm.hpp"
+#include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream.hpp"
+
+namespace weft::exec {
+
+class cuda_backend {
+public:
+    static constexpr std::string_view name = "cuda";
+    using scalar = float;
+    using memory_space = device_space;
+    using matrix = weft::cuda::device_matrix;
+
+    // Makes `device` this thread's current device and creates the stream and cuBLASLt handle
+    // on it. No GPU, or a device out of range, is a weft::error naming `device`.
+    explicit cuda_backend(int device = 0) : device_(select(device)) {
+        weft::cuda::set_allocation_stream(stream_.get());
+    }
+
+    [[nodiscard]] int device() const { return device_; }
+    [[nodiscard]] cudaStream_t stream() const { return stream_.get(); }
+    // Waits for everything queued on the stream (and reports an error a kernel hit).
+    void synchronize() const { stream_.synchronize(); }
+
+    // Stream-ordered copies between a matrix and host memory of its size: what host code
+    // (tests, checkpoints of activations, host-staged communication) reads and writes
+    // matrices with. copy_to_host waits for the copy; copy_from_host returns once `host` may
+    // be reused.
+    void copy_to_host(const matrix& m, std::span<float> host) {
+        require_size(host.size(), m.size(), "copy_to_host: host.size()");
+        if (m.size() == 0) return;
+        weft::cuda::check(cudaMemcpyAsync(host.data(), m.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                          stream()),
+                          "cudaMemcpyAsync (matrix to host)");
+        synchronize();
+    }
+    void copy_from_host(std::span<const float> host, matrix& m) {
+        require_size(host.size(), m.size(), "copy_from_host: host.size()");
+        if (m.size() == 0) return;
+        weft::cuda::check(cudaMemcpyAsync(m.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                          stream()),
+                          "cudaMemcpyAsync (matrix to the device)");
+        // From pageable memory the copy may still be reading `host` when the call returns.
+        synchronize();
+    }
+
+    [[nodiscard]] int rows(const matrix& x) const { return x.rows(); }
+    [[nodiscard]] int cols(const matrix& x) const { return x.cols(); }
+
+    [[nodiscard]] matrix add(const matrix& a, const matrix& b) {
+        require_shape(b, a.rows(), a.cols(), "add: b");
+        matrix y(a.rows(), a.cols());
+        weft::cuda::launch::add(a.data(), b.data(), y.data(), y.size(), stream());
+        return y;
+    }
+
+    // y = x W + b, W stored [in, out].
+    [[nodiscard]] matrix linear_forward(const matrix& x, std::span<const float> w, std::span<const float> b, int in,
+                                        int out) {
+        require_shape(x, x.rows(), in, "linear_forward: x");
+        require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
+        require_size(b.size(), std::size_t(out), "linear_forward: bias size");
+        require_device(w, "linear_forward: weight");
+        require_device(b, "linear_forward: bias");
+        matrix y(x.rows(), out);
+        if (y.size() == 0) return y;
+        const auto xb = bf16_copy(x.data(), x.size());
+        const auto wb = bf16_copy(w.data(), w.size());
+        gemm_.linear_forward<float>(xb.data(), wb.data(), b.data(), y.data(), x.rows(), in, out, stream());
+        return y;
+    }
+
+    // dX = dY W^T
+    [[nodiscard]] matrix linear_backward_input(const matrix& dy, std::span<const float> w, int in, int out) {
+        require_shape(dy, dy.rows(), out, "linear_backward_input: dy");
+        require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_backward_input: weight size");
+        require_device(w, "linear_backward_input: weight");
+        matrix dx(dy.rows(), in);
+        if (dx.size() == 0) return dx;
+        const auto dyb = bf16_copy(dy.data(), dy.size());
+        const auto wb = bf16_copy(w.data(), w.size());
+        gemm_.linear_backward_input<float>(dyb.data(), wb.data(), dx.data(), dy.rows(), in, out, stream());
+        return dx;
+    }
+
+    // dW += X^T dY, db += column sums of dY
+    void linear_backward_weight(const matrix& x, const matrix& dy, std::span<float> dw, std::span<float> db) {
+        require_shape(dy, x.rows(), dy.cols(), "linear_backward_weight: dy");
+        const int in = x.cols(), out = dy.cols();
+        require_size(dw.size(), std::size_t(in) * std::size_t(out), "linear_backward_weight: weight size");
+        require_size(db.size(), std::size_t(out), "linear_backward_weight: bias size");
+        require_device(dw, "linear_backward_weight: weight gradient");
+        require_device(db, "linear_backward_weight: bias gradient");
+        if (x.rows() == 0 || in == 0 || out == 0) return;
+        const auto xb = bf16_copy(x.data(), x.size());
+        const auto dyb = bf16_copy(dy.data(), dy.size());
+        gemm_.linear_backward_weight(xb.data(), dyb.data(), dw.data(), x.rows(), in, out, stream());
+        weft::cuda::launch::bias_grad(dy.data(), db.data(), x.rows(), out, stream());
+    }
+
+    [[nodiscard]] matrix gelu_forward(const matrix& x) {
+        matrix y(x.rows(), x.cols());
+        weft::cuda::launch::gelu_forward(x.data(), y.data(), y.size(), stream());
+        return y;
+    }
+    [[nodiscard]] matrix gelu_backward(const matrix& x, const matrix& dy) {
+        require_shape(dy, x.rows(), x.cols(), "gelu_backward: dy");
+        matrix dx(x.rows(), x.cols());
+        weft::cuda::launch::gelu_backward(x.data(), dy.data(), dx.data(), dx.size(), stream());
+        return dx;
+    }
+
+    // Per-row layer norm; mean and rstd (rows x 1) are saved for both backward halves.
+    [[nodiscard]] matrix layer_norm_forward(const matrix& x, std::span<const float> gamma, std::span<const float> beta,
+                                            float eps, matrix& mean, matrix& rstd) {
+        const int n = x.cols();
+        require_size(gamma.size(), std::size_t(n), "layer_norm_forward: weight size");
+        require_size(beta.size(), std::size_t(n), "layer_norm_forward: bias size");
+        require(n > 0, "layer_norm_forward: x.cols()", n, "must be positive");
+        require_device(gamma, "layer_norm_forward: weight");
+        require_device(beta, "layer_norm_forward: bias");
+        mean = matrix(x.rows(), 1);
+        rstd = matrix(x.rows(), 1);
+        matrix y(x.rows(), n);
+        if (x.rows() == 0) return y;
+        weft::cuda::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
+                                               x.rows(), n, eps, stream());
+        return y;
+    }
+
+    [[nodiscard]] matrix layer_norm_backward_input(const matrix& x, const matrix& mean, const matrix& rstd,
+                                                   std::span<const float> gamma, const matrix& dy) {
+        const int n = x.cols();
+        require_shape(dy, x.rows(), n, "layer_norm_backward_input: dy");
+        require_shape(mean, x.rows(), 1, "layer_norm_backward_input: mean");
+        require_shape(rstd, x.rows(), 1, "layer_norm_backward_input: rstd");
+        require_size(gamma.size(), std::size_t(n), "layer_norm_backward_input: weight size");
+        require_device(gamma, "layer_norm_backward_input: weight");
+        matrix dx(x.rows(), n);
+        if (dx.size() == 0) return dx;
+        weft::cuda::launch::layer_norm_backward_input(x.data(), mean.data(), rstd.data(), gamma.data(), dy.data(),
+                                                      dx.data(), x.rows(), n, stream());
+        return dx;
+    }
+
+    void layer_norm_backward_weight(const matrix& x, const matrix& mean, const matrix& rstd, const matrix& dy,
+                                    std::span<float> dgamma, std::span<float> dbeta) {
+        const int n = x.cols();
+        require_shape(dy, x.rows(), n, "layer_norm_backward_weight: dy");
+        require_shape(mean, x.rows(), 1, "layer_norm_backward_weight: mean");
+        require_shape(rstd, x.rows(), 1, "layer_norm_backward_weight: rstd");
+        require_size(dgamma.size(), std::size_t(n), "layer_norm_backward_weight: weight size");
+        require_size(dbeta.size(), std::size_t(n), "layer_norm_backward_weight: bias size");
+        require_device(dgamma, "layer_norm_backward_weight: weight gradient");
+        require_device(dbeta, "layer_norm_backward_weight: bias gradient");
+        if (x.rows() == 0 || n == 0) return;
+        weft::cuda::launch::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dy.data(), dgamma.data(),
+                                                       dbeta.data(), x.rows(), n, stream());
+    }
+
+    // Mean softmax cross-entropy over rows; dlogits = scale * d(mean loss)/d(logits). Returns
+    // the unscaled mean loss, which it waits for.
+    [[nodiscard]] float cross_entropy(const matrix& logits, std::span<const std::int32_t> labels, float scale,
+                                      matrix& dlogits) {
+        const int rows_n = logits.rows(), classes = logits.cols();
+        require_size(labels.size(), std::size_t(rows_n), "cross_entropy: labels.size()");
+        require(rows_n > 0, "cross_entropy: logits.rows()", rows_n, "must be positive");
+        require(std::isfinite(scale), "cross_entropy: scale", scale, "must be finite");
+        for (std::size_t r = 0; r < labels.size(); ++r)
+            if (labels[r] < 0 || labels[r] >= classes)
+                throw invalid_argument("cross_entropy: labels[" + std::to_string(r) + "]", labels[r],
+                                       "must be a class id in [0, " + std::to_string(classes) + ")");
+        const auto device_labels = upload(labels);
+        scratch<float> losses(std::size_t(rows_n), stream());
+        scratch<float> mean(1, stream());
+        dlogits = matrix(rows_n, classes);
+        weft::cuda::launch::cross_entropy(logits.data(), device_labels.data(), losses.data(), dlogits.data(), rows_n,
+                                          classes, scale, stream());
+        weft::cuda::launch::mean(losses.data(), rows_n, mean.data(), stream());
+        float loss = 0;
+        weft::cuda::check(cudaMemcpyAsync(&loss, mean.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()),
+                          "cudaMemcpyAsync (loss to host)");
+        synchronize();
+        return loss;
+    }
+
+    // ---- GPT kernels ------------------------------------------------------------------
+
+    // Row n = wte[tokens[n]] + wpe[n % seq_len]: tokens are whole sequences, row-major.
+    [[nodiscard]] matrix embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte,
+                                           std::span<const float> wpe, int vocab, int width, int seq_len) {
+        const int sequences = checked_sequences(tokens, seq_len, "embedding_forward");
+        require_size(wte.size(), std::size_t(vocab) * std::size_t(width), "embedding_forward: wte size");
+        require_size(wpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_forward: wpe size");
+        require_tokens(tokens, vocab, "embedding_forward");
+        require_device(wte, "embedding_forward: wte");
+        require_device(wpe, "embedding_forward: wpe");
+        matrix y(static_cast<int>(tokens.size()), width);
+        if (y.size() == 0) return y;
+        const auto device_tokens = upload(tokens);
+        weft::cuda::launch::embedding_forward(device_tokens.data(), wte.data(), wpe.data(), y.data(), sequences,
+                                              seq_len, width, vocab, stream());
+        return y;
+    }
+
+    // dwte[v] += sum of dy rows whose token is v, dwpe[t] += sum of dy rows at position t.
+    void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy, std::span<float> dwte,
+                                   std::span<float> dwpe, int vocab, int seq_len) {
+        const int width = dy.cols();
+        require_shape(dy, static_cast<int>(tokens.size()), width, "embedding_backward_weight: dy");
+        const int sequences = checked_sequences(tokens, seq_len, "embedding_backward_weight");
+        require_size(dwte.size(), std::size_t(vocab) * std::size_t(width), "embedding_backward_weight: wte size");
+        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_backward_weight: wpe size");
+        require_tokens(tokens, vocab, "embedding_backward_weight");
+        require_device(dwte, "embedding_backward_weight: wte gradient");
+        require_device(dwpe, "embedding_backward_weight: wpe gradient");
+        if (dy.size() == 0) return;
+        const auto device_tokens = upload(tokens);
+        weft::cuda::launch::embedding_backward(device_tokens.data(), dy.data(), dwte.data(), dwpe.data(), sequences,
+                                               seq_len, width, vocab, stream());
+    }
+
+    // y = x W^T with W stored [out, in] (the LM head tied to the [vocab, width] embedding).
+    [[nodiscard]] matrix transposed_linear_forward(const matrix& x, std::span<const float> w, int out, int in) {
+        require_shape(x, x.rows(), in, "transposed_linear_forward: x");
+        require_size(w.size(), std::size_t(out) * std::size_t(in), "transposed_linear_forward: weight size");
+        require_device(w, "transposed_linear_forward: weight");
+        matrix y(x.rows(), out);
+        if (y.size() == 0) return y;
+        const auto xb = bf16_copy(x.data(), x.size());
+        const auto wb = bf16_copy(w.data(), w.size());
+        gemm_.matmul<float>(xb.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::yes, y.data(),
+                            x.rows(), out, in, 1.0f, 0.0f, nullptr, stream());
+        return y;
+    }
+
+    // dX = dY W
+    [[nodiscard]] matrix transposed_linear_backward_input(const matrix& dy, std::span<const float> w, int out,
+                                                          int in) {
+        require_shape(dy, dy.rows(), out, "transposed_linear_backward_input: dy");
+        require_size(w.size(), std::size_t(out) * std::size_t(in), "transposed_linear_backward_input: weight size");
+        require_device(w, "transposed_linear_backward_input: weight");
+        matrix dx(dy.rows(), in);
+        if (dx.size() == 0) return dx;
+        const auto dyb = bf16_copy(dy.data(), dy.size());
+        const auto wb = bf16_copy(w.data(), w.size());
+        gemm_.matmul<float>(dyb.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::no, dx.data(),
+                            dy.rows(), in, out, 1.0f, 0.0f, nullptr, stream());
+        return dx;
+    }
+
+    // dW += dY^T X
+    void transposed_linear_backward_weight(const matrix& x, const matrix& dy, std::span<float> dw) {
+        require_shape(dy, x.rows(), dy.cols(), "transposed_linear_backward_weight: dy");
+        require_size(dw.size(), std::size_t(dy.cols()) * std::size_t(x.cols()),
+                     "transposed_linear_backward_weight: weight size");
+        require_device(dw, "transposed_linear_backward_weight: weight gradient");
+        if (x.rows() == 0 || dw.empty()) return;
+        const auto xb = bf16_copy(x.data(), x.size());
+        const auto dyb = bf16_copy(dy.data(), dy.size());
+        gemm_.matmul<float>(dyb.data(), weft::cuda::transpose::yes, xb.data(), weft::cuda::transpose::no, dw.data(),
+                            dy.cols(), x.cols(), x.rows(), 1.0f, 1.0f, nullptr, stream());
+    }
+
+    // Causal multi-head self-attention on qkv = [q | k | v], as exec::cpu's. What backward
+    // needs is saved in `saved`: not the probabilities (seq_len^2 per head) but, flash-style,
+    // each row's log-sum-exp and the output, from which backward recomputes them; a 1 x n
+    // matrix whose layout only this backend reads.
+    [[nodiscard]] matrix causal_attention_forward(const matrix& qkv, int seq_len, int heads, matrix& saved) {
+        const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_forward");
+        matrix y(qkv.rows(), a.width);
+        saved = matrix(1, static_cast<int>(a.saved_size()));
+        if (y.size() == 0) return y;
+        float* lse = saved.data();
+        float* out = saved.data() + a.lse_size();
+        weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, stream());
+        weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream()),
+                          "cudaMemcpyAsync (attention output)");
+        return y;
+    }
+
+    // Gradient of causal_attention_forward with respect to qkv, from what it saved.
+    [[nodiscard]] matrix causal_attention_backward(const matrix& qkv, const matrix& saved, const matrix& dy,
+                                                   int seq_len, int heads) {
+        const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_backward");
+        require_shape(saved, 1, static_cast<int>(a.saved_size()), "causal_attention_backward: saved");
+        require_shape(dy, qkv.rows(), a.width, "causal_attention_backward: dy");
+        matrix dqkv(qkv.rows(), qkv.cols());
+        if (dqkv.size() == 0) return dqkv;
+        scratch<float> delta(a.lse_size(), stream());
+        weft::cuda::launch::attention_backward(qkv.data(), saved.data() + a.lse_size(), dy.data(), saved.data(),
+                                               delta.data(), dqkv.data(), a.seqs, a.t, a.heads, a.d, stream());
+        return dqkv;
+    }
+
+private:
+    // Device memory for one kernel call's temporaries, freed in stream order after it.
+    template <class T>
+    class scratch {
+    public:
+        scratch(std::size_t n, cudaStream_t stream) : stream_(stream), size_(n) {
+            if (n == 0) return;
+            void* pointer = nullptr;
+            weft::cuda::check(cudaMallocAsync(&pointer, n * sizeof(T), stream),
+                              "cudaMallocAsync(" + std::to_string(n * sizeof(T)) + " bytes)");
+            data_ = static_cast<T*>(pointer);
+        }
+        scratch(const scratch&) = delete;
+        scratch& operator=(const scratch&) = delete;
+        scratch(scratch&& other) noexcept
+            : stream_(other.stream_), size_(std::exchange(other.size_, 0)), data_(std::exchange(other.data_, nullptr)) {}
+        scratch& operator=(scratch&&) = delete;
+        ~scratch() {
+            if (data_ != nullptr) static_cast<void>(cudaFreeAsync(data_, stream_));
+        }
+        [[nodiscard]] T* data() { return data_; }
+        [[nodiscard]] const T* data() const { return data_; }
+        [[nodiscard]] std::size_t size() const { return size_; }
+
+    private:
+        cudaStream_t stream_;
+        std::size_t size_;
+        T* data_ = nullptr;
+    };
+
+    static int select(int device) {
+        const int count = weft::cuda::device_count();
+        require(count > 0, "device", device, "needs a CUDA GPU, and this machine has none (exec::cuda)");
+        require(device >= 0 && device < count, "device", device,
+                "must be in [0, " + std::to_string(count) + ") on this machine");
+        weft::cuda::check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+        return device;
+    }
+
+    static void require_size(std::size_t got, std::size_t want, std::string_view what) {
+        if (got != want) throw invalid_argument(what, got, "must equal " + std::to_string(want));
+    }
+    static void require_shape(const matrix& m, int rows, int cols, std::string_view what) {
+        if (m.rows() != rows || m.cols() != cols)
+            throw invalid_argument(what, std::to_string(m.rows()) + "x" + std::to_string(m.cols()),
+                                   "shape must be " + std::to_string(rows) + "x" + std::to_string(cols));
+    }
+    // A kernel reading a host pointer would fault the whole context: refuse it here.
+    template <class T>
+    static void require_device(std::span<T> values, std::string_view what) {
+        if (values.empty()) return;
+        cudaPointerAttributes attributes{};
+        weft::cuda::check(cudaPointerGetAttributes(&attributes, values.data()), "cudaPointerGetAttributes");
+        if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
+            throw invalid_argument(what, "host memory",
+                                   "must be device or managed memory: exec::cuda computes on the GPU, so the "
+                                   "training state must be allocated in the backend's state memory");
+    }
+    static void require_tokens(std::span<const std::int32_t> tokens, int vocab, std::string_view kernel) {
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (tokens[n] < 0 || tokens[n] >= vocab)
+                throw invalid_argument(std::string(kernel) + ": tokens[" + std::to_string(n) + "]", tokens[n],
+                                       "must be a token id in [0, vocab_size = " + std::to_string(vocab) + ")");
+    }
+    static int checked_sequences(std::span<const std::int32_t> tokens, int seq_len, std::string_view kernel) {
+        require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0, std::string(kernel) + ": tokens.size()",
+                tokens.size(), "must be a positive multiple of seq_len = " + std::to_string(seq_len));
+        return static_cast<int>(tokens.size() / std::size_t(seq_len));
+    }
+
+    struct attention_shape {
+        int seqs, t, heads, width, d;
+        [[nodiscard]] std::size_t lse_size() const { return std::size_t(seqs) * std::size_t(heads) * std::size_t(t); }
+        [[nodiscard]] std::size_t saved_size() const {
+            return lse_size() + std::size_t(seqs) * std::size_t(t) * std::size_t(width);
+        }
+    };
+    static attention_shape attention_dims(const matrix& qkv, int seq_len, int heads, std::string_view kernel) {
+        const std::string k(kernel);
+        require(seq_len >= 1, k + ": seq_len", seq_len, "must be at least 1");
+        require(heads >= 1, k + ": heads", heads, "must be at least 1");
+        require(qkv.cols() > 0 && qkv.cols() % (3 * heads) == 0, k + ": qkv.cols()", qkv.cols(),
+                "must be 3 * width with width a positive multiple of heads = " + std::to_string(heads));
+        require(qkv.rows() % seq_len == 0, k + ": qkv.rows()", qkv.rows(),
+                "must be a multiple of seq_len = " + std::to_string(seq_len) + " (whole sequences)");
+        const int width = qkv.cols() / 3;
+        return {qkv.rows() / seq_len, seq_len, heads, width, width / heads};
+    }
+
+    // The GEMMs' bf16 inputs: the fp32 values rounded to nearest even.
+    [[nodiscard]] scratch<__nv_bfloat16> bf16_copy(const float* values, std::size_t n) {
+        scratch<__nv_bfloat16> out(n, stream());
+        weft::cuda::launch::to_bf16(values, out.data(), n, stream());
+        return out;
+    }
+    [[nodiscard]] scratch<std::int32_t> upload(std::span<const std::int32_t> values) {
+        scratch<std::int32_t> out(values.size(), stream());
+        if (!values.empty())
+            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
+                                              stream()),
+                              "cudaMemcpyAsync (token ids to the device)");
+        return out;
+    }
+
+    int device_;
+    weft::cuda::stream stream_;
+    weft::cuda::gemm gemm_;
+};
+
+using cuda = cuda_backend;
+
+static_assert(compute_backend<cuda_backend>);
+
+}  // namespace weft::exec

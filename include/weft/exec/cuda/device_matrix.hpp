@@ -1,0 +1,99 @@
+// The CUDA backend's matrix: a row-major [rows, cols] fp32 array in device memory, move-only,
+// what exec::cuda's kernels take and return as Eigen matrices are the CPU backend's.
+//
+// Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's pool) on the
+// allocating thread's compute stream (allocation_stream below), which the CUDA backend sets
+// when it is made: a matrix freed after the kernels that read it were queued gives its
+// memory back in stream order, so a training step allocates without synchronizing and the
+// pool keeps the memory for the next micro-batch. Without a stream set, plain cudaMalloc.
+//
+// Host-only code (no kernels): plain C++ translation units hold and move these matrices.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::cuda {
+
+namespace detail {
+inline thread_local cudaStream_t allocation_stream_of_thread = nullptr;
+}  // namespace detail
+
+// The stream this thread's device matrices are allocated and freed on.
+[[nodiscard]] inline cudaStream_t allocation_stream() { return detail::allocation_stream_of_thread; }
+inline void set_allocation_stream(cudaStream_t stream) { detail::allocation_stream_of_thread = stream; }
+
+class device_matrix {
+public:
+    using value_type = float;
+
+    device_matrix() = default;
+    // Uninitialized, as Eigen's (rows, cols) constructor: whoever makes one writes all of it.
+    device_matrix(int rows, int cols) : rows_(rows), cols_(cols) {
+        require(rows >= 0, "device_matrix: rows", rows, "must not be negative");
+        require(cols >= 0, "device_matrix: cols", cols, "must not be negative");
+        const std::size_t bytes = size() * sizeof(float);
+        if (bytes == 0) return;
+        stream_ = allocation_stream();
+        void* pointer = nullptr;
+        if (stream_ != nullptr)
+            check(cudaMallocAsync(&pointer, bytes, stream_), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
+        else
+            check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+        data_ = static_cast<float*>(pointer);
+    }
+
+    device_matrix(const device_matrix&) = delete;
+    device_matrix& operator=(const device_matrix&) = delete;
+    device_matrix(device_matrix&& other) noexcept
+        : data_(std::exchange(other.data_, nullptr)),
+          rows_(std::exchange(other.rows_, 0)),
+          cols_(std::exchange(other.cols_, 0)),
+          stream_(std::exchange(other.stream_, nullptr)) {}
+    device_matrix& operator=(device_matrix&& other) noexcept {
+        if (this != &other) {
+            release();
+            data_ = std::exchange(other.data_, nullptr);
+            rows_ = std::exchange(other.rows_, 0);
+            cols_ = std::exchange(other.cols_, 0);
+            stream_ = std::exchange(other.stream_, nullptr);
+        }
+        return *this;
+    }
+    ~device_matrix() { release(); }
+
+    // Device pointers: for kernels and device-memory communicators, never for host code.
+    [[nodiscard]] float* data() { return data_; }
+    [[nodiscard]] const float* data() const { return data_; }
+    [[nodiscard]] std::size_t size() const { return std::size_t(rows_) * std::size_t(cols_); }
+    [[nodiscard]] int rows() const { return rows_; }
+    [[nodiscard]] int cols() const { return cols_; }
+
+private:
+    void release() noexcept {
+        // A failed free in a destructor cannot be reported by throwing; the pool or the driver
+        // reclaims the memory at exit either way.
+        if (data_ != nullptr) {
+            if (stream_ != nullptr)
+                static_cast<void>(cudaFreeAsync(data_, stream_));
+            else
+                static_cast<void>(cudaFree(data_));
+        }
+        data_ = nullptr;
+        rows_ = cols_ = 0;
+        stream_ = nullptr;
+    }
+
+    float* data_ = nullptr;
+    int rows_ = 0;
+    int cols_ = 0;
+    cudaStream_t stream_ = nullptr;  // where it was allocated and is freed
+};
+
+}  // namespace weft::cuda

@@ -1,0 +1,250 @@
+// exec::cuda against exec::cpu, kernel by kernel of the compute_backend concept, on the same
+// random inputs: fp32 kernels within fp32 rounding, the GEMMs (bf16 inputs, fp32
+// accumulation) within bf16 rounding. Host checks (no GPU needed) first: exec::cuda models
+// the concept, and making one without a GPU is an error naming `device`. Exit 77 (skipped)
+// without a GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "device_check.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/exec/cuda.hpp"
+#include "weft/exec/cuda/device_buffer.hpp"
+
+namespace {
+
+using weft_test::expect;
+using cpu_backend = weft::exec::cpu;
+using cpu_matrix = cpu_backend::matrix;
+using gpu_backend = weft::exec::cuda;
+using gpu_matrix = gpu_backend::matrix;
+
+static_assert(weft::compute_backend<gpu_backend>);
+static_assert(std::is_same_v<gpu_backend::memory_space, weft::device_space>);
+
+cpu_matrix random_matrix(int rows, int cols, unsigned seed, float scale = 1.0f) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> normal(0.0f, scale);
+    cpu_matrix m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = normal(generator);
+    return m;
+}
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float scale = 1.0f) {
+    const cpu_matrix m = random_matrix(1, static_cast<int>(n), seed, scale);
+    return {m.data(), m.data() + m.size()};
+}
+
+gpu_matrix upload(gpu_backend& gpu, const cpu_matrix& m) {
+    gpu_matrix d(static_cast<int>(m.rows()), static_cast<int>(m.cols()));
+    gpu.copy_from_host(std::span<const float>(m.data(), std::size_t(m.size())), d);
+    return d;
+}
+
+std::vector<float> download(gpu_backend& gpu, const gpu_matrix& d) {
+    std::vector<float> host(d.size());
+    gpu.copy_to_host(d, host);
+    return host;
+}
+
+std::vector<float> values(const cpu_matrix& m) { return {m.data(), m.data() + m.size()}; }
+
+// |got - want| <= atol + rtol |want| everywhere; reports the worst element.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, float rtol,
+                  float atol) {
+    if (got.size() != want.size()) {
+        expect(false, what + ": size " + std::to_string(got.size()) + ", want " + std::to_string(want.size()));
+        return;
+    }
+    std::size_t worst = 0;
+    double worst_excess = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double excess = std::fabs(double(got[i]) - double(want[i])) - (atol + rtol * std::fabs(double(want[i])));
+        if (std::isnan(excess) || excess > worst_excess) {
+            worst = i;
+            worst_excess = std::isnan(excess) ? 1e30 : excess;
+        }
+    }
+    expect(worst_excess <= 0, what + ": element " + std::to_string(worst) + " is " + std::to_string(got[worst]) +
+                                  ", want " + std::to_string(want[worst]));
+}
+
+// Device copies of host values: weights and gradients live in device memory.
+struct device_values {
+    weft::cuda::device_buffer<float> buffer;
+    explicit device_values(const std::vector<float>& host) : buffer(std::span<const float>(host)) {}
+    std::span<const float> view() const { return {buffer.data(), buffer.size()}; }
+    std::span<float> span() { return {buffer.data(), buffer.size()}; }
+    std::vector<float> host() const { return buffer.to_host(); }
+};
+
+constexpr float gemm_rtol = 2e-2f, gemm_atol = 3e-2f;  // bf16 inputs (8 bits), fp32 sums
+constexpr float fp32_rtol = 1e-4f, fp32_atol = 1e-5f;
+
+void test_linear(gpu_backend& gpu, cpu_backend& cpu, int rows, int in, int out) {
+    const std::string shape = " (" + std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(out) + ")";
+    const cpu_matrix x = random_matrix(rows, in, 1);
+    const cpu_matrix dy = random_matrix(rows, out, 2);
+    const auto w = random_values(std::size_t(in) * out, 3, 0.2f);
+    const auto b = random_values(std::size_t(out), 4);
+    device_values dw_w(w), dw_b(b);
+    const gpu_matrix gx = upload(gpu, x), gdy = upload(gpu, dy);
+
+    expect_close("linear_forward" + shape, download(gpu, gpu.linear_forward(gx, dw_w.view(), dw_b.view(), in, out)),
+                 values(cpu.linear_forward(x, w, b, in, out)), gemm_rtol, gemm_atol);
+    expect_close("linear_backward_input" + shape, download(gpu, gpu.linear_backward_input(gdy, dw_w.view(), in, out)),
+                 values(cpu.linear_backward_input(dy, w, in, out)), gemm_rtol, gemm_atol);
+    // Accumulates into gradients that already hold values.
+    auto grad_w = random_values(w.size(), 5), grad_b = random_values(b.size(), 6);
+    device_values g_w(grad_w), g_b(grad_b);
+    gpu.linear_backward_weight(gx, gdy, g_w.span(), g_b.span());
+    cpu.linear_backward_weight(x, dy, grad_w, grad_b);
+    expect_close("linear_backward_weight: weight" + shape, g_w.host(), grad_w, gemm_rtol, gemm_atol * 4);
+    expect_close("linear_backward_weight: bias" + shape, g_b.host(), grad_b, fp32_rtol, 1e-4f);
+
+    // The LM head's form, W stored [out, in].
+    expect_close("transposed_linear_forward" + shape,
+                 download(gpu, gpu.transposed_linear_forward(gx, dw_w.view(), out, in)),
+                 values(cpu.transposed_linear_forward(x, w, out, in)), gemm_rtol, gemm_atol);
+    expect_close("transposed_linear_backward_input" + shape,
+                 download(gpu, gpu.transposed_linear_backward_input(gdy, dw_w.view(), out, in)),
+                 values(cpu.transposed_linear_backward_input(dy, w, out, in)), gemm_rtol, gemm_atol);
+    gpu.transposed_linear_backward_weight(gx, gdy, g_w.span());
+    cpu.transposed_linear_backward_weight(x, dy, grad_w);
+    expect_close("transposed_linear_backward_weight" + shape, g_w.host(), grad_w, gemm_rtol, gemm_atol * 8);
+}
+
+void test_elementwise(gpu_backend& gpu, cpu_backend& cpu) {
+    const cpu_matrix a = random_matrix(33, 70, 7), b = random_matrix(33, 70, 8);
+    const gpu_matrix ga = upload(gpu, a), gb = upload(gpu, b);
+    expect_close("add", download(gpu, gpu.add(ga, gb)), values(cpu.add(a, b)), 0, 0);
+    expect_close("gelu_forward", download(gpu, gpu.gelu_forward(ga)), values(cpu.gelu_forward(a)), fp32_rtol,
+                 fp32_atol);
+    expect_close("gelu_backward", download(gpu, gpu.gelu_backward(ga, gb)), values(cpu.gelu_backward(a, b)),
+                 fp32_rtol, fp32_atol);
+}
+
+void test_layer_norm(gpu_backend& gpu, cpu_backend& cpu, int rows, int cols) {
+    const cpu_matrix x = random_matrix(rows, cols, 9, 2.0f), dy = random_matrix(rows, cols, 10);
+    const auto gamma = random_values(std::size_t(cols), 11), beta = random_values(std::size_t(cols), 12);
+    device_values g(gamma), be(beta);
+    const gpu_matrix gx = upload(gpu, x), gdy = upload(gpu, dy);
+    cpu_matrix mean, rstd;
+    gpu_matrix gmean, grstd;
+    const cpu_matrix y = cpu.layer_norm_forward(x, gamma, beta, 1e-5f, mean, rstd);
+    expect_close("layer_norm_forward", download(gpu, gpu.layer_norm_forward(gx, g.view(), be.view(), 1e-5f, gmean,
+                                                                            grstd)),
+                 values(y), fp32_rtol, fp32_atol);
+    expect_close("layer_norm_forward: mean", download(gpu, gmean), values(mean), fp32_rtol, fp32_atol);
+    expect_close("layer_norm_forward: rstd", download(gpu, grstd), values(rstd), fp32_rtol, fp32_atol);
+    expect_close("layer_norm_backward_input",
+                 download(gpu, gpu.layer_norm_backward_input(gx, gmean, grstd, g.view(), gdy)),
+                 values(cpu.layer_norm_backward_input(x, mean, rstd, gamma, dy)), 1e-3f, 1e-4f);
+    auto dgamma = random_values(gamma.size(), 13), dbeta = random_values(beta.size(), 14);
+    device_values dg(dgamma), db(dbeta);
+    gpu.layer_norm_backward_weight(gx, gmean, grstd, gdy, dg.span(), db.span());
+    cpu.layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta);
+    expect_close("layer_norm_backward_weight: weight", dg.host(), dgamma, 1e-3f, 1e-4f);
+    expect_close("layer_norm_backward_weight: bias", db.host(), dbeta, 1e-3f, 1e-4f);
+}
+
+void test_cross_entropy(gpu_backend& gpu, cpu_backend& cpu, int rows, int classes) {
+    const cpu_matrix logits = random_matrix(rows, classes, 15, 3.0f);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
+    cpu_matrix dlogits;
+    gpu_matrix gdlogits;
+    const float want = cpu.cross_entropy(logits, labels, 0.25f, dlogits);
+    const float got = gpu.cross_entropy(upload(gpu, logits), labels, 0.25f, gdlogits);
+    expect(std::fabs(got - want) <= 1e-5f * std::fabs(want) + 1e-6f,
+           "cross_entropy loss " + std::to_string(got) + ", want " + std::to_string(want));
+    expect_close("cross_entropy dlogits", download(gpu, gdlogits), values(dlogits), 1e-4f, 1e-7f);
+    // A label out of range is the CPU's message, before anything runs.
+    labels[1] = classes;
+    bool named = false;
+    try {
+        static_cast<void>(gpu.cross_entropy(upload(gpu, logits), labels, 1.0f, gdlogits));
+    } catch (const weft::error& e) {
+        named = std::string(e.what()).find("cross_entropy: labels[1]") != std::string::npos;
+    }
+    expect(named, "a label out of range is refused naming cross_entropy: labels[1]");
+}
+
+void test_embedding(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_len, int width, int vocab) {
+    std::vector<std::int32_t> tokens(std::size_t(sequences) * seq_len);
+    for (std::size_t n = 0; n < tokens.size(); ++n) tokens[n] = std::int32_t((n * 31 + 7) % std::size_t(vocab / 2));
+    const auto wte = random_values(std::size_t(vocab) * width, 16), wpe = random_values(std::size_t(seq_len) * width, 17);
+    device_values d_wte(wte), d_wpe(wpe);
+    expect_close("embedding_forward",
+                 download(gpu, gpu.embedding_forward(tokens, d_wte.view(), d_wpe.view(), vocab, width, seq_len)),
+                 values(cpu.embedding_forward(tokens, wte, wpe, vocab, width, seq_len)), fp32_rtol, fp32_atol);
+    const cpu_matrix dy = random_matrix(static_cast<int>(tokens.size()), width, 18);
+    auto g_wte = random_values(wte.size(), 19), g_wpe = random_values(wpe.size(), 20);
+    device_values dg_wte(g_wte), dg_wpe(g_wpe);
+    gpu.embedding_backward_weight(tokens, upload(gpu, dy), dg_wte.span(), dg_wpe.span(), vocab, seq_len);
+    cpu.embedding_backward_weight(tokens, dy, g_wte, g_wpe, vocab, seq_len);
+    expect_close("embedding_backward_weight: wte", dg_wte.host(), g_wte, 1e-4f, 1e-5f);
+    expect_close("embedding_backward_weight: wpe", dg_wpe.host(), g_wpe, 1e-4f, 1e-5f);
+}
+
+void test_attention(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_len, int heads, int head_dim) {
+    const int width = heads * head_dim;
+    const cpu_matrix qkv = random_matrix(sequences * seq_len, 3 * width, 21);
+    const cpu_matrix dy = random_matrix(sequences * seq_len, width, 22);
+    cpu_matrix probs;
+    gpu_matrix saved;
+    const gpu_matrix gqkv = upload(gpu, qkv);
+    expect_close("causal_attention_forward", download(gpu, gpu.causal_attention_forward(gqkv, seq_len, heads, saved)),
+                 values(cpu.causal_attention_forward(qkv, seq_len, heads, probs)), 1e-4f, 1e-5f);
+    expect_close("causal_attention_backward",
+                 download(gpu, gpu.causal_attention_backward(gqkv, saved, upload(gpu, dy), seq_len, heads)),
+                 values(cpu.causal_attention_backward(qkv, probs, dy, seq_len, heads)), 1e-3f, 1e-4f);
+}
+
+void test_host_memory_refused(gpu_backend& gpu) {
+    const cpu_matrix x = random_matrix(4, 8, 23);
+    const std::vector<float> host_weight(8 * 8, 0.5f), host_bias(8, 0.0f);
+    bool named = false;
+    try {
+        static_cast<void>(gpu.linear_forward(upload(gpu, x), host_weight, host_bias, 8, 8));
+    } catch (const weft::error& e) {
+        named = std::string(e.what()).find("linear_forward: weight = \"host memory\"") != std::string::npos;
+    }
+    expect(named, "a weight in host memory is refused naming linear_forward: weight");
+}
+
+// No GPU: making the backend is an error that names the device and says why.
+void host_checks() {
+    if (weft::cuda::device_count() > 0) return;
+    bool named = false;
+    try {
+        gpu_backend backend(0);
+    } catch (const weft::error& e) {
+        named = std::string(e.what()).find("device = 0 is invalid: needs a CUDA GPU") != std::string::npos;
+        if (!named) std::fprintf(stderr, "message: %s\n", e.what());
+    }
+    expect(named, "exec::cuda without a GPU is a weft::error naming device");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return weft_test::run_device_test(argc, argv, {"kernels"}, host_checks, [](std::string_view) {
+        gpu_backend gpu(0);
+        cpu_backend cpu;
+        test_elementwise(gpu, cpu);
+        test_linear(gpu, cpu, 37, 64, 80);
+        test_linear(gpu, cpu, 128, 256, 768);
+        test_layer_norm(gpu, cpu, 50, 96);
+        test_cross_entropy(gpu, cpu, 24, 1000);
+        test_embedding(gpu, cpu, 3, 20, 64, 200);
+        test_attention(gpu, cpu, 2, 33, 3, 64);
+        test_attention(gpu, cpu, 1, 16, 2, 32);
+        test_host_memory_refused(gpu);
+    });
+}
