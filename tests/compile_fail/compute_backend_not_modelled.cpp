@@ -1,7 +1,8 @@
-// Must NOT compile: an engine over a backend that names itself, its scalar, its memory space
-// and its matrices but has no kernels has to stop the build with one message, naming the
+// Must NOT compile: an engine over a backend that names itself, its scalar, its memory space,
+// its matrices and its context (state memory, synchronize, copies) but has no kernels has to stop the build with one message, naming the
 // first group of kernels it lacks. With -DWEFT_COMPILE_FAIL_CONTROL exec::cpu is used.
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 #include "weft/comm/local.hpp"
@@ -21,6 +22,10 @@ struct matrices_only {
     using matrix = weft::exec::cpu::matrix;
     int rows(const matrix& m) const { return static_cast<int>(m.rows()); }
     int cols(const matrix& m) const { return static_cast<int>(m.cols()); }
+    const weft::state_memory& state_memory() const { return weft::host_state_memory(); }
+    void synchronize() const {}
+    void copy_to_host(const matrix&, std::span<float>) {}
+    void copy_from_host(std::span<const float>, matrix&) {}
 };
 using candidate = matrices_only;
 #endif

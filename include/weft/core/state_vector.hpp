@@ -8,6 +8,10 @@
 // left to read from it, so the memory it holds follows the data it has, page by page. Small
 // allocations come from the heap, zero-filled. Otherwise a state_vector behaves as a
 // std::vector: resize() and assign() write the values they are given.
+//
+// That is host memory. A buffer is made in its thread's current state memory
+// (core/state_memory.hpp): a GPU backend's state lives where its kernels compute, and only
+// host memory gives pages back.
 #pragma once
 
 #include <sys/mman.h>
@@ -22,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "weft/core/state_memory.hpp"
+
 namespace weft {
 
 namespace detail {
@@ -33,31 +39,26 @@ template <class T>
 class state_allocator {
 public:
     using value_type = T;
-    // Allocations from this size on are mapped from the kernel, page-aligned, committed as written.
-    static constexpr std::size_t paged_bytes = std::size_t{16} << 10;
+    // The memory travels with the buffer: a moved, swapped or assigned state_vector frees
+    // its buffer where it was made.
+    using propagate_on_container_copy_assignment = std::true_type;
+    using propagate_on_container_move_assignment = std::true_type;
+    using propagate_on_container_swap = std::true_type;
+    using is_always_equal = std::false_type;
+    // Allocations from this size on are mapped from the kernel, page-aligned, committed as
+    // written (in host memory; see core/state_memory.hpp).
+    static constexpr std::size_t paged_bytes = state_memory::paged_bytes;
 
-    state_allocator() = default;
+    // In this thread's current state memory (core/state_memory.hpp).
+    state_allocator() noexcept : memory_(&current_state_memory()) {}
+    explicit state_allocator(const state_memory& memory) noexcept : memory_(&memory) {}
     template <class U>
-    explicit(false) state_allocator(const state_allocator<U>& /*other*/) noexcept {}
+    explicit(false) state_allocator(const state_allocator<U>& other) noexcept : memory_(&other.memory()) {}
 
-    [[nodiscard]] T* allocate(std::size_t n) {
-        const std::size_t bytes = n * sizeof(T);
-        if (bytes >= paged_bytes) {
-            void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED) throw std::bad_alloc();
-            return static_cast<T*>(p);
-        }
-        void* p = ::operator new(bytes, std::align_val_t{alignof(T)});
-        std::memset(p, 0, bytes);
-        return static_cast<T*>(p);
-    }
-    void deallocate(T* p, std::size_t n) noexcept {
-        const std::size_t bytes = n * sizeof(T);
-        if (bytes >= paged_bytes)
-            ::munmap(p, bytes);
-        else
-            ::operator delete(p, std::align_val_t{alignof(T)});
-    }
+    [[nodiscard]] T* allocate(std::size_t n) { return static_cast<T*>(memory_->allocate(n * sizeof(T))); }
+    void deallocate(T* p, std::size_t n) noexcept { memory_->deallocate(p, n * sizeof(T)); }
+
+    [[nodiscard]] const state_memory& memory() const noexcept { return *memory_; }
 
     // Value-initializes, as std::allocator does, except inside lazy_zeros(), where the
     // memory is fresh from allocate() and already zero.
@@ -76,7 +77,13 @@ public:
         ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
     }
 
-    friend bool operator==(const state_allocator&, const state_allocator&) noexcept { return true; }
+    template <class U>
+    friend bool operator==(const state_allocator& a, const state_allocator<U>& b) noexcept {
+        return &a.memory() == &b.memory();
+    }
+
+private:
+    const state_memory* memory_;
 };
 
 template <class T>
@@ -91,7 +98,7 @@ using state_vector = std::vector<T, state_allocator<T>>;
 // Whether `v`'s buffer is mapped from the kernel (committed page by page) rather than heap.
 template <class T>
 [[nodiscard]] bool is_paged(const state_vector<T>& v) {
-    return v.capacity() * sizeof(T) >= state_allocator<T>::paged_bytes;
+    return v.get_allocator().memory().pages_releasable && v.capacity() * sizeof(T) >= state_allocator<T>::paged_bytes;
 }
 
 // `n` zeros, of which a paged buffer commits none until they are written.

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "weft/core/memory_space.hpp"
+#include "weft/core/state_memory.hpp"
 
 namespace weft::exec {
 
@@ -92,8 +93,22 @@ concept attention_kernels = backend_matrices<B> &&
         { b.causal_attention_backward(qkv, qkv, qkv, n, n) } -> std::same_as<typename B::matrix>;
     };
 
+// What the engine needs of a backend besides kernels: where a training state's buffers live
+// (core/state_memory.hpp: the CPU's host memory, a GPU's managed memory), a wait for the work
+// it has queued (the CPU's kernels finish before they return; a GPU's run on a stream), and
+// copies between a matrix and host memory of its size.
 template <class B>
-concept compute_backend = backend_identity<B> && backend_matrices<B> && linear_kernels<B> &&
+concept backend_context = backend_matrices<B> &&
+    requires(B& b, const B& cb, const typename B::matrix& cm, typename B::matrix& m,
+             std::span<typename B::scalar> host, std::span<const typename B::scalar> const_host) {
+        { cb.state_memory() } -> std::same_as<const state_memory&>;
+        cb.synchronize();
+        b.copy_to_host(cm, host);
+        b.copy_from_host(const_host, m);
+    };
+
+template <class B>
+concept compute_backend = backend_identity<B> && backend_matrices<B> && backend_context<B> && linear_kernels<B> &&
                           elementwise_kernels<B> && normalization_kernels<B> && loss_kernels<B> &&
                           embedding_kernels<B> && attention_kernels<B>;
 
@@ -111,6 +126,11 @@ constexpr bool diagnose_compute_backend() {
                       "weft: this type does not model weft::compute_backend: its `matrix` must be "
                       "default-constructible, movable, constructible from (rows, cols), with data() and size(), "
                       "and the backend needs rows(m) and cols(m) (weft::exec::backend_matrices); see "
+                      "weft/exec/compute_backend.hpp");
+    else if constexpr (!backend_context<B>)
+        static_assert(backend_context<B>,
+                      "weft: this type does not model weft::compute_backend: it lacks state_memory(), "
+                      "synchronize(), copy_to_host or copy_from_host (weft::exec::backend_context); see "
                       "weft/exec/compute_backend.hpp");
     else if constexpr (!linear_kernels<B>)
         static_assert(linear_kernels<B>,

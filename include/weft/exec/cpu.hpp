@@ -18,6 +18,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/core/state_memory.hpp"
 #include "weft/exec/compute_backend.hpp"
 
 namespace weft::exec {
@@ -49,6 +50,19 @@ private:
     }
 
 public:
+    // The training state lives in host memory; kernels finish before they return, so there
+    // is nothing to wait for; a matrix is host memory already, so the copies are plain ones.
+    [[nodiscard]] const weft::state_memory& state_memory() const { return host_state_memory(); }
+    void synchronize() const {}
+    void copy_to_host(const matrix& m, std::span<Scalar> host) const {
+        require_size(host.size(), std::size_t(m.size()), "copy_to_host: host.size()");
+        std::copy_n(m.data(), m.size(), host.data());
+    }
+    void copy_from_host(std::span<const Scalar> host, matrix& m) const {
+        require_size(host.size(), std::size_t(m.size()), "copy_from_host: host.size()");
+        std::copy_n(host.data(), m.size(), m.data());
+    }
+
     [[nodiscard]] int rows(const matrix& x) const { return static_cast<int>(x.rows()); }
     [[nodiscard]] int cols(const matrix& x) const { return static_cast<int>(x.cols()); }
 

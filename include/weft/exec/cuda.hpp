@@ -10,8 +10,9 @@
 // rounding, not bit for bit. Reductions run in a fixed order (no atomics), so a run repeats
 // bit for bit on the same GPU.
 //
-// Weight and gradient spans must point at device-accessible memory (device or managed); a
-// host pointer is refused with a message rather than read by a kernel. Token ids and labels
+// Weight and gradient spans must point at device-accessible memory (device or managed): the
+// engine makes its training state in state_memory(), CUDA managed memory; a host pointer is
+// refused with a message rather than read by a kernel. Token ids and labels
 // are host spans, as on the CPU: they are checked there and copied up.
 //
 // Work is queued on the backend's stream and returns without waiting, except cross_entropy,
@@ -38,6 +39,7 @@
 #include "weft/exec/cuda/backend_kernels.hpp"
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
+#include "weft/exec/cuda/managed_state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
@@ -58,6 +60,8 @@ public:
 
     [[nodiscard]] int device() const { return device_; }
     [[nodiscard]] cudaStream_t stream() const { return stream_.get(); }
+    // The training state lives in CUDA managed memory (weft/exec/cuda/managed_state_memory.hpp).
+    [[nodiscard]] const weft::state_memory& state_memory() const { return weft::cuda::managed_state_memory(); }
     // Waits for everything queued on the stream (and reports an error a kernel hit).
     void synchronize() const { stream_.synchronize(); }
 

@@ -79,6 +79,7 @@ public:
     void allocate_parameters_lazily() { params_ = lazy_zeros<Scalar>(padded_size_); }
     // The parameters' buffer itself, for a layout switch to give its pages back as it empties it.
     [[nodiscard]] state_vector<Scalar>& parameter_storage() { return params_; }
+    [[nodiscard]] const state_vector<Scalar>& parameter_storage() const { return params_; }
 
 private:
     [[nodiscard]] std::size_t held(const state_vector<Scalar>& buffer) const {

@@ -28,6 +28,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/parallel_config.hpp"
+#include "weft/core/state_memory.hpp"
 #include "weft/elastic/layout.hpp"
 #include "weft/elastic/switch_report.hpp"
 #include "weft/elastic/transfer.hpp"
@@ -211,6 +212,8 @@ public:
             spare_backend_.reset();
         }
         active_.reset();
+        // The new layout's buffers are made where the backend computes.
+        const state_memory_scope memory(backend->state_memory());
         const double before_move = since(start);
         elastic::transfer_figures figures;
         state_type moved = elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, *world_,

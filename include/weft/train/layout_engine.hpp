@@ -26,6 +26,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/parallel_config.hpp"
+#include "weft/core/state_memory.hpp"
 #include "weft/elastic/layout.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/models/mlp.hpp"
@@ -102,10 +103,14 @@ public:
     // and returns what the step log prints. Collective over the world.
     step_stats step(const batch_type& batch) {
         require_runnable(batch, "go on training");
+        // What the step makes (an optimizer's moments on its first step) lives with the rest.
+        const state_memory_scope memory(backend_.state_memory());
         const auto start = std::chrono::steady_clock::now();
         for (auto& [index, sharding] : shardings_) sharding.begin_step();
         sharding_actions actions{this};
         last_program_ = loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+        // Everything below reads the gradients on the host: the backend's queued work first.
+        backend_.synchronize();
         // Tied copies are summed before their stages' data-parallel reduction (which their
         // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
@@ -305,11 +310,21 @@ private:
         layout_engine* self;
         // A stage holding a tied tensor first needs the other copies' gradients (summed after
         // the program); its reduction starts then.
+        // Each reads or writes the stage's buffers from the host: after the backend's queued
+        // work on them (a GPU backend's kernels may still be adding gradients).
         void reduce_grad(int s) {
-            if (!self->ties_.holds(s)) find(self->shardings_, s).start_reduce();
+            if (self->ties_.holds(s)) return;
+            self->backend_.synchronize();
+            find(self->shardings_, s).start_reduce();
         }
-        void unshard(int s) { find(self->shardings_, s).start_unshard(); }
-        void reshard(int s) { find(self->shardings_, s).reshard(); }
+        void unshard(int s) {
+            self->backend_.synchronize();
+            find(self->shardings_, s).start_unshard();
+        }
+        void reshard(int s) {
+            self->backend_.synchronize();
+            find(self->shardings_, s).reshard();
+        }
         void before_compute(int s) { find(self->shardings_, s).finish_unshard(); }
     };
 
@@ -325,8 +340,9 @@ private:
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
           units_(stage_units_of(model, options, loop_.program().num_stages)),
-          state_(state ? adopted(std::move(*state)) : initial_state()),
+          state_(in_state_memory([&] { return state ? adopted(std::move(*state)) : initial_state(); })),
           ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
+        const state_memory_scope memory(backend_.state_memory());  // what the shardings make
         for (auto& stage : state_.stages) {
             auto& tensors = stage.tensors;
             // Brings whole tensors into the policy's between-steps form (or checks an adopted
@@ -346,10 +362,24 @@ private:
         }
     }
 
+    // make(), with the state buffers it makes in the backend's state memory.
+    template <class Make>
+    [[nodiscard]] state_type in_state_memory(Make&& make) const {
+        const state_memory_scope memory(backend_.state_memory());
+        return std::forward<Make>(make)();
+    }
+
     static parallel_config checked_config(const parallel_config& config, const model_config& model,
                                           const engine_options& options) {
         if constexpr (!tensor_parallel_model)
             require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
+        // The tensor-parallel layers add their biases and reduce their vocabulary's loss on the
+        // host (nn/linear.hpp, nn/vocab_parallel_cross_entropy.hpp), which a device backend's
+        // matrices cannot give them.
+        if constexpr (!std::is_same_v<typename Backend::memory_space, host_space>)
+            require(config.tp() == 1, "tp", config.tp(),
+                    std::string("must be 1 with the ") + std::string(Backend::name) +
+                        " backend: its tensor-parallel layers are not built yet (pp, dp and ZeRO are)");
         require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
                 config.zero_stage(),
                 std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +

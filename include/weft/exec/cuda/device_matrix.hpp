@@ -1,5 +1,5 @@
-// The CUDA backend's matrix: a row-major [rows, cols] fp32 array in device memory, move-only,
-// what exec::cuda's kernels take and return as Eigen matrices are the CPU backend's.
+// The CUDA backend's matrix: a row-major [rows, cols] fp32 array in device memory, what
+// exec::cuda's kernels take and return as Eigen matrices are the CPU backend's.
 //
 // Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's pool) on the
 // allocating thread's compute stream (allocation_stream below), which the CUDA backend sets
@@ -49,8 +49,17 @@ public:
         data_ = static_cast<float*>(pointer);
     }
 
-    device_matrix(const device_matrix&) = delete;
-    device_matrix& operator=(const device_matrix&) = delete;
+    // A deep copy, queued on this thread's allocation stream (layers keep copies of their
+    // inputs, as they do of Eigen matrices).
+    device_matrix(const device_matrix& other) : device_matrix(other.rows_, other.cols_) {
+        if (size() == 0) return;
+        check(cudaMemcpyAsync(data_, other.data_, size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpyAsync (device_matrix copy)");
+    }
+    device_matrix& operator=(const device_matrix& other) {
+        if (this != &other) *this = device_matrix(other);
+        return *this;
+    }
     device_matrix(device_matrix&& other) noexcept
         : data_(std::exchange(other.data_, nullptr)),
           rows_(std::exchange(other.rows_, 0)),

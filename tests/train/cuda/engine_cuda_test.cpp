@@ -1,0 +1,122 @@
+// weft::engine over exec::cuda: the same engine, schedules and sharding as on the CPU, the
+// GPU computing. A small GPT-2 trains a few steps on one GPU, and on two rank threads sharing
+// that GPU over comm::host_staged<comm::local> (pp=2 under zb-h1; dp=2 under ZeRO-1); each
+// run's losses match the CPU engine's within bf16 rounding (the GEMMs round their inputs to
+// bf16), and the rank-thread layouts match the one-GPU run. Exit 77 (skipped) without a GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device_check.hpp"
+#include "weft/comm/cuda/host_staged.hpp"
+#include "weft/comm/local.hpp"
+#include "weft/exec/cpu.hpp"
+#include "weft/exec/cuda.hpp"
+#include "weft/models/gpt.hpp"
+#include "weft/sched/gpipe.hpp"
+#include "weft/sched/one_f_one_b.hpp"
+#include "weft/sched/zb_h1.hpp"
+#include "weft/shard/any_zero.hpp"
+#include "weft/train/engine.hpp"
+
+namespace {
+
+using schedules = weft::sched::any_of<weft::sched::gpipe, weft::sched::one_f_one_b, weft::sched::zb_h1>;
+using staged_local = weft::comm::host_staged<weft::comm::local>;
+using cpu_engine = weft::engine<schedules, weft::shard::any_zero, weft::comm::local, weft::exec::cpu, weft::models::gpt>;
+using gpu_engine = weft::engine<schedules, weft::shard::any_zero, staged_local, weft::exec::cuda, weft::models::gpt>;
+
+constexpr int steps = 5;
+constexpr int batch = 8;
+
+weft::nn::gpt_config model() {
+    // Head size 32: the smallest the attention kernel takes.
+    return {.num_layers = 2, .d_model = 64, .num_heads = 2, .vocab_size = 256, .seq_len = 32, .seed = 7};
+}
+
+weft::train::engine_options options() {
+    weft::train::engine_options o;
+    o.batch_size = batch;
+    o.optimizer.kind = weft::optim::optimizer_kind::adamw;
+    o.optimizer.lr = 1e-3;
+    return o;
+}
+
+// Step s's batch: deterministic tokens, targets the next token.
+weft::data::token_batch batch_of(int step) {
+    const auto c = model();
+    weft::data::token_batch b{.rows = batch, .seq_len = c.seq_len, .inputs = {}, .targets = {}};
+    for (int i = 0; i < batch * c.seq_len; ++i) {
+        const auto token = [&](int k) { return std::int32_t((k * 37 + step * 11 + (k / 5) * 3) % c.vocab_size); };
+        b.inputs.push_back(token(i));
+        b.targets.push_back(token(i + 1));
+    }
+    return b;
+}
+
+weft::parallel_config layout(int pp, int dp, int zero, weft::schedule_kind schedule) {
+    return weft::parallel_config(
+        {.pp = pp, .dp = dp, .zero_stage = zero, .microbatches = 4, .schedule = schedule, .world_size = pp * dp});
+}
+
+// The losses of `steps` steps (rank 0's; every rank reports the same).
+template <class Engine, class Comm, class Backend>
+std::vector<double> train(int ranks, const weft::parallel_config& config, bool check_state_memory) {
+    std::vector<double> losses;
+    std::mutex lock;
+    weft::comm::local::run(ranks, [&](weft::comm::local& world) {
+        Comm comm = [&] {
+            if constexpr (std::is_same_v<Comm, weft::comm::local>)
+                return std::move(world);
+            else
+                return Comm(std::move(world));
+        }();
+        Engine engine(comm, config, model(), options(), Backend{});
+        if (check_state_memory && comm.rank() == 0) {
+            const auto& memory = engine.state().stages.at(0).tensors.full.parameter_storage().get_allocator().memory();
+            weft_test::expect(memory.name == "CUDA managed", "the training state is in CUDA managed memory, not " +
+                                                                 std::string(memory.name));
+        }
+        std::vector<double> mine;
+        for (int s = 0; s < steps; ++s) mine.push_back(engine.step(batch_of(s)).loss);
+        if (comm.rank() == 0) {
+            const std::lock_guard guard(lock);
+            losses = mine;
+        }
+    });
+    return losses;
+}
+
+void expect_close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                  double tolerance) {
+    bool ok = got.size() == want.size();
+    for (std::size_t i = 0; ok && i < got.size(); ++i) ok = std::fabs(got[i] - want[i]) <= tolerance;
+    std::string values;
+    for (std::size_t i = 0; i < got.size() && i < want.size(); ++i)
+        values += " " + std::to_string(got[i]) + "/" + std::to_string(want[i]);
+    std::printf("%s:%s\n", what.c_str(), values.c_str());
+    weft_test::expect(ok, what + " within " + std::to_string(tolerance) + ":" + values);
+}
+
+void device_checks() {
+    const auto gpipe = weft::sched::gpipe::kind, zb_h1 = weft::sched::zb_h1::kind;
+    const auto cpu = train<cpu_engine, weft::comm::local, weft::exec::cpu>(1, layout(1, 1, 0, gpipe), false);
+    const auto gpu = train<gpu_engine, staged_local, weft::exec::cuda>(1, layout(1, 1, 0, gpipe), true);
+    expect_close("pp=1 on the GPU against the CPU (loss per step)", gpu, cpu, 2e-2);
+    weft_test::expect(gpu.back() < gpu.front(), "the GPU run's loss falls");
+    const auto pipelined = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(2, 1, 0, zb_h1), false);
+    expect_close("pp=2 zb-h1 on two rank threads against pp=1, both on the GPU", pipelined, gpu, 5e-3);
+    const auto sharded = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false);
+    expect_close("dp=2 ZeRO-1 on two rank threads against pp=1, both on the GPU", sharded, gpu, 5e-3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return weft_test::run_device_test(
+        argc, argv, {"engine"}, [] { weft_test::expect(weft::compute_backend<weft::exec::cuda>, "exec::cuda"); },
+        [](std::string_view) { device_checks(); });
+}

@@ -1,0 +1,85 @@
+// The engine keeps its training state in its backend's state memory (core/state_memory.hpp)
+// and waits for the backend's queued work before the host touches that state: a backend
+// whose memory and waits are counted shows where the engine's buffers went: those made at
+// construction, the optimizer's moments (filled at its first step) and a layout switch's.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+
+#include "training_run.hpp"
+#include "weft/core/state_memory.hpp"
+#include "weft/shard/any_zero.hpp"
+
+namespace {
+
+struct counted_memory {
+    static inline std::size_t live_bytes = 0;
+    static inline int allocations = 0;
+    static void* allocate(std::size_t bytes) {
+        ++allocations;
+        live_bytes += bytes;
+        return std::calloc(bytes, 1);
+    }
+    static void deallocate(void* p, std::size_t bytes) noexcept {
+        live_bytes -= bytes;
+        std::free(p);
+    }
+};
+const weft::state_memory counted{"counted", &counted_memory::allocate, &counted_memory::deallocate, false};
+
+// exec::cpu, with its state in `counted` memory and its waits counted: what a GPU backend
+// looks like to the engine.
+struct counting_backend : weft::exec::cpu {
+    int* waits = nullptr;
+    [[nodiscard]] const weft::state_memory& state_memory() const { return counted; }
+    void synchronize() const { ++*waits; }
+};
+static_assert(weft::compute_backend<counting_backend>);
+
+template <class T>
+const weft::state_memory& memory_of(const weft::state_vector<T>& v) {
+    return v.get_allocator().memory();
+}
+
+}  // namespace
+
+TEST_CASE("the engine's training state lives in its backend's state memory", "[train][state_memory]") {
+    using engine_t =
+        weft::train::engine<weft_test::all_schedules, weft::shard::any_zero, weft::comm::local, counting_backend>;
+    weft::comm::local::run(1, [](weft::comm::local& world) {
+        int waits = 0;
+        counting_backend backend;
+        backend.waits = &waits;
+        const int allocations_before = counted_memory::allocations;
+        {
+            auto options = weft_test::test_options();
+            options.optimizer.kind = weft::optim::optimizer_kind::adamw;
+            engine_t engine(world,
+                            weft::parallel_config({.pp = 1, .microbatches = 2, .schedule = weft::sched::gpipe::kind,
+                                                   .world_size = 1}),
+                            weft_test::test_model(), options, backend);
+            CHECK(&weft::current_state_memory() == &weft::host_state_memory());  // the scopes closed
+            auto& tensors = engine.state().stages.at(0).tensors.full;
+            CHECK(&memory_of(tensors.parameter_storage()) == &counted);
+            const int after_construction = counted_memory::allocations;
+            CHECK(after_construction >= allocations_before + 2);  // parameters and gradients at least
+
+            const weft::data::synthetic_dataset data(weft_test::test_model().input_dim,
+                                                     weft_test::test_model().num_classes, 7);
+            static_cast<void>(engine.step(data.batch(0, weft_test::batch_size)));
+            CHECK(waits >= 1);  // before the optimizer read the gradients
+            CHECK(counted_memory::allocations > after_construction);  // AdamW's moments
+
+            // A layout switch makes the new layout's buffers there too.
+            const int before_switch = counted_memory::allocations;
+            static_cast<void>(engine.reconfigure(weft::parallel_config(
+                {.pp = 1, .zero_stage = 1, .microbatches = 4, .schedule = weft::sched::gpipe::kind, .world_size = 1})));
+            CHECK(counted_memory::allocations > before_switch);
+            auto& switched = engine.state().stages.at(0).tensors.full;
+            CHECK(&memory_of(switched.parameter_storage()) == &counted);
+            static_cast<void>(engine.step(data.batch(1, weft_test::batch_size)));
+        }
+        CHECK(counted_memory::live_bytes == 0);  // all of it given back where it came from
+    });
+}
