@@ -1,39 +1,56 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (under 8 minutes on one H200): builds weft's CUDA tests,
-# benchmarks and examples/cuda/train_gpt_cuda (Release, sm_90), runs the CUDA tests, trains
-# 20 steps with train_gpt_cuda against the CPU's train_gpt, then the GPU benchmarks.
+# The one prepared GPU check (under 8 minutes on one H200). Builds weft's CUDA tests,
+# benchmarks and train_gpt (Release, sm_90), then runs, and prints one table of:
+#   - the CUDA tests (ctest -L cuda);
+#   - 20 steps of train_gpt --device cuda (pp=1) against the same run on the CPU, loss by loss;
+#   - 20 steps of a 2-stage zb-h1 pipeline on the one GPU (two rank threads over
+#     comm::host_staged) against the pp=1 GPU run;
+#   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
+#     the GPU's dense bf16 peak);
+#   - the attention kernel's TFLOP/s against the best GEMM TFLOP/s of bench_cuda_gemm.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
-#                                    # nlohmann/json, CLI11)
-#                                    # into .gpu-deps/ (git-ignored) to carry to the GPU machine
+#                                    # nlohmann/json, CLI11) into .gpu-deps/ (git-ignored) to
+#                                    # carry to the GPU machine
 #   scripts/gpu-check.sh             # on the GPU machine (no network there)
 #
 # With the device tool: run(command="bash scripts/gpu-check.sh", carry=[".gpu-deps"]).
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 deps=.gpu-deps
 if [[ "${1:-}" == "--prepare" ]]; then
+    set -e
     rm -rf "$deps"
-    mkdir -p "$deps/include" "$deps/share/eigen3" "$deps/lib/cmake"
+    mkdir -p "$deps/include" "$deps/share/eigen3" "$deps/lib/cmake" "$deps/share/cmake"
     cp -r /usr/include/eigen3 "$deps/include/"
     cp -r /usr/share/eigen3/cmake "$deps/share/eigen3/"
     cp -r /usr/include/catch2 "$deps/include/"
     cp -r /usr/lib/cmake/Catch2 "$deps/lib/cmake/"
-    # The examples' (train_gpt_cuda's) command lines and the checkpoints' JSON headers.
-    mkdir -p "$deps/share/cmake"
+    # train_gpt's command line and the checkpoints' JSON headers.
     cp -r /usr/include/nlohmann /usr/include/CLI "$deps/include/"
     cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 "$deps/share/cmake/"
     # Catch2Targets.cmake checks that the library it names exists, even though weft uses
     # its own main and never links it.
     if [[ -f /usr/lib/libCatch2WithMain.a ]]; then cp /usr/lib/libCatch2WithMain.a "$deps/lib/"; fi
-    # The CMake configs locate headers relative to themselves; check they still do.
     du -sh "$deps"
     exit 0
 fi
 
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
+declare -a table=()
+row() { table+=("$(printf '| %-44s | %-6s | %s |' "$1" "$2" "$3")"); }
+print_table() {
+    echo
+    echo "=== gpu-check: summary ($(elapsed))"
+    printf '| %-44s | %-6s | %s |\n' "check" "result" "figures"
+    printf '|%s|%s|%s|\n' "----------------------------------------------" "--------" "--------"
+    for line in "${table[@]}"; do echo "$line"; done
+}
+status=0
+fail() { status=1; }
+
 echo "=== gpu-check: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 prefix=()
 if [[ -d "$deps" ]]; then prefix=(-DCMAKE_PREFIX_PATH="$PWD/$deps"); fi
@@ -41,67 +58,114 @@ nvcc=()
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     nvcc=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" \
-      -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON -DWEFT_BUILD_BENCHMARKS=ON
-
-# Build only what this check runs (the CPU tests and benchmarks are CI's job).
-targets=(test_cuda_runtime)
-benches=()
-# The NCCL communicator's test (1 GPU, a 1-rank communicator; this check has no MPI).
-if ninja -C build/gpu -t query test_comm_nccl >/dev/null 2>&1; then targets+=(test_comm_nccl); fi
-if ninja -C build/gpu -t query test_cuda_kernels >/dev/null 2>&1; then
-    targets+=(test_cuda_kernels test_cuda_gpt_trainer bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt
-              train_gpt_cuda train_gpt make_dataset)
-    benches=(bench_cuda_gemm bench_cuda_kernels bench_cuda_gpt)
-else
-    echo "=== gpu-check: WARNING: no CUDA compiler found; only the runtime smoke test is built"
+if ! cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
+        -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF >build/gpu-configure.log 2>&1; then
+    cat build/gpu-configure.log
+    row "configure" "FAIL" "see the log above"
+    print_table
+    exit 1
 fi
-cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}"
+
+# Only what this check runs (the CPU tests are CI's job).
+targets=(test_cuda_runtime test_comm_nccl test_comm_host_staged test_cuda_kernels test_cuda_backend test_cuda_engine
+         bench_cuda_gemm bench_cuda_kernels train_gpt make_dataset)
+if ! cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" >build/gpu-build.log 2>&1; then
+    grep -E "error|Error" build/gpu-build.log | head -40
+    row "build (${targets[*]})" "FAIL" "see the errors above"
+    print_table
+    exit 1
+fi
 echo "=== gpu-check: built in $(elapsed)"
 
 echo "=== gpu-check: CUDA tests"
-status=0
-ctest --test-dir build/gpu -L cuda --output-on-failure --no-tests=error --timeout 180 || status=$?
-echo "=== gpu-check: tests done in $(elapsed) (ctest exit $status)"
+ctest --test-dir build/gpu -L cuda --output-on-failure --no-tests=error --timeout 240 >build/gpu-ctest.log 2>&1
+ctest_status=$?
+cat build/gpu-ctest.log | tail -40
+summary=$(grep -E "tests passed|tests failed" build/gpu-ctest.log | tail -1)
+if [[ $ctest_status -eq 0 ]]; then row "CUDA tests (ctest -L cuda)" "pass" "$summary"; else
+    row "CUDA tests (ctest -L cuda)" "FAIL" "$summary; failed: $(grep -E '^\s+[0-9]+ - ' build/gpu-ctest.log | grep -v Skipped | awk '{print $3}' | tr '\n' ' ')"
+    fail
+fi
+echo "=== gpu-check: tests done in $(elapsed)"
 
-if [[ -x build/gpu/examples/cuda/train_gpt_cuda ]]; then
-    # 20 steps of train_gpt's default model (4 layers, d 128, seq 64, batch 8) on one GPU,
-    # and the same run on the CPU: same data order and seeded weights, so the losses agree
-    # within bf16 tolerance (step 0 is the forward alone: 1e-2; the rest 5e-2). Then the
-    # CPU trainer loads the GPU's checkpoint.
-    echo "=== gpu-check: train_gpt_cuda, 20 steps"
-    run=build/gpu/train_gpt_cuda_check
-    mkdir -p "$run"
-    input=()
-    if [[ ! -f /usr/share/common-licenses/GPL-3 ]]; then input=(--input README.md); fi
-    example_status=0
-    build/gpu/examples/make_dataset "${input[@]}" --out-dir "$run/data" >/dev/null || example_status=$?
-    timeout 120 build/gpu/examples/cuda/train_gpt_cuda --data "$run/data/train.bin" --steps 20 \
-        --log-json "$run/gpu.jsonl" --save "$run/gpu.safetensors" || example_status=$?
-    timeout 120 build/gpu/examples/train_gpt --data "$run/data/train.bin" --steps 20 --peak-tflops 1 \
-        --log-json "$run/cpu.jsonl" >/dev/null || example_status=$?
-    timeout 60 build/gpu/examples/train_gpt --data "$run/data/train.bin" --steps 1 --peak-tflops 1 \
-        --init-from "$run/gpu.safetensors" || example_status=$?
-    python3 - "$run/gpu.jsonl" "$run/cpu.jsonl" <<'PY' || example_status=$?
+run=build/gpu/check_runs
+mkdir -p "$run"
+input=()
+if [[ ! -f /usr/share/common-licenses/GPL-3 ]]; then input=(--input README.md); fi
+build/gpu/examples/make_dataset "${input[@]}" --out-dir "$run/data" >/dev/null
+train=(build/gpu/examples/train_gpt --data "$run/data/train.bin")
+
+# Losses of two step logs (--log-json): row "$1", tolerance $4 on every step (step 0 alone
+# is the forward of identical weights: tolerance $5).
+compare_losses() {
+    python3 - "$2" "$3" "$4" "$5" <<'PY'
 import json, sys
-gpu, cpu = ([json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:3])
-assert len(gpu) == len(cpu) == 20, f"{len(gpu)} GPU and {len(cpu)} CPU steps logged, 20 expected"
-diffs = [abs(g - c) for g, c in zip(gpu, cpu)]
-print(f"train_gpt_cuda vs train_gpt: step 0 loss {gpu[0]:.4f} vs {cpu[0]:.4f}, step 19 {gpu[-1]:.4f} vs "
-      f"{cpu[-1]:.4f}, largest difference {max(diffs):.2e} (step {diffs.index(max(diffs))})")
-sys.exit(0 if diffs[0] <= 1e-2 and max(diffs) <= 5e-2 else 1)
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
+tol, tol0 = float(sys.argv[3]), float(sys.argv[4])
+if len(a) != len(b) or not a:
+    print(f"{len(a)} and {len(b)} steps logged"); sys.exit(1)
+d = [abs(x - y) for x, y in zip(a, b)]
+print(f"step 0 {a[0]:.4f} vs {b[0]:.4f}, step {len(a)-1} {a[-1]:.4f} vs {b[-1]:.4f}, "
+      f"largest difference {max(d):.2e} at step {d.index(max(d))} (tolerance {tol:g})")
+sys.exit(0 if d[0] <= tol0 and max(d) <= tol else 1)
 PY
-    echo "=== gpu-check: train_gpt_cuda done in $(elapsed) (exit $example_status)"
-    if [[ $example_status -ne 0 && $status -eq 0 ]]; then status=$example_status; fi
+}
+
+echo "=== gpu-check: train_gpt --device cuda, 20 steps, against the CPU"
+# train_gpt's default model (4 layers, d 128, 4 heads, seq 64, batch 8): the same seeded
+# weights and data order on both, so the losses agree within bf16 rounding of the GEMMs.
+timeout 150 "${train[@]}" --device cuda --steps 20 --log-json "$run/gpu_pp1.jsonl" >"$run/gpu_pp1.log" 2>&1
+gpu_status=$?
+timeout 150 "${train[@]}" --steps 20 --peak-tflops 1 --log-json "$run/cpu_pp1.jsonl" >"$run/cpu_pp1.log" 2>&1
+tail -3 "$run/gpu_pp1.log"
+if [[ $gpu_status -eq 0 ]] && figures=$(compare_losses x "$run/gpu_pp1.jsonl" "$run/cpu_pp1.jsonl" 5e-2 1e-2); then
+    row "pp=1, 20 steps: GPU vs CPU losses" "pass" "$figures"
+else
+    row "pp=1, 20 steps: GPU vs CPU losses" "FAIL" "exit $gpu_status; ${figures:-$(tail -1 "$run/gpu_pp1.log")}"
+    fail
 fi
 
+echo "=== gpu-check: pp=2 zb-h1 on one GPU (two rank threads, comm::host_staged) against pp=1"
+timeout 150 "${train[@]}" --device cuda --steps 20 --ranks 2 --pp 2 --schedule zb-h1 \
+    --log-json "$run/gpu_pp2.jsonl" >"$run/gpu_pp2.log" 2>&1
+pp2_status=$?
+tail -3 "$run/gpu_pp2.log"
+if [[ $pp2_status -eq 0 ]] && figures=$(compare_losses x "$run/gpu_pp2.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3); then
+    row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "pass" "$figures"
+else
+    row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "FAIL" "exit $pp2_status; ${figures:-$(tail -1 "$run/gpu_pp2.log")}"
+    fail
+fi
+
+echo "=== gpu-check: GPT-2 124M, seq 1024, batch 16: MFU"
+timeout 240 "${train[@]}" --device cuda --layers 12 --d-model 768 --heads 12 --vocab 50257 --seq-len 1024 \
+    --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m.log" 2>&1
+mfu_status=$?
+grep -E "^step|device cuda|MFU is" "$run/gpt2_124m.log" | tail -6
+last_step=$(grep -E "^step" "$run/gpt2_124m.log" | tail -1)
+if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
+    row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "report" \
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
+else
+    row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
+    fail
+fi
+echo "=== gpu-check: training runs done in $(elapsed)"
+
 echo "=== gpu-check: GPU benchmarks"
-# Per-bench limits keep the whole check under 8 minutes even if one of them hangs.
-declare -A bench_timeout=([bench_cuda_gemm]=90 [bench_cuda_kernels]=90 [bench_cuda_gpt]=150)
-for bench in "${benches[@]}"; do
-    echo "--- $bench"
-    timeout "${bench_timeout[$bench]:-120}" "build/gpu/benchmarks/cuda/$bench" || echo "--- $bench exited $?"
-done
-echo "=== gpu-check: done in $(elapsed)"
+timeout 90 build/gpu/benchmarks/cuda/bench_cuda_gemm >"$run/bench_gemm.log" 2>&1
+timeout 90 build/gpu/benchmarks/cuda/bench_cuda_kernels >"$run/bench_kernels.log" 2>&1
+cat "$run/bench_gemm.log" "$run/bench_kernels.log" | tail -40
+gemm_best=$(grep -oE '^best GEMM: [0-9.]+' "$run/bench_gemm.log" | grep -oE '[0-9.]+$')
+attention=$(grep -E "^attention_forward" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
+if [[ -n "$attention" && -n "$gemm_best" ]]; then
+    ratio=$(python3 -c "print(f'{100 * float('${attention% TFLOP/s}') / float('$gemm_best'):.1f}')")
+    row "attention forward TFLOP/s vs best GEMM" "report" "$attention vs $gemm_best TFLOP/s (${ratio}%)"
+else
+    row "attention forward TFLOP/s vs best GEMM" "FAIL" "no figure (see the benchmark output above)"
+    fail
+fi
+
+print_table
 exit "$status"

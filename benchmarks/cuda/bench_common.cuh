@@ -10,19 +10,14 @@
 #include <cstdio>
 #include <string>
 
+#include "weft/exec/cuda/peak_flops.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 
 namespace weft_bench {
 
 // Dense bf16 tensor-core peak in TFLOP/s (vendor datasheets, without sparsity); 0 if unknown.
-inline double bf16_peak_tflops(const std::string& name) {
-    const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-    if (has("H200")) return 989.0;
-    if (has("H100")) return has("PCIe") ? 756.0 : 989.0;
-    if (has("A100")) return 312.0;
-    return 0.0;
-}
+using weft::cuda::bf16_peak_tflops;  // the one table (weft/exec/cuda/peak_flops.hpp)
 
 // Values in [-scale, scale) from a hash of the index: reproducible, no curand needed.
 template <class T>
