@@ -116,7 +116,7 @@ void switch_through_every_pair(int world_size, const std::vector<named_layout>& 
 
 }  // namespace
 
-TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit for bit", "[elastic]") {
+TEST_CASE("every ordered pair of 14 layouts at world 4 keeps the whole state bit for bit", "[elastic][world4]") {
     switch_through_every_pair(4, world4_layouts());
 }
 
