@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -77,13 +78,21 @@ TEST_CASE("a stage's flat buffers made in a scope live in its memory", "[core][s
     weft::nn::parameter_registry registry;
     registry.add("w", {64, 64});
     const int before = counted::allocations;
-    const weft::state_memory_scope scope(counting);
-    weft::nn::flat_parameters<float> tensors(registry);
+    std::optional<weft::nn::flat_parameters<float>> tensors;
+    {
+        const weft::state_memory_scope scope(counting);
+        tensors.emplace(registry);
+    }
     CHECK(counted::allocations == before + 2);  // parameters and gradients
-    CHECK(&tensors.parameter_storage().get_allocator().memory() == &counting);
-    tensors.release_gradients();
-    tensors.allocate_gradients();
-    CHECK(counted::allocations == before + 3);
+    CHECK(&tensors->parameter_storage().get_allocator().memory() == &counting);
+    // Released and allocated again outside any scope (as ZeRO does between steps), the
+    // buffers come back in the memory they were made in.
+    tensors->release_gradients();
+    tensors->release_parameters();
+    tensors->allocate_gradients();
+    tensors->allocate_parameters_lazily();
+    CHECK(counted::allocations == before + 4);
+    CHECK(&tensors->parameter_storage().get_allocator().memory() == &counting);
 }
 
 TEST_CASE("each thread has its own current state memory", "[core][state_memory]") {

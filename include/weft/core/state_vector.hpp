@@ -101,11 +101,11 @@ template <class T>
     return v.get_allocator().memory().pages_releasable && v.capacity() * sizeof(T) >= state_allocator<T>::paged_bytes;
 }
 
-// `n` zeros, of which a paged buffer commits none until they are written.
+// `n` zeros in `memory`, of which a paged buffer commits none until they are written.
 template <class T>
-[[nodiscard]] state_vector<T> lazy_zeros(std::size_t n) {
+[[nodiscard]] state_vector<T> lazy_zeros(std::size_t n, const state_memory& memory = current_state_memory()) {
     static_assert(std::is_trivially_default_constructible_v<T>);
-    state_vector<T> out;
+    state_vector<T> out{state_allocator<T>(memory)};
     detail::keep_allocated_zeros = true;
     try {
         out.resize(n);

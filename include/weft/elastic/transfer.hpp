@@ -315,7 +315,8 @@ private:
         for (new_stage& s : new_) {
             if (w.what == held_class::parameters) {
                 if (zero == 3)
-                    s.parameter_range = lazy_zeros<Scalar>(parameter_elements(to_, s.holding));
+                    s.parameter_range = lazy_zeros<Scalar>(parameter_elements(to_, s.holding),
+                                                           s.parameter_range.get_allocator().memory());
                 else
                     s.full.allocate_parameters_lazily();
             } else {
@@ -344,9 +345,10 @@ private:
             s.ledger.forget();
             if (w.what == held_class::parameters) {
                 s.tensors.full.release_parameters();
-                state_vector<Scalar>().swap(s.tensors.parameter_range);
+                state_vector<Scalar>(s.tensors.parameter_range.get_allocator()).swap(s.tensors.parameter_range);
             } else if (w.tensor < s.optimizer.tensors.size()) {
-                state_vector<Scalar>().swap(s.optimizer.tensors[w.tensor].values);
+                auto& values = s.optimizer.tensors[w.tensor].values;
+                state_vector<Scalar>(values.get_allocator()).swap(values);
             }
         }
     }

@@ -17,14 +17,13 @@
 #include "weft/exec/cuda.hpp"
 #include "weft/models/gpt.hpp"
 #include "weft/sched/gpipe.hpp"
-#include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/zb_h1.hpp"
 #include "weft/shard/any_zero.hpp"
 #include "weft/train/engine.hpp"
 
 namespace {
 
-using schedules = weft::sched::any_of<weft::sched::gpipe, weft::sched::one_f_one_b, weft::sched::zb_h1>;
+using schedules = weft::sched::any_of<weft::sched::gpipe, weft::sched::zb_h1>;
 using staged_local = weft::comm::host_staged<weft::comm::local>;
 using cpu_engine = weft::engine<schedules, weft::shard::any_zero, weft::comm::local, weft::exec::cpu, weft::models::gpt>;
 using gpu_engine = weft::engine<schedules, weft::shard::any_zero, staged_local, weft::exec::cuda, weft::models::gpt>;

@@ -71,6 +71,20 @@ public:
         request(typename Inner::request inner, std::unique_ptr<std::vector<std::byte>> host, void* copy_back_to,
                 std::unique_ptr<std::vector<std::byte>> input = nullptr)
             : input_(std::move(input)), host_(std::move(host)), copy_back_to_(copy_back_to), inner_(std::move(inner)) {}
+        request(request&&) noexcept = default;
+        // The old inner operation is replaced (and so cancelled) before its buffers go.
+        request& operator=(request&& other) noexcept {
+            if (this != &other) {
+                inner_ = std::move(other.inner_);
+                input_ = std::move(other.input_);
+                host_ = std::move(other.host_);
+                copy_back_to_ = std::exchange(other.copy_back_to_, nullptr);
+            }
+            return *this;
+        }
+        request(const request&) = delete;
+        request& operator=(const request&) = delete;
+        ~request() = default;
 
         // Completes the inner operation, then copies a staged result up. Waiting again, or
         // on a moved-from request, does nothing.
