@@ -96,10 +96,10 @@ if [[ ! -f /usr/share/common-licenses/GPL-3 ]]; then input=(--input README.md); 
 build/gpu/examples/make_dataset "${input[@]}" --out-dir "$run/data" >/dev/null
 train=(build/gpu/examples/train_gpt --data "$run/data/train.bin")
 
-# Losses of two step logs (--log-json): row "$1", tolerance $4 on every step (step 0 alone
-# is the forward of identical weights: tolerance $5).
+# The losses of two step logs (--log-json) $1 and $2: tolerance $3 on every step, $4 on
+# step 0 (the forward of identical weights). Prints the figures; fails outside tolerance.
 compare_losses() {
-    python3 - "$2" "$3" "$4" "$5" <<'PY'
+    python3 - "$1" "$2" "$3" "$4" <<'PY'
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
 tol, tol0 = float(sys.argv[3]), float(sys.argv[4])
@@ -112,6 +112,18 @@ sys.exit(0 if d[0] <= tol0 and max(d) <= tol else 1)
 PY
 }
 
+# A table row for a run that exited with status $2 (its output in $3), comparing its step
+# log $4 with $5 (tolerances $6 on every step, $7 on step 0): row "$1".
+loss_row() {
+    local figures=""
+    if [[ $2 -eq 0 ]] && figures=$(compare_losses "$4" "$5" "$6" "$7"); then
+        row "$1" "pass" "$figures"
+    else
+        row "$1" "FAIL" "exit $2; ${figures:-$(tail -1 "$3")}"
+        fail
+    fi
+}
+
 echo "=== gpu-check: train_gpt --device cuda, 20 steps, against the CPU"
 # train_gpt's default model (4 layers, d 128, 4 heads, seq 64, batch 8): the same seeded
 # weights and data order on both, so the losses agree within bf16 rounding of the GEMMs.
@@ -119,24 +131,16 @@ timeout 150 "${train[@]}" --device cuda --steps 20 --log-json "$run/gpu_pp1.json
 gpu_status=$?
 timeout 150 "${train[@]}" --steps 20 --peak-tflops 1 --log-json "$run/cpu_pp1.jsonl" >"$run/cpu_pp1.log" 2>&1
 tail -3 "$run/gpu_pp1.log"
-if [[ $gpu_status -eq 0 ]] && figures=$(compare_losses x "$run/gpu_pp1.jsonl" "$run/cpu_pp1.jsonl" 5e-2 1e-2); then
-    row "pp=1, 20 steps: GPU vs CPU losses" "pass" "$figures"
-else
-    row "pp=1, 20 steps: GPU vs CPU losses" "FAIL" "exit $gpu_status; ${figures:-$(tail -1 "$run/gpu_pp1.log")}"
-    fail
-fi
+loss_row "pp=1, 20 steps: GPU vs CPU losses" "$gpu_status" "$run/gpu_pp1.log" \
+    "$run/gpu_pp1.jsonl" "$run/cpu_pp1.jsonl" 5e-2 1e-2
 
 echo "=== gpu-check: pp=2 zb-h1 on one GPU (two rank threads, comm::host_staged) against pp=1"
 timeout 150 "${train[@]}" --device cuda --steps 20 --ranks 2 --pp 2 --schedule zb-h1 \
     --log-json "$run/gpu_pp2.jsonl" >"$run/gpu_pp2.log" 2>&1
 pp2_status=$?
 tail -3 "$run/gpu_pp2.log"
-if [[ $pp2_status -eq 0 ]] && figures=$(compare_losses x "$run/gpu_pp2.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3); then
-    row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "pass" "$figures"
-else
-    row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "FAIL" "exit $pp2_status; ${figures:-$(tail -1 "$run/gpu_pp2.log")}"
-    fail
-fi
+loss_row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "$pp2_status" "$run/gpu_pp2.log" \
+    "$run/gpu_pp2.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3
 
 echo "=== gpu-check: GPT-2 124M, seq 1024, batch 16: MFU"
 timeout 240 "${train[@]}" --device cuda --layers 12 --d-model 768 --heads 12 --vocab 50257 --seq-len 1024 \

@@ -387,9 +387,8 @@ private:
     template <class T>
     static void require_device(std::span<T> values, std::string_view what) {
         if (values.empty()) return;
-        cudaPointerAttributes attributes{};
-        weft::cuda::check(cudaPointerGetAttributes(&attributes, values.data()), "cudaPointerGetAttributes");
-        if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
+        const cudaMemoryType type = weft::cuda::memory_type(values.data());
+        if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeManaged)
             throw invalid_argument(what, "host memory",
                                    "must be device or managed memory: exec::cuda computes on the GPU, so the "
                                    "training state must be allocated in the backend's state memory");

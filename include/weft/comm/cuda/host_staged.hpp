@@ -31,15 +31,7 @@ namespace weft::comm {
 namespace detail {
 
 // Whether `p` is device memory the host cannot read (managed memory it can).
-inline bool is_device_only(const void* p) {
-    if (p == nullptr) return false;
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-        static_cast<void>(cudaGetLastError());  // no GPU or no driver: nothing is device memory
-        return false;
-    }
-    return attributes.type == cudaMemoryTypeDevice;
-}
+inline bool is_device_only(const void* p) { return cuda::memory_type(p) == cudaMemoryTypeDevice; }
 
 inline void copy_down(void* host, const void* device, std::size_t bytes) {
     if (bytes == 0) return;

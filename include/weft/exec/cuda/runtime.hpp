@@ -43,6 +43,19 @@ inline void check(cudaError_t status, std::string_view what) {
     return properties.name;
 }
 
+// The kind of memory `p` points at (cudaMemoryTypeDevice, cudaMemoryTypeManaged, ...);
+// cudaMemoryTypeUnregistered for plain host memory, a null pointer, or a machine without a
+// GPU or driver (whose pointers are all host memory).
+[[nodiscard]] inline cudaMemoryType memory_type(const void* p) {
+    if (p == nullptr) return cudaMemoryTypeUnregistered;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());  // clear the sticky error so later calls start clean
+        return cudaMemoryTypeUnregistered;
+    }
+    return attributes.type;
+}
+
 // CUDA runtime version as (major, minor), e.g. (13, 0).
 [[nodiscard]] inline std::pair<int, int> runtime_version() {
     int version = 0;
