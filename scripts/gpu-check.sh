@@ -7,7 +7,8 @@
 #     comm::host_staged) against the pp=1 GPU run;
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
 #     the GPU's dense bf16 peak);
-#   - the attention kernel's TFLOP/s against the best GEMM TFLOP/s of bench_cuda_gemm.
+#   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
+#     bench_cuda_gemm.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
 #                                    # nlohmann/json, CLI11) into .gpu-deps/ (git-ignored) to
@@ -162,14 +163,18 @@ timeout 90 build/gpu/benchmarks/cuda/bench_cuda_gemm >"$run/bench_gemm.log" 2>&1
 timeout 90 build/gpu/benchmarks/cuda/bench_cuda_kernels >"$run/bench_kernels.log" 2>&1
 cat "$run/bench_gemm.log" "$run/bench_kernels.log" | tail -40
 gemm_best=$(grep -oE '^best GEMM: [0-9.]+' "$run/bench_gemm.log" | grep -oE '[0-9.]+$')
-attention=$(grep -E "^attention_forward" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
-if [[ -n "$attention" && -n "$gemm_best" ]]; then
-    ratio=$(python3 -c "print(f'{100 * float('${attention% TFLOP/s}') / float('$gemm_best'):.1f}')")
-    row "attention forward TFLOP/s vs best GEMM" "report" "$attention vs $gemm_best TFLOP/s (${ratio}%)"
-else
-    row "attention forward TFLOP/s vs best GEMM" "FAIL" "no figure (see the benchmark output above)"
-    fail
-fi
+for pass in forward backward; do
+    attention=$(grep -E "^flash_attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
+    exact=$(grep -E "^exact attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
+    if [[ -n "$attention" && -n "$gemm_best" ]]; then
+        ratio=$(python3 -c "print(f'{100 * float('${attention% TFLOP/s}') / float('$gemm_best'):.1f}')")
+        row "flash attention $pass TFLOP/s vs best GEMM" "report" \
+            "$attention vs $gemm_best TFLOP/s (${ratio}%); exact kernel ${exact:-?}"
+    else
+        row "flash attention $pass TFLOP/s vs best GEMM" "FAIL" "no figure (see the benchmark output above)"
+        fail
+    fi
+done
 
 print_table
 exit "$status"

@@ -1,6 +1,7 @@
 // weft's own CUDA kernels at GPT-2 124M training shapes (16 x 1024 tokens, C = 768,
-// 12 heads, vocab 50304): time per call and achieved memory bandwidth (or TFLOP/s for
-// attention, which is the straightforward exact kernel, not a flash one). Exits 77 without a GPU.
+// 12 heads, vocab 50304): time per call and achieved memory bandwidth, and TFLOP/s for
+// attention: the flash kernels on tensor cores that exec::cuda runs, and the straightforward
+// exact ones they replaced, for comparison. Exits 77 without a GPU.
 #include <cuda_bf16.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "weft/exec/cuda/kernels/attention.cuh"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
+#include "weft/exec/cuda/kernels/flash_attention.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/stream.hpp"
@@ -81,11 +83,22 @@ int main() {
         weft_bench::fill(qkv.data(), qkv.size(), 7);
         weft_bench::fill(datt.data(), datt.size(), 8);
         const double attention_flops = 2.0 * 2.0 * B * H * (double(T) * (T + 1) / 2) * hd;  // q k^T and p v, causal
-        row("attention_forward", weft_bench::time_ms(s, 1, 3, [&] {
+        // Backward's useful work is 2.5 times forward's (five products to two), whatever a
+        // kernel recomputes.
+        row("flash_attention_forward", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::flash_attention_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
+            }),
+            3.0 * NC * 2 + NC * 2, attention_flops);
+        row("flash_attention_backward", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::flash_attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(),
+                                             dqkv.data(), B, T, H, hd, s);
+            }),
+            2.0 * 3 * NC * 2 + 2 * NC * 2, 2.5 * attention_flops);
+        row("exact attention_forward", weft_bench::time_ms(s, 1, 3, [&] {
                 cu::attention_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
             }),
             3.0 * NC * 2 + NC * 2, attention_flops);
-        row("attention_backward", weft_bench::time_ms(s, 1, 3, [&] {
+        row("exact attention_backward", weft_bench::time_ms(s, 1, 3, [&] {
                 cu::attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(), dqkv.data(), B,
                                        T, H, hd, s);
             }),

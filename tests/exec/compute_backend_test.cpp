@@ -1,6 +1,11 @@
 // The compute_backend concept accepts the CPU backends and rejects incomplete types.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/cpu.hpp"
 
@@ -21,6 +26,33 @@ struct no_memory_space {
 struct no_matrix {
     static constexpr std::string_view name = "none";
     using scalar = float;
+};
+
+// Matrices that store 16-bit elements for float weights, as exec::cuda's bf16 activations
+// do; Element decides whether the engine could move them as bytes.
+template <class Element>
+struct narrow_matrix {
+    using value_type = Element;
+    narrow_matrix() = default;
+    narrow_matrix(int, int) {}
+    Element* data() { return nullptr; }
+    const Element* data() const { return nullptr; }
+    std::size_t size() const { return 0; }
+};
+
+template <class Element>
+struct narrow_backend {
+    static constexpr std::string_view name = "narrow";
+    using scalar = float;
+    using memory_space = weft::device_space;
+    using matrix = narrow_matrix<Element>;
+    int rows(const matrix&) const { return 0; }
+    int cols(const matrix&) const { return 0; }
+};
+
+struct not_bytes {  // not trivially copyable: the engine could not send it as bytes
+    not_bytes() = default;
+    not_bytes(const not_bytes&) {}
 };
 
 }  // namespace
@@ -55,4 +87,10 @@ TEST_CASE("types missing part of the backend interface are rejected", "[exec][co
     STATIC_REQUIRE_FALSE(weft::exec::backend_identity<no_memory_space>);
     STATIC_REQUIRE_FALSE(weft::exec::loss_kernels<missing_kernel>);
     STATIC_REQUIRE(weft::exec::linear_kernels<missing_kernel>);
+}
+
+TEST_CASE("a backend's matrices may store another type than its scalar", "[exec][concept]") {
+    STATIC_REQUIRE(std::is_same_v<weft::exec::cpu::matrix::value_type, weft::exec::cpu::scalar>);
+    STATIC_REQUIRE(weft::exec::backend_matrices<narrow_backend<std::uint16_t>>);
+    STATIC_REQUIRE_FALSE(weft::exec::backend_matrices<narrow_backend<not_bytes>>);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
@@ -26,13 +27,16 @@ concept backend_identity = requires {
 // Activations are B::matrix: rows = samples (or tokens), row-major. The engine builds
 // matrices of a given shape to receive into and reads their storage as bytes to send, so
 // construction, data() and size() are part of the interface, as are rows and columns.
+// The matrix's value_type is what it stores, which need not be B::scalar (the type of the
+// weights and gradients): exec::cpu stores its scalar, exec::cuda stores bf16 activations.
 template <class B>
 concept backend_matrices = backend_identity<B> &&
     std::default_initializable<typename B::matrix> && std::movable<typename B::matrix> &&
     std::constructible_from<typename B::matrix, int, int> &&
+    std::is_trivially_copyable_v<typename B::matrix::value_type> &&
     requires(const B& b, typename B::matrix& m, const typename B::matrix& cm) {
-        { m.data() } -> std::convertible_to<typename B::scalar*>;
-        { cm.data() } -> std::convertible_to<const typename B::scalar*>;
+        { m.data() } -> std::convertible_to<typename B::matrix::value_type*>;
+        { cm.data() } -> std::convertible_to<const typename B::matrix::value_type*>;
         { cm.size() } -> std::integral;
         { b.rows(cm) } -> std::convertible_to<int>;
         { b.cols(cm) } -> std::convertible_to<int>;
@@ -124,7 +128,8 @@ constexpr bool diagnose_compute_backend() {
     else if constexpr (!backend_matrices<B>)
         static_assert(backend_matrices<B>,
                       "weft: this type does not model weft::compute_backend: its `matrix` must be "
-                      "default-constructible, movable, constructible from (rows, cols), with data() and size(), "
+                      "default-constructible, movable, constructible from (rows, cols), with a trivially copyable "
+                      "value_type, data() and size(), "
                       "and the backend needs rows(m) and cols(m) (weft::exec::backend_matrices); see "
                       "weft/exec/compute_backend.hpp");
     else if constexpr (!backend_context<B>)

@@ -3,12 +3,13 @@
 // the engine run on it unchanged. The object holds what the kernels need: its device, a
 // compute stream, the cuBLASLt handle and workspace.
 //
-// Numerics: activations, weights and gradients are fp32 in device memory; the GEMMs round
-// their inputs to bf16 and accumulate in fp32 on tensor cores (weights are rounded as each
-// GEMM reads them, so the fp32 master weights in the stage's flat buffer are what the
-// optimizer updates); everything else computes in fp32. Results match exec::cpu within bf16
-// rounding, not bit for bit. Reductions run in a fixed order (no atomics), so a run repeats
-// bit for bit on the same GPU.
+// Numerics: activations and their gradients (the matrices) are bf16; weights, gradients and
+// the statistics backward reads (layer norm's mean and rstd, attention's log-sum-exp) are
+// fp32. Every kernel computes in fp32; the GEMMs read bf16 on tensor cores and accumulate in
+// fp32, weights rounded to bf16 as each GEMM reads them, so the fp32 master weights in the
+// stage's flat buffer are what the optimizer updates, and weight gradients accumulate in
+// fp32. Results match exec::cpu within bf16 rounding, not bit for bit. Reductions run in a
+// fixed order (no atomics), so a run repeats bit for bit on the same GPU.
 //
 // Weight and gradient spans must point at device-accessible memory (device or managed): the
 // engine makes its training state in state_memory(), CUDA managed memory; a host pointer is
@@ -28,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,7 +52,8 @@ public:
     static constexpr std::string_view name = "cuda";
     using scalar = float;
     using memory_space = device_space;
-    using matrix = weft::cuda::device_matrix;
+    using matrix = weft::cuda::device_matrix;  // bf16
+    using bf16 = __nv_bfloat16;
 
     // Makes `device` this thread's current device and creates the stream and cuBLASLt handle
     // on it. No GPU, or a device out of range, is a weft::error naming `device`.
@@ -65,14 +68,16 @@ public:
     // Waits for everything queued on the stream (and reports an error a kernel hit).
     void synchronize() const { stream_.synchronize(); }
 
-    // Stream-ordered copies between a matrix and host memory of its size: what host code
-    // (tests, checkpoints of activations, host-staged communication) reads and writes
-    // matrices with. copy_to_host waits for the copy; copy_from_host returns once `host` may
-    // be reused.
+    // Copies between a matrix and fp32 host memory of its size: what host code (tests, model
+    // inputs) reads and writes matrices with. The matrix's bf16 values widen exactly on the
+    // way down and round to nearest even on the way up. Both wait for the copy, so `host` may
+    // be read or reused when they return.
     void copy_to_host(const matrix& m, std::span<float> host) {
         require_size(host.size(), m.size(), "copy_to_host: host.size()");
         if (m.size() == 0) return;
-        weft::cuda::check(cudaMemcpyAsync(host.data(), m.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
+        scratch<float> wide(m.size(), stream());
+        weft::cuda::launch::to_float(m.data(), wide.data(), m.size(), stream());
+        weft::cuda::check(cudaMemcpyAsync(host.data(), wide.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                           stream()),
                           "cudaMemcpyAsync (matrix to host)");
         synchronize();
@@ -80,9 +85,11 @@ public:
     void copy_from_host(std::span<const float> host, matrix& m) {
         require_size(host.size(), m.size(), "copy_from_host: host.size()");
         if (m.size() == 0) return;
-        weft::cuda::check(cudaMemcpyAsync(m.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
+        scratch<float> wide(m.size(), stream());
+        weft::cuda::check(cudaMemcpyAsync(wide.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
                                           stream()),
                           "cudaMemcpyAsync (matrix to the device)");
+        weft::cuda::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
         // From pageable memory the copy may still be reading `host` when the call returns.
         synchronize();
     }
@@ -107,9 +114,10 @@ public:
         require_device(b, "linear_forward: bias");
         matrix y(x.rows(), out);
         if (y.size() == 0) return y;
-        const auto xb = bf16_copy(x.data(), x.size());
+        // cuBLASLt's bias epilogue reads the bias in the output's type.
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.linear_forward<float>(xb.data(), wb.data(), b.data(), y.data(), x.rows(), in, out, stream());
+        const auto bb = bf16_copy(b.data(), b.size());
+        gemm_.linear_forward<bf16>(x.data(), wb.data(), bb.data(), y.data(), x.rows(), in, out, stream());
         return y;
     }
 
@@ -120,9 +128,8 @@ public:
         require_device(w, "linear_backward_input: weight");
         matrix dx(dy.rows(), in);
         if (dx.size() == 0) return dx;
-        const auto dyb = bf16_copy(dy.data(), dy.size());
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.linear_backward_input<float>(dyb.data(), wb.data(), dx.data(), dy.rows(), in, out, stream());
+        gemm_.linear_backward_input<bf16>(dy.data(), wb.data(), dx.data(), dy.rows(), in, out, stream());
         return dx;
     }
 
@@ -135,9 +142,7 @@ public:
         require_device(dw, "linear_backward_weight: weight gradient");
         require_device(db, "linear_backward_weight: bias gradient");
         if (x.rows() == 0 || in == 0 || out == 0) return;
-        const auto xb = bf16_copy(x.data(), x.size());
-        const auto dyb = bf16_copy(dy.data(), dy.size());
-        gemm_.linear_backward_weight(xb.data(), dyb.data(), dw.data(), x.rows(), in, out, stream());
+        gemm_.linear_backward_weight(x.data(), dy.data(), dw.data(), x.rows(), in, out, stream());
         weft::cuda::launch::bias_grad(dy.data(), db.data(), x.rows(), out, stream());
     }
 
@@ -153,7 +158,9 @@ public:
         return dx;
     }
 
-    // Per-row layer norm; mean and rstd (rows x 1) are saved for both backward halves.
+    // Per-row layer norm; mean and rstd are saved for both backward halves, in fp32: each is a
+    // rows x 2 matrix whose bf16 pairs hold one float per row (see fp32_matrix), a layout
+    // only this backend reads.
     [[nodiscard]] matrix layer_norm_forward(const matrix& x, std::span<const float> gamma, std::span<const float> beta,
                                             float eps, matrix& mean, matrix& rstd) {
         const int n = x.cols();
@@ -162,12 +169,12 @@ public:
         require(n > 0, "layer_norm_forward: x.cols()", n, "must be positive");
         require_device(gamma, "layer_norm_forward: weight");
         require_device(beta, "layer_norm_forward: bias");
-        mean = matrix(x.rows(), 1);
-        rstd = matrix(x.rows(), 1);
+        mean = fp32_matrix(x.rows());
+        rstd = fp32_matrix(x.rows());
         matrix y(x.rows(), n);
         if (x.rows() == 0) return y;
-        weft::cuda::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
-                                               x.rows(), n, eps, stream());
+        weft::cuda::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), floats(mean),
+                                               floats(rstd), x.rows(), n, eps, stream());
         return y;
     }
 
@@ -175,13 +182,13 @@ public:
                                                    std::span<const float> gamma, const matrix& dy) {
         const int n = x.cols();
         require_shape(dy, x.rows(), n, "layer_norm_backward_input: dy");
-        require_shape(mean, x.rows(), 1, "layer_norm_backward_input: mean");
-        require_shape(rstd, x.rows(), 1, "layer_norm_backward_input: rstd");
+        require_shape(mean, x.rows(), fp32_pair, "layer_norm_backward_input: mean");
+        require_shape(rstd, x.rows(), fp32_pair, "layer_norm_backward_input: rstd");
         require_size(gamma.size(), std::size_t(n), "layer_norm_backward_input: weight size");
         require_device(gamma, "layer_norm_backward_input: weight");
         matrix dx(x.rows(), n);
         if (dx.size() == 0) return dx;
-        weft::cuda::launch::layer_norm_backward_input(x.data(), mean.data(), rstd.data(), gamma.data(), dy.data(),
+        weft::cuda::launch::layer_norm_backward_input(x.data(), floats(mean), floats(rstd), gamma.data(), dy.data(),
                                                       dx.data(), x.rows(), n, stream());
         return dx;
     }
@@ -190,14 +197,14 @@ public:
                                     std::span<float> dgamma, std::span<float> dbeta) {
         const int n = x.cols();
         require_shape(dy, x.rows(), n, "layer_norm_backward_weight: dy");
-        require_shape(mean, x.rows(), 1, "layer_norm_backward_weight: mean");
-        require_shape(rstd, x.rows(), 1, "layer_norm_backward_weight: rstd");
+        require_shape(mean, x.rows(), fp32_pair, "layer_norm_backward_weight: mean");
+        require_shape(rstd, x.rows(), fp32_pair, "layer_norm_backward_weight: rstd");
         require_size(dgamma.size(), std::size_t(n), "layer_norm_backward_weight: weight size");
         require_size(dbeta.size(), std::size_t(n), "layer_norm_backward_weight: bias size");
         require_device(dgamma, "layer_norm_backward_weight: weight gradient");
         require_device(dbeta, "layer_norm_backward_weight: bias gradient");
         if (x.rows() == 0 || n == 0) return;
-        weft::cuda::launch::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dy.data(), dgamma.data(),
+        weft::cuda::launch::layer_norm_backward_weight(x.data(), floats(mean), floats(rstd), dy.data(), dgamma.data(),
                                                        dbeta.data(), x.rows(), n, stream());
     }
 
@@ -270,10 +277,9 @@ public:
         require_device(w, "transposed_linear_forward: weight");
         matrix y(x.rows(), out);
         if (y.size() == 0) return y;
-        const auto xb = bf16_copy(x.data(), x.size());
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.matmul<float>(xb.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::yes, y.data(),
-                            x.rows(), out, in, 1.0f, 0.0f, nullptr, stream());
+        gemm_.matmul<bf16>(x.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::yes, y.data(),
+                           x.rows(), out, in, 1.0f, 0.0f, nullptr, stream());
         return y;
     }
 
@@ -285,10 +291,9 @@ public:
         require_device(w, "transposed_linear_backward_input: weight");
         matrix dx(dy.rows(), in);
         if (dx.size() == 0) return dx;
-        const auto dyb = bf16_copy(dy.data(), dy.size());
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.matmul<float>(dyb.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::no, dx.data(),
-                            dy.rows(), in, out, 1.0f, 0.0f, nullptr, stream());
+        gemm_.matmul<bf16>(dy.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::no, dx.data(),
+                           dy.rows(), in, out, 1.0f, 0.0f, nullptr, stream());
         return dx;
     }
 
@@ -299,25 +304,26 @@ public:
                      "transposed_linear_backward_weight: weight size");
         require_device(dw, "transposed_linear_backward_weight: weight gradient");
         if (x.rows() == 0 || dw.empty()) return;
-        const auto xb = bf16_copy(x.data(), x.size());
-        const auto dyb = bf16_copy(dy.data(), dy.size());
-        gemm_.matmul<float>(dyb.data(), weft::cuda::transpose::yes, xb.data(), weft::cuda::transpose::no, dw.data(),
+        gemm_.matmul<float>(dy.data(), weft::cuda::transpose::yes, x.data(), weft::cuda::transpose::no, dw.data(),
                             dy.cols(), x.cols(), x.rows(), 1.0f, 1.0f, nullptr, stream());
     }
 
     // Causal multi-head self-attention on qkv = [q | k | v], as exec::cpu's. What backward
     // needs is saved in `saved`: not the probabilities (seq_len^2 per head) but, flash-style,
-    // each row's log-sum-exp and the output, from which backward recomputes them; a 1 x n
-    // matrix whose layout only this backend reads.
+    // each row's log-sum-exp (fp32) and the output (bf16), from which backward recomputes
+    // them; a 1 x n matrix whose layout only this backend reads.
     [[nodiscard]] matrix causal_attention_forward(const matrix& qkv, int seq_len, int heads, matrix& saved) {
         const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_forward");
         matrix y(qkv.rows(), a.width);
-        saved = matrix(1, static_cast<int>(a.saved_size()));
+        const std::size_t saved_size = fp32_pair * a.lse_size() + y.size();
+        require(saved_size <= std::size_t(std::numeric_limits<int>::max()), "causal_attention_forward: qkv.rows()",
+                qkv.rows(), "is too many rows for one micro-batch's saved attention state (2^31 elements)");
+        saved = matrix(1, static_cast<int>(saved_size));
         if (y.size() == 0) return y;
-        float* lse = saved.data();
-        float* out = saved.data() + a.lse_size();
+        float* lse = floats(saved);
+        bf16* out = saved.data() + fp32_pair * a.lse_size();
         weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, stream());
-        weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream()),
+        weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, stream()),
                           "cudaMemcpyAsync (attention output)");
         return y;
     }
@@ -326,13 +332,15 @@ public:
     [[nodiscard]] matrix causal_attention_backward(const matrix& qkv, const matrix& saved, const matrix& dy,
                                                    int seq_len, int heads) {
         const attention_shape a = attention_dims(qkv, seq_len, heads, "causal_attention_backward");
-        require_shape(saved, 1, static_cast<int>(a.saved_size()), "causal_attention_backward: saved");
+        require_shape(saved, 1, static_cast<int>(fp32_pair * a.lse_size() + std::size_t(qkv.rows()) * a.width),
+                      "causal_attention_backward: saved");
         require_shape(dy, qkv.rows(), a.width, "causal_attention_backward: dy");
         matrix dqkv(qkv.rows(), qkv.cols());
         if (dqkv.size() == 0) return dqkv;
         scratch<float> delta(a.lse_size(), stream());
-        weft::cuda::launch::attention_backward(qkv.data(), saved.data() + a.lse_size(), dy.data(), saved.data(),
-                                               delta.data(), dqkv.data(), a.seqs, a.t, a.heads, a.d, stream());
+        weft::cuda::launch::attention_backward(qkv.data(), saved.data() + fp32_pair * a.lse_size(), dy.data(),
+                                               floats(saved), delta.data(), dqkv.data(), a.seqs, a.t, a.heads, a.d,
+                                               stream());
         return dqkv;
     }
 
@@ -408,9 +416,6 @@ private:
     struct attention_shape {
         int seqs, t, heads, width, d;
         [[nodiscard]] std::size_t lse_size() const { return std::size_t(seqs) * std::size_t(heads) * std::size_t(t); }
-        [[nodiscard]] std::size_t saved_size() const {
-            return lse_size() + std::size_t(seqs) * std::size_t(t) * std::size_t(width);
-        }
     };
     static attention_shape attention_dims(const matrix& qkv, int seq_len, int heads, std::string_view kernel) {
         const std::string k(kernel);
@@ -424,7 +429,15 @@ private:
         return {qkv.rows() / seq_len, seq_len, heads, width, width / heads};
     }
 
-    // The GEMMs' bf16 inputs: the fp32 values rounded to nearest even.
+    // Statistics backward needs at full precision, kept in the concept's matrix type: a
+    // matrix's storage is bf16, so n floats take n pairs of its elements, at the start of
+    // the matrix's device allocation (aligned for floats).
+    static constexpr int fp32_pair = sizeof(float) / sizeof(bf16);
+    [[nodiscard]] static matrix fp32_matrix(int n) { return matrix(n, fp32_pair); }
+    [[nodiscard]] static float* floats(matrix& m) { return reinterpret_cast<float*>(m.data()); }
+    [[nodiscard]] static const float* floats(const matrix& m) { return reinterpret_cast<const float*>(m.data()); }
+
+    // The GEMMs' bf16 weights: the fp32 values rounded to nearest even.
     [[nodiscard]] scratch<__nv_bfloat16> bf16_copy(const float* values, std::size_t n) {
         scratch<__nv_bfloat16> out(n, stream());
         weft::cuda::launch::to_bf16(values, out.data(), n, stream());

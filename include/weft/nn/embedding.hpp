@@ -53,7 +53,10 @@ public:
         s.tokens.assign(tokens.begin(), tokens.end());
         if (tp_.size == 1)
             return backend.embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
-        return parallel_forward(params, tokens);
+        if constexpr (host_tensor_parallel<Backend>)
+            return parallel_forward(params, tokens);
+        else
+            detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel embedding");
     }
     // Nothing upstream of token ids: only keeps dy for backward_weight.
     void backward_input(Backend& /*backend*/, matrix dy, saved& s) const { s.d_out = std::move(dy); }
@@ -62,7 +65,10 @@ public:
             backend.embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
             return;
         }
-        parallel_backward_weight(backend, grads, s);
+        if constexpr (host_tensor_parallel<Backend>)
+            parallel_backward_weight(backend, grads, s);
+        else
+            detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel embedding");
     }
 
 private:

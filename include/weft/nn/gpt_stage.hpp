@@ -71,7 +71,7 @@ public:
         // Bytes of activations held; what the schedules' peak-memory figures count.
         [[nodiscard]] std::size_t bytes() const {
             std::size_t n = embed.tokens.size() * sizeof(std::int32_t);
-            auto add = [&n](const matrix& m) { n += std::size_t(m.size()) * sizeof(scalar); };
+            auto add = [&n](const matrix& m) { n += std::size_t(m.size()) * sizeof(typename matrix::value_type); };
             add(embed.d_out);
             for (const auto& b : blocks) b.for_each_matrix(add);
             for (const matrix* m : {&head.x, &head.mean, &head.rstd, &head.normed, &head.d_out, &head.d_normed})

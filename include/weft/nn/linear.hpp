@@ -83,19 +83,28 @@ public:
         if (mode_ != linear_parallel::row) return backend.linear_forward(x, weight(params), bias(params), in_, out_);
         // Partial products of this rank's input columns, summed over the group, then the
         // (replicated) bias once: adding it on every rank before the sum would count it tp times.
-        matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
-        const auto values = detail::elements(y);
-        tp_.allreduce_sum(values);
-        const auto b = bias(params);
-        for (std::size_t i = 0; i < values.size(); i += b.size())
-            for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
-        return y;
+        if constexpr (host_tensor_parallel<Backend>) {
+            matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
+            const auto values = detail::elements(y);
+            tp_.allreduce_sum(values);
+            const auto b = bias(params);
+            for (std::size_t i = 0; i < values.size(); i += b.size())
+                for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
+            return y;
+        } else {
+            detail::tensor_parallel_not_built(Backend::name, "a row-parallel linear layer");
+        }
     }
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& dy) const {
         matrix dx = backend.linear_backward_input(dy, weight(params), in_, out_);
         // Column-parallel: each rank's dX is the part through its own output columns; the
         // input was replicated, so its gradient is the sum (Megatron's "f" backward).
-        if (mode_ == linear_parallel::column) tp_.allreduce_sum(detail::elements(dx));
+        if (mode_ == linear_parallel::column) {
+            if constexpr (host_tensor_parallel<Backend>)
+                tp_.allreduce_sum(detail::elements(dx));
+            else
+                detail::tensor_parallel_not_built(Backend::name, "a column-parallel linear layer");
+        }
         return dx;
     }
     // Accumulates into the gradient buffer (same layout as the parameters). A row-parallel

@@ -55,7 +55,7 @@ public:
             for (const auto& u : units)
                 for (const matrix* m : {&u.x, &u.mean, &u.rstd, &u.normed, &u.pre_act, &u.act,
                                         &u.d_out, &u.d_pre_act, &u.d_normed})
-                    n += std::size_t(m->size()) * sizeof(scalar);
+                    n += std::size_t(m->size()) * sizeof(typename matrix::value_type);
             return n;
         }
     };

@@ -5,15 +5,18 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "weft/comm/communicator.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/nn/parameter_registry.hpp"  // split_range, tensor_split: who holds which piece
 
 namespace weft::nn {
@@ -74,7 +77,23 @@ template <class Scalar, communicator Comm>
     return tp;
 }
 
+// Backends whose matrices the tensor-parallel layers' host-side steps can read and write as
+// weights' scalars: host memory, elements of the scalar type (exec::cpu). Those steps (a
+// vocabulary lookup, a bias after a reduction, the reductions themselves, the vocabulary-
+// parallel loss) are not backend kernels yet, so the layers compile for other backends
+// (exec::cuda's bf16 device matrices) with the steps replaced by an error, and the engine
+// refuses tp > 1 on them before a step runs (train/layout_engine.hpp).
+template <class Backend>
+concept host_tensor_parallel = std::same_as<typename Backend::memory_space, host_space> &&
+    std::same_as<typename Backend::matrix::value_type, typename Backend::scalar>;
+
 namespace detail {
+
+// What a tensor-parallel step on a backend outside host_tensor_parallel throws.
+[[noreturn]] inline void tensor_parallel_not_built(std::string_view backend, std::string_view step) {
+    throw error("weft: " + std::string(step) + " with tp > 1 is not built for the " + std::string(backend) +
+                " backend (its tensor-parallel steps run on the host; see weft/nn/tensor_parallel.hpp)");
+}
 
 // The tensor-parallel layers read and write activations element by element (vocabulary
 // lookups, bias after a reduction, the reductions themselves), so they need a matrix in

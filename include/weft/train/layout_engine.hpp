@@ -376,7 +376,7 @@ private:
         // The tensor-parallel layers add their biases and reduce their vocabulary's loss on the
         // host (nn/linear.hpp, nn/vocab_parallel_cross_entropy.hpp), which a device backend's
         // matrices cannot give them.
-        if constexpr (!std::is_same_v<typename Backend::memory_space, host_space>)
+        if constexpr (!nn::host_tensor_parallel<Backend>)
             require(config.tp() == 1, "tp", config.tp(),
                     std::string("must be 1 with the ") + std::string(Backend::name) +
                         " backend: its tensor-parallel layers are not built yet (pp, dp and ZeRO are)");

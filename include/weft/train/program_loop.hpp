@@ -331,11 +331,14 @@ private:
         return value;
     }
 
+    // A matrix's storage as the bytes the pipeline moves: its own elements, which may be
+    // narrower than the weights' scalar (exec::cuda's bf16 activations).
+    using element = typename matrix::value_type;
     static std::span<const std::byte> as_bytes(const matrix& m) {
-        return std::as_bytes(std::span<const scalar>(m.data(), static_cast<std::size_t>(m.size())));
+        return std::as_bytes(std::span<const element>(m.data(), static_cast<std::size_t>(m.size())));
     }
     static std::span<std::byte> as_writable_bytes(matrix& m) {
-        return std::as_writable_bytes(std::span<scalar>(m.data(), static_cast<std::size_t>(m.size())));
+        return std::as_writable_bytes(std::span<element>(m.data(), static_cast<std::size_t>(m.size())));
     }
 
     sched::program program_;

@@ -1,8 +1,9 @@
 // weft::engine over exec::cuda: the same engine, schedules and sharding as on the CPU, the
 // GPU computing. A small GPT-2 trains a few steps on one GPU, and on two rank threads sharing
 // that GPU over comm::host_staged<comm::local> (pp=2 under zb-h1; dp=2 under ZeRO-1); each
-// run's losses match the CPU engine's within bf16 rounding (the GEMMs round their inputs to
-// bf16), and the rank-thread layouts match the one-GPU run. Exit 77 (skipped) without a GPU.
+// run's losses match the CPU engine's within bf16 rounding (exec::cuda's activations are
+// bf16, its GEMMs read bf16 weights), and the rank-thread layouts, which move the same bf16
+// activations between ranks, match the one-GPU run. Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

@@ -2,69 +2,74 @@
 // (CMake's weft::cuda_backend adds this file to the target that links it).
 #include "weft/exec/cuda/backend_kernels.hpp"
 
-#include "weft/exec/cuda/kernels/attention.cuh"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"
+#include "weft/exec/cuda/kernels/flash_attention.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/kernels/residual_add.cuh"
 
 namespace weft::cuda::launch {
 
-void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t stream) {
+void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream) {
     convert(in, out, n, stream);
 }
-void add(const float* a, const float* b, float* out, std::size_t n, cudaStream_t stream) {
+void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream) {
+    convert(in, out, n, stream);
+}
+void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream) {
     residual_add(a, b, out, n, stream);
 }
-void gelu_forward(const float* x, float* y, std::size_t n, cudaStream_t stream) {
+void gelu_forward(const bf16* x, bf16* y, std::size_t n, cudaStream_t stream) {
     weft::cuda::gelu_forward(x, y, n, stream);
 }
-void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n, cudaStream_t stream) {
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, std::size_t n, cudaStream_t stream) {
     weft::cuda::gelu_backward(x, dy, dx, n, stream);
 }
 
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+void layer_norm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
                         int rows, int cols, float eps, cudaStream_t stream) {
     weft::cuda::layer_norm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
 }
-void layer_norm_backward_input(const float* x, const float* mean, const float* rstd, const float* gamma,
-                               const float* dy, float* dx, int rows, int cols, cudaStream_t stream) {
+void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
+                               bf16* dx, int rows, int cols, cudaStream_t stream) {
     weft::cuda::layer_norm_backward_input(x, mean, rstd, gamma, dy, dx, rows, cols, stream);
 }
-void layer_norm_backward_weight(const float* x, const float* mean, const float* rstd, const float* dy, float* dgamma,
+void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,
                                 float* dbeta, int rows, int cols, cudaStream_t stream) {
     weft::cuda::layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta, rows, cols, stream);
 }
 
-void bias_grad(const float* dy, float* db, int rows, int cols, cudaStream_t stream) {
+void bias_grad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream) {
     weft::cuda::bias_grad(dy, db, rows, cols, stream);
 }
 
-void cross_entropy(const float* logits, const std::int32_t* labels, float* losses, float* dlogits, int rows,
-                   int classes, float scale, cudaStream_t stream) {
+void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,
+                   float scale, cudaStream_t stream) {
     cross_entropy_forward_backward(logits, labels, losses, dlogits, rows, classes, scale, stream);
 }
-void mean(const float* values, int n, float* out, cudaStream_t stream) { weft::cuda::mean(values, n, out, stream); }
+void mean(const float* values, int n, float* out, cudaStream_t stream) {
+    weft::cuda::mean(values, n, out, stream);
+}
 
-void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int sequences,
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream) {
     weft::cuda::embedding_forward(tokens, wte, wpe, out, sequences, seq_len, width, vocab, stream);
 }
-void embedding_backward(const std::int32_t* tokens, const float* dy, float* dwte, float* dwpe, int sequences,
+void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
                         int seq_len, int width, int vocab, cudaStream_t stream) {
     weft::cuda::embedding_backward(tokens, dy, dwte, dwpe, sequences, seq_len, width, vocab, stream);
 }
 
-void attention_forward(const float* qkv, float* out, float* lse, int batch, int seq, int heads, int head_dim,
+void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
                        cudaStream_t stream) {
-    weft::cuda::attention_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
+    flash_attention_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
 }
-void attention_backward(const float* qkv, const float* out, const float* dout, const float* lse, float* delta,
-                        float* dqkv, int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
-    weft::cuda::attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
+void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
+                        int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
+    flash_attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
 }
 
 }  // namespace weft::cuda::launch

@@ -1,7 +1,8 @@
-// The kernels exec::cuda launches, as plain host declarations: fp32 storage for activations
-// and state, fp32 arithmetic. Their definitions (weft/exec/cuda/backend_kernels.cu, which
-// instantiates the kernel templates of weft/exec/cuda/kernels/) are compiled once per program
-// by nvcc; everything else, the engine included, stays with the host compiler.
+// The kernels exec::cuda launches, as plain host declarations: bf16 activations, fp32
+// weights, gradients and saved statistics, fp32 arithmetic. Their definitions
+// (weft/exec/cuda/backend_kernels.cu, which instantiates the kernel templates of
+// weft/exec/cuda/kernels/) are compiled once per program by nvcc; everything else, the
+// engine included, stays with the host compiler.
 //
 // CMake: link weft::cuda_backend, which adds backend_kernels.cu to the target's sources
 // (the target's project must enable the CUDA language). Without CMake: compile
@@ -16,35 +17,41 @@
 
 namespace weft::cuda::launch {
 
-void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t stream);
-void add(const float* a, const float* b, float* out, std::size_t n, cudaStream_t stream);
-void gelu_forward(const float* x, float* y, std::size_t n, cudaStream_t stream);
-void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n, cudaStream_t stream);
+using bf16 = __nv_bfloat16;
 
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+// Rounds to nearest even (the GEMMs' bf16 weights, a host matrix going up); widens exactly.
+void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream);
+void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream);
+
+void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream);
+void gelu_forward(const bf16* x, bf16* y, std::size_t n, cudaStream_t stream);
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, std::size_t n, cudaStream_t stream);
+
+void layer_norm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
                         int rows, int cols, float eps, cudaStream_t stream);
-void layer_norm_backward_input(const float* x, const float* mean, const float* rstd, const float* gamma,
-                               const float* dy, float* dx, int rows, int cols, cudaStream_t stream);
-void layer_norm_backward_weight(const float* x, const float* mean, const float* rstd, const float* dy, float* dgamma,
+void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
+                               bf16* dx, int rows, int cols, cudaStream_t stream);
+void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,
                                 float* dbeta, int rows, int cols, cudaStream_t stream);
 
 // db += column sums of dy [rows, cols].
-void bias_grad(const float* dy, float* db, int rows, int cols, cudaStream_t stream);
+void bias_grad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream);
 
 // Per-row losses and dlogits = scale / rows (softmax - onehot); then *out = mean of the losses.
-void cross_entropy(const float* logits, const std::int32_t* labels, float* losses, float* dlogits, int rows,
-                   int classes, float scale, cudaStream_t stream);
+void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,
+                   float scale, cudaStream_t stream);
 void mean(const float* values, int n, float* out, cudaStream_t stream);
 
-void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int sequences,
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream);
-void embedding_backward(const std::int32_t* tokens, const float* dy, float* dwte, float* dwpe, int sequences,
+void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
                         int seq_len, int width, int vocab, cudaStream_t stream);
 
-// Causal attention over qkv [batch * seq, 3 * heads * head_dim]; lse [batch, heads, seq].
-void attention_forward(const float* qkv, float* out, float* lse, int batch, int seq, int heads, int head_dim,
+// Causal attention over qkv [batch * seq, 3 * heads * head_dim] on tensor cores
+// (kernels/flash_attention.cuh); lse [batch, heads, seq]; head_dim 32, 64, 96 or 128.
+void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
                        cudaStream_t stream);
-void attention_backward(const float* qkv, const float* out, const float* dout, const float* lse, float* delta,
-                        float* dqkv, int batch, int seq, int heads, int head_dim, cudaStream_t stream);
+void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
+                        int batch, int seq, int heads, int head_dim, cudaStream_t stream);
 
 }  // namespace weft::cuda::launch

@@ -1,5 +1,8 @@
-// The CUDA backend's matrix: a row-major [rows, cols] fp32 array in device memory, what
-// exec::cuda's kernels take and return as Eigen matrices are the CPU backend's.
+// The CUDA backend's matrix: a row-major [rows, cols] bf16 array in device memory, what
+// exec::cuda's kernels take and return as Eigen matrices are the CPU backend's. Activations
+// and their gradients are bf16 (half the memory and bandwidth of fp32, and what the tensor
+// cores read); the kernels compute in fp32, and the weights and gradients they update stay
+// fp32 in the training state.
 //
 // Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's pool) on the
 // allocating thread's compute stream (allocation_stream below), which the CUDA backend sets
@@ -10,6 +13,7 @@
 // Host-only code (no kernels): plain C++ translation units hold and move these matrices.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -31,14 +35,14 @@ inline void set_allocation_stream(cudaStream_t stream) { detail::allocation_stre
 
 class device_matrix {
 public:
-    using value_type = float;
+    using value_type = __nv_bfloat16;
 
     device_matrix() = default;
     // Uninitialized, as Eigen's (rows, cols) constructor: whoever makes one writes all of it.
     device_matrix(int rows, int cols) : rows_(rows), cols_(cols) {
         require(rows >= 0, "device_matrix: rows", rows, "must not be negative");
         require(cols >= 0, "device_matrix: cols", cols, "must not be negative");
-        const std::size_t bytes = size() * sizeof(float);
+        const std::size_t bytes = size() * sizeof(value_type);
         if (bytes == 0) return;
         stream_ = allocation_stream();
         void* pointer = nullptr;
@@ -46,14 +50,14 @@ public:
             check(cudaMallocAsync(&pointer, bytes, stream_), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
         else
             check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
-        data_ = static_cast<float*>(pointer);
+        data_ = static_cast<value_type*>(pointer);
     }
 
     // A deep copy, queued on this thread's allocation stream (layers keep copies of their
     // inputs, as they do of Eigen matrices).
     device_matrix(const device_matrix& other) : device_matrix(other.rows_, other.cols_) {
         if (size() == 0) return;
-        check(cudaMemcpyAsync(data_, other.data_, size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+        check(cudaMemcpyAsync(data_, other.data_, size() * sizeof(value_type), cudaMemcpyDeviceToDevice, stream_),
               "cudaMemcpyAsync (device_matrix copy)");
     }
     device_matrix& operator=(const device_matrix& other) {
@@ -78,8 +82,8 @@ public:
     ~device_matrix() { release(); }
 
     // Device pointers: for kernels and device-memory communicators, never for host code.
-    [[nodiscard]] float* data() { return data_; }
-    [[nodiscard]] const float* data() const { return data_; }
+    [[nodiscard]] value_type* data() { return data_; }
+    [[nodiscard]] const value_type* data() const { return data_; }
     [[nodiscard]] std::size_t size() const { return std::size_t(rows_) * std::size_t(cols_); }
     [[nodiscard]] int rows() const { return rows_; }
     [[nodiscard]] int cols() const { return cols_; }
@@ -99,7 +103,7 @@ private:
         stream_ = nullptr;
     }
 
-    float* data_ = nullptr;
+    value_type* data_ = nullptr;
     int rows_ = 0;
     int cols_ = 0;
     cudaStream_t stream_ = nullptr;  // where it was allocated and is freed
