@@ -138,6 +138,41 @@ TEST_CASE("transformer block: input and weight gradients", "[nn][gpt][gradient]"
     check_gradient(params, grads, loss, "dparams");
 }
 
+// The CPU backend without its fused kernels: the layers then call the two kernels each fuses.
+struct unfused_backend : backend {
+    void linear_gelu_forward() = delete;
+    void residual_layer_norm_forward() = delete;
+};
+static_assert(weft::exec::fused_kernels<backend>);
+static_assert(weft::compute_backend<unfused_backend> && !weft::exec::fused_kernels<unfused_backend>);
+
+TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bit for bit", "[nn][gpt]") {
+    weft::nn::parameter_registry fused_registry, plain_registry;
+    const weft::nn::transformer_block<backend> fused(fused_registry, 0, 8, 2, 3);
+    const weft::nn::transformer_block<unfused_backend> plain(plain_registry, 0, 8, 2, 3);
+    REQUIRE(fused_registry.total_size() == plain_registry.total_size());
+    const std::vector<double> params = random_params(fused_registry);
+    const matrix x = random_matrix<matrix>(6, 8, "x"), r = random_matrix<matrix>(6, 8, "r");
+    unfused_backend plain_cpu;
+
+    weft::nn::transformer_block<backend>::saved fs;
+    weft::nn::transformer_block<unfused_backend>::saved ps;
+    const matrix fy = fused.forward(cpu, std::span<const double>(params), x, fs);
+    const matrix py = plain.forward(plain_cpu, std::span<const double>(params), x, ps);
+    CHECK(fy == py);
+    CHECK(fs.x_mid == ps.x_mid);  // the residual sum the fused LayerNorm keeps
+    CHECK(fs.mean_2 == ps.mean_2);
+    CHECK(fs.rstd_2 == ps.rstd_2);
+    CHECK(fs.pre_act == ps.pre_act);  // what the fused GEMM keeps for GELU's backward
+    CHECK(fs.act == ps.act);
+    CHECK(fused.backward_input(cpu, std::span<const double>(params), r, fs) ==
+          plain.backward_input(plain_cpu, std::span<const double>(params), r, ps));
+    std::vector<double> fused_grads(params.size(), 0.0), plain_grads(params.size(), 0.0);
+    fused.backward_weight(cpu, fused_grads, fs);
+    plain.backward_weight(plain_cpu, plain_grads, ps);
+    CHECK(fused_grads == plain_grads);
+}
+
 TEST_CASE("tied LM head: input, ln_f and wte gradients", "[nn][gpt][gradient]") {
     weft::nn::parameter_registry registry;
     const weft::nn::lm_head<backend> head(registry, 7, 4);

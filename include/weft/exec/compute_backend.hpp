@@ -116,6 +116,23 @@ concept compute_backend = backend_identity<B> && backend_matrices<B> && backend_
                           elementwise_kernels<B> && normalization_kernels<B> && loss_kernels<B> &&
                           embedding_kernels<B> && attention_kernels<B>;
 
+// Kernels a backend may add, each doing what two concept kernels do in a row, in one pass
+// over memory (exec::cuda: a GEMM with cuBLASLt's bias+GELU epilogue, one residual+LayerNorm
+// kernel). nn/ layers call them where a backend has them and the two kernels otherwise,
+// so a backend without them still models compute_backend; exec::cpu has them as the plain
+// composition, so the CPU runs the same layer code with unchanged numerics.
+//  - linear_gelu_forward(x, w, b, in, out, pre_act): pre_act = linear_forward(x, w, b, in,
+//    out), returns gelu_forward(pre_act).
+//  - residual_layer_norm_forward(a, b, gamma, beta, eps, sum, mean, rstd): sum = add(a, b),
+//    returns layer_norm_forward(sum, gamma, beta, eps, mean, rstd).
+template <class B>
+concept fused_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& x, typename B::matrix& out, std::span<const typename B::scalar> w,
+             typename B::scalar eps, int n) {
+        { b.linear_gelu_forward(x, w, w, n, n, out) } -> std::same_as<typename B::matrix>;
+        { b.residual_layer_norm_forward(x, x, w, w, eps, out, out, out) } -> std::same_as<typename B::matrix>;
+    };
+
 namespace detail {
 // The first group of the interface B lacks, as a failed static_assert; true otherwise.
 template <class B>

@@ -110,6 +110,19 @@ public:
     // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(k (x + 0.044715 x^3)))
     // Eigen's array tanh is vectorized for float (a rational approximation within a few ulp
     // of std::tanh); a scalar std::tanh per element took a fifth of a small GPT step.
+    // The fused kernels of exec::fused_kernels, as the two kernels they fuse (bit for bit).
+    [[nodiscard]] matrix linear_gelu_forward(const matrix& x, std::span<const Scalar> w, std::span<const Scalar> b,
+                                             int in, int out, matrix& pre_act) const {
+        pre_act = linear_forward(x, w, b, in, out);
+        return gelu_forward(pre_act);
+    }
+    [[nodiscard]] matrix residual_layer_norm_forward(const matrix& a, const matrix& b, std::span<const Scalar> gamma,
+                                                     std::span<const Scalar> beta, Scalar eps, matrix& sum,
+                                                     matrix& mean, matrix& rstd) const {
+        sum = add(a, b);
+        return layer_norm_forward(sum, gamma, beta, eps, mean, rstd);
+    }
+
     [[nodiscard]] matrix gelu_forward(const matrix& x) const {
         const auto v = x.array();
         return (Scalar(0.5) * v * (Scalar(1) + (gelu_k * (v + gelu_c * v * v * v)).tanh())).matrix();

@@ -121,6 +121,29 @@ public:
         return y;
     }
 
+    // act = gelu(x W + b), keeping pre_act = x W + b (exec::fused_kernels): one GEMM with
+    // cuBLASLt's bias+GELU epilogue where out is a multiple of 8 (its layout's need), the two
+    // kernels otherwise.
+    [[nodiscard]] matrix linear_gelu_forward(const matrix& x, std::span<const float> w, std::span<const float> b,
+                                             int in, int out, matrix& pre_act) {
+        if (out % 8 != 0 || x.rows() == 0) {
+            pre_act = linear_forward(x, w, b, in, out);
+            return gelu_forward(pre_act);
+        }
+        require_shape(x, x.rows(), in, "linear_gelu_forward: x");
+        require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_gelu_forward: weight size");
+        require_size(b.size(), std::size_t(out), "linear_gelu_forward: bias size");
+        require_device(w, "linear_gelu_forward: weight");
+        require_device(b, "linear_gelu_forward: bias");
+        pre_act = matrix(x.rows(), out);
+        matrix act(x.rows(), out);
+        const auto wb = bf16_copy(w.data(), w.size());
+        const auto bb = bf16_copy(b.data(), b.size());
+        gemm_.linear_gelu_forward(x.data(), wb.data(), bb.data(), act.data(), pre_act.data(), x.rows(), in, out,
+                                  stream());
+        return act;
+    }
+
     // dX = dY W^T
     [[nodiscard]] matrix linear_backward_input(const matrix& dy, std::span<const float> w, int in, int out) {
         require_shape(dy, dy.rows(), out, "linear_backward_input: dy");
@@ -175,6 +198,28 @@ public:
         if (x.rows() == 0) return y;
         weft::cuda::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), floats(mean),
                                                floats(rstd), x.rows(), n, eps, stream());
+        return y;
+    }
+
+    // sum = a + b, then layer_norm_forward(sum) (exec::fused_kernels): one kernel.
+    [[nodiscard]] matrix residual_layer_norm_forward(const matrix& a, const matrix& b, std::span<const float> gamma,
+                                                     std::span<const float> beta, float eps, matrix& sum,
+                                                     matrix& mean, matrix& rstd) {
+        const int n = a.cols();
+        require_shape(b, a.rows(), n, "residual_layer_norm_forward: b");
+        require_size(gamma.size(), std::size_t(n), "residual_layer_norm_forward: weight size");
+        require_size(beta.size(), std::size_t(n), "residual_layer_norm_forward: bias size");
+        require(n > 0, "residual_layer_norm_forward: a.cols()", n, "must be positive");
+        require_device(gamma, "residual_layer_norm_forward: weight");
+        require_device(beta, "residual_layer_norm_forward: bias");
+        sum = matrix(a.rows(), n);
+        mean = fp32_matrix(a.rows());
+        rstd = fp32_matrix(a.rows());
+        matrix y(a.rows(), n);
+        if (a.rows() == 0) return y;
+        weft::cuda::launch::residual_layer_norm_forward(a.data(), b.data(), sum.data(), gamma.data(), beta.data(),
+                                                        y.data(), floats(mean), floats(rstd), a.rows(), n, eps,
+                                                        stream());
         return y;
     }
 
@@ -460,5 +505,6 @@ private:
 using cuda = cuda_backend;
 
 static_assert(compute_backend<cuda_backend>);
+static_assert(fused_kernels<cuda_backend>);
 
 }  // namespace weft::exec

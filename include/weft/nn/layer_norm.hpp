@@ -39,6 +39,18 @@ public:
                                  matrix& rstd) const {
         return backend.layer_norm_forward(x, weight(params), bias(params), scalar(eps), mean, rstd);
     }
+    // LayerNorm of sum = a + b (a residual connection), keeping the sum: one kernel where the
+    // backend fuses the two (exec::fused_kernels).
+    [[nodiscard]] matrix forward_residual(Backend& backend, std::span<const scalar> params, const matrix& a,
+                                          const matrix& b, matrix& sum, matrix& mean, matrix& rstd) const {
+        if constexpr (exec::fused_kernels<Backend>) {
+            return backend.residual_layer_norm_forward(a, b, weight(params), bias(params), scalar(eps), sum, mean,
+                                                       rstd);
+        } else {
+            sum = backend.add(a, b);
+            return forward(backend, params, sum, mean, rstd);
+        }
+    }
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& x,
                                         const matrix& mean, const matrix& rstd,
                                         const matrix& dy) const {

@@ -95,6 +95,18 @@ public:
             detail::tensor_parallel_not_built(Backend::name, "a row-parallel linear layer");
         }
     }
+    // gelu(x W + b), keeping x W + b in pre_act (what GELU's backward reads): one GEMM where the
+    // backend fuses the two (exec::fused_kernels). A row-parallel layer sums its output over
+    // the group before the bias, so it applies GELU after forward().
+    [[nodiscard]] matrix forward_gelu(Backend& backend, std::span<const scalar> params, const matrix& x,
+                                      matrix& pre_act) const {
+        if constexpr (exec::fused_kernels<Backend>) {
+            if (mode_ != linear_parallel::row)
+                return backend.linear_gelu_forward(x, weight(params), bias(params), in_, out_, pre_act);
+        }
+        pre_act = forward(backend, params, x);
+        return backend.gelu_forward(pre_act);
+    }
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& dy) const {
         matrix dx = backend.linear_backward_input(dy, weight(params), in_, out_);
         // Column-parallel: each rank's dX is the part through its own output columns; the

@@ -67,10 +67,9 @@ public:
     [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, matrix x, saved& s) const {
         s.x = std::move(x);
         s.ln_1 = ln_1_.forward(backend, params, s.x, s.mean_1, s.rstd_1);
-        s.x_mid = backend.add(s.x, attn_.forward(backend, params, s.ln_1, s.attn));
-        s.ln_2 = ln_2_.forward(backend, params, s.x_mid, s.mean_2, s.rstd_2);
-        s.pre_act = c_fc_.forward(backend, params, s.ln_2);
-        s.act = gelu<Backend>::forward(backend, s.pre_act);
+        const matrix attn_out = attn_.forward(backend, params, s.ln_1, s.attn);
+        s.ln_2 = ln_2_.forward_residual(backend, params, s.x, attn_out, s.x_mid, s.mean_2, s.rstd_2);
+        s.act = c_fc_.forward_gelu(backend, params, s.ln_2, s.pre_act);
         return backend.add(s.x_mid, c_proj_.forward(backend, params, s.act));
     }
 

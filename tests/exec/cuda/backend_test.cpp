@@ -184,6 +184,40 @@ void test_layer_norm(gpu_backend& gpu, cpu_backend& cpu, int rows, int cols) {
     expect_close("layer_norm_backward_weight: bias", db.host(), dbeta, 1e-3f, 1e-4f);
 }
 
+// The fused kernels (exec::fused_kernels) against exec::cpu's two-kernel forms.
+void test_fused(gpu_backend& gpu, cpu_backend& cpu, int rows, int width) {
+    const std::string shape = " (" + std::to_string(rows) + "x" + std::to_string(width) + ")";
+    const cpu_matrix x = random_matrix(rows, width, 24);
+    const auto w = random_values(std::size_t(width) * 4 * width, 25, 0.2f);
+    const auto b = random_values(std::size_t(4 * width), 26);
+    device_values d_w(w), d_b(b);
+    cpu_matrix pre_act;
+    gpu_matrix g_pre_act;
+    const cpu_matrix act = cpu.linear_gelu_forward(x, w, b, width, 4 * width, pre_act);
+    expect_close("linear_gelu_forward" + shape,
+                 download(gpu, gpu.linear_gelu_forward(upload(gpu, x), d_w.view(), d_b.view(), width, 4 * width,
+                                                       g_pre_act)),
+                 values(act), gemm_rtol, gemm_atol);
+    expect_close("linear_gelu_forward: pre_act" + shape, download(gpu, g_pre_act), values(pre_act), gemm_rtol,
+                 gemm_atol);
+
+    const cpu_matrix a = random_matrix(rows, width, 27, 2.0f), r = random_matrix(rows, width, 28);
+    const auto gamma = random_values(std::size_t(width), 29), beta = random_values(std::size_t(width), 30);
+    device_values d_gamma(gamma), d_beta(beta);
+    cpu_matrix sum, mean, rstd;
+    gpu_matrix g_sum, g_mean, g_rstd;
+    const cpu_matrix y = cpu.residual_layer_norm_forward(a, r, gamma, beta, 1e-5f, sum, mean, rstd);
+    const gpu_matrix g_y = gpu.residual_layer_norm_forward(upload(gpu, a), upload(gpu, r), d_gamma.view(),
+                                                           d_beta.view(), 1e-5f, g_sum, g_mean, g_rstd);
+    expect_close("residual_layer_norm_forward: sum" + shape, download(gpu, g_sum), values(sum), 4e-3f, 0);
+    // The GPU normalizes the bf16 sum it keeps, so its statistics are those of the rounded sum.
+    expect_close("residual_layer_norm_forward" + shape, download(gpu, g_y), values(y), 2e-2f, 2e-2f);
+    expect_close("residual_layer_norm_forward: mean" + shape, download_floats(gpu, g_mean, std::size_t(rows)),
+                 values(mean), 1e-2f, 1e-2f);
+    expect_close("residual_layer_norm_forward: rstd" + shape, download_floats(gpu, g_rstd, std::size_t(rows)),
+                 values(rstd), 1e-2f, 1e-3f);
+}
+
 void test_cross_entropy(gpu_backend& gpu, cpu_backend& cpu, int rows, int classes) {
     const cpu_matrix logits = random_matrix(rows, classes, 15, 3.0f);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
@@ -274,6 +308,7 @@ int main(int argc, char** argv) {
         test_linear(gpu, cpu, 37, 64, 80);
         test_linear(gpu, cpu, 128, 256, 768);
         test_layer_norm(gpu, cpu, 50, 96);
+        test_fused(gpu, cpu, 40, 64);
         test_cross_entropy(gpu, cpu, 24, 1000);
         test_embedding(gpu, cpu, 3, 20, 64, 200);
         // Every head size the flash kernels have, sequences of one, two and four 64-row tiles,

@@ -33,6 +33,11 @@ void layer_norm_forward(const bf16* x, const float* gamma, const float* beta, bf
                         int rows, int cols, float eps, cudaStream_t stream) {
     weft::cuda::layer_norm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
 }
+void residual_layer_norm_forward(const bf16* a, const bf16* b, bf16* sum, const float* gamma, const float* beta,
+                                 bf16* y, float* mean, float* rstd, int rows, int cols, float eps,
+                                 cudaStream_t stream) {
+    weft::cuda::residual_layer_norm_forward(a, b, sum, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
+}
 void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
                                bf16* dx, int rows, int cols, cudaStream_t stream) {
     weft::cuda::layer_norm_backward_input(x, mean, rstd, gamma, dy, dx, rows, cols, stream);

@@ -29,6 +29,9 @@ void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, std::size_t n, cudaS
 
 void layer_norm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
                         int rows, int cols, float eps, cudaStream_t stream);
+void residual_layer_norm_forward(const bf16* a, const bf16* b, bf16* sum, const float* gamma, const float* beta,
+                                 bf16* y, float* mean, float* rstd, int rows, int cols, float eps,
+                                 cudaStream_t stream);
 void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
                                bf16* dx, int rows, int cols, cudaStream_t stream);
 void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,

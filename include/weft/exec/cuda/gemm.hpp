@@ -61,10 +61,12 @@ public:
 
     // Row-major c[m, n] = alpha op(a) op(b) + beta c (+ bias[n] on every row when bias is
     // given), where op(a) is [m, k] (a stored [k, m] when ta is yes) and op(b) is [k, n]
-    // (b stored [n, k] when tb is yes). Out is float or bf16; bias has the type of c.
+    // (b stored [n, k] when tb is yes). Out is float or bf16; bias has the type of c. With
+    // gelu_input (and a bias), c = gelu(that) and gelu_input [m, n] keeps what went into the
+    // GELU: cuBLASLt's bias+GELU epilogue, which needs n to be a multiple of 8.
     template <class Out>
     void matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n, int k,
-                float alpha, float beta, const Out* bias, cudaStream_t stream) {
+                float alpha, float beta, const Out* bias, cudaStream_t stream, Out* gelu_input = nullptr) {
         static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "gemm output is float or bf16");
         require(handle_ != nullptr, "gemm", "moved-from", "must own a cuBLASLt handle");
         require(m > 0, "gemm: m", m, "must be positive");
@@ -72,6 +74,9 @@ public:
         require(k > 0, "gemm: k", k, "must be positive");
         require(a != nullptr && b != nullptr && c != nullptr, "gemm: a, b, c", "a null pointer",
                 "must all be device pointers");
+        require(gelu_input == nullptr || bias != nullptr, "gemm: gelu_input", "given without a bias",
+                "needs the bias (cuBLASLt's bias+GELU epilogue)");
+        require(gelu_input == nullptr || n % 8 == 0, "gemm: n", n, "must be a multiple of 8 with the GELU epilogue");
         constexpr cudaDataType_t out_type = std::is_same_v<Out, float> ? CUDA_R_32F : CUDA_R_16BF;
         const bool a_t = ta == transpose::yes;
         const bool b_t = tb == transpose::yes;
@@ -89,11 +94,20 @@ public:
         check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
               "cublasLtMatmulDescSetAttribute(TRANSB)");
         if (bias != nullptr) {
-            const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+            const cublasLtEpilogue_t epilogue =
+                gelu_input != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE)");
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+        }
+        if (gelu_input != nullptr) {
+            const std::int64_t gelu_ld = std::int64_t(lt_m);  // the output's: [m, n] row-major
+            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_input,
+                                                 sizeof(gelu_input)),
+                  "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &gelu_ld, sizeof(gelu_ld)),
+                  "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
         }
         // Stored (pre-op) shapes, column-major.
         check(cublasLtMatrixLayoutCreate(&h.a, CUDA_R_16BF, b_t ? lt_k : lt_m, b_t ? lt_m : lt_k,
@@ -107,7 +121,8 @@ public:
 
         const std::array<std::uint32_t, 4> alignments = {alignment_of(b), alignment_of(a), alignment_of(c),
                                                          bias != nullptr ? alignment_of(bias) : 256u};
-        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), int(bias != nullptr),
+        const int epilogue_kind = int(bias != nullptr) + 2 * int(gelu_input != nullptr);
+        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), epilogue_kind,
                               int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
         auto found = algorithms_.find(key);
         if (found == algorithms_.end()) {
@@ -124,6 +139,12 @@ public:
     void linear_forward(const bf16* x, const bf16* w, const Out* b, Out* y, int rows, int in, int out,
                         cudaStream_t stream) {
         matmul(x, transpose::no, w, transpose::no, y, rows, out, in, 1.0f, 0.0f, b, stream);
+    }
+    // act[rows, out] = gelu(x W + b), keeping pre_act = x W + b for GELU's backward: one GEMM
+    // with cuBLASLt's bias+GELU epilogue. out must be a multiple of 8.
+    void linear_gelu_forward(const bf16* x, const bf16* w, const bf16* b, bf16* act, bf16* pre_act, int rows, int in,
+                             int out, cudaStream_t stream) {
+        matmul(x, transpose::no, w, transpose::no, act, rows, out, in, 1.0f, 0.0f, b, stream, pre_act);
     }
     // dx[rows, in] = dy[rows, out] W^T.
     template <class Out>

@@ -111,22 +111,27 @@ __device__ inline void rows_times_tile_transposed(const a_fragment (&rows)[D / f
     }
 }
 
-// sums[j] += p (16 x 64 bf16, row-major, prob_ld) times columns [16 j, 16 j + 16) of a shared
-// 64 x D tile, for every j.
+// sum += p (16 x 64 bf16, row-major, prob_ld) times columns [16 j, 16 j + 16) of a shared
+// 64 x D tile.
+template <int D>
+__device__ inline void accumulate_probs_times_columns(accumulator& sum, const bf16* p, const bf16* shared_tile,
+                                                      int j) {
+#pragma unroll
+    for (int kk = 0; kk < tile / frag; ++kk) {
+        a_fragment a;
+        wmma::load_matrix_sync(a, p + kk * frag, prob_ld);
+        b_fragment b;
+        wmma::load_matrix_sync(b, shared_tile + kk * frag * head_ld<D> + j * frag, head_ld<D>);
+        wmma::mma_sync(sum, a, b, sum);
+    }
+}
+
+// sums[j] += p times columns [16 j, 16 j + 16) of the tile, for every j.
 template <int D>
 __device__ inline void accumulate_probs_times_tile(accumulator (&sums)[D / frag], const bf16* p,
                                                    const bf16* shared_tile) {
 #pragma unroll
-    for (int j = 0; j < D / frag; ++j) {
-#pragma unroll
-        for (int kk = 0; kk < tile / frag; ++kk) {
-            a_fragment a;
-            wmma::load_matrix_sync(a, p + kk * frag, prob_ld);
-            b_fragment b;
-            wmma::load_matrix_sync(b, shared_tile + kk * frag * head_ld<D> + j * frag, head_ld<D>);
-            wmma::mma_sync(sums[j], a, b, sums[j]);
-        }
-    }
+    for (int j = 0; j < D / frag; ++j) accumulate_probs_times_columns<D>(sums[j], p, shared_tile, j);
 }
 
 // Writes a warp's 16 x D accumulators, times `scale`, as bf16 to the rows of `column` (as in
@@ -227,14 +232,7 @@ __global__ void __launch_bounds__(threads)
         for (int j = 0; j < D / frag; ++j) {
             accumulator pv;
             wmma::fill_fragment(pv, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < tile / frag; ++kk) {
-                a_fragment a;
-                wmma::load_matrix_sync(a, probs + kk * frag, prob_ld);
-                b_fragment b;
-                wmma::load_matrix_sync(b, v_tile + kk * frag * ld + j * frag, ld);
-                wmma::mma_sync(pv, a, b, pv);
-            }
+            accumulate_probs_times_columns<D>(pv, probs, v_tile, j);
             wmma::store_matrix_sync(scores, pv, score_ld, wmma::mem_row_major);
             __syncwarp();
             for (int c = half * 8; c < half * 8 + 8; ++c) acc[r * out_ld<D> + j * frag + c] += scores[r * score_ld + c];

@@ -44,6 +44,39 @@ __global__ void layer_norm_forward_kernel(const T* x, const P* gamma, const P* b
     }
 }
 
+// sum = a + b rounded to T, then layer_norm_forward_kernel's arithmetic on the rounded sum
+// (what add followed by layer_norm_forward computes), in one pass over memory. Each lane
+// reads back only the sums it wrote.
+template <class T, class P>
+__global__ void residual_layer_norm_forward_kernel(const T* a, const T* b, T* sum_out, const P* gamma, const P* beta,
+                                                   T* y, float* mean, float* rstd, int rows, int cols, float eps) {
+    const int row = blockIdx.x * layer_norm_rows_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const std::size_t first = std::size_t(row) * cols;
+    T* sr = sum_out + first;
+    float sum = 0;
+    for (int c = lane; c < cols; c += 32) {
+        const T s = from_float<T>(to_float(a[first + c]) + to_float(b[first + c]));
+        sr[c] = s;
+        sum += to_float(s);
+    }
+    const float mu = warp_sum(sum) / float(cols);
+    float squares = 0;
+    for (int c = lane; c < cols; c += 32) {
+        const float d = to_float(sr[c]) - mu;
+        squares += d * d;
+    }
+    const float rs = rsqrtf(warp_sum(squares) / float(cols) + eps);
+    T* yr = y + first;
+    for (int c = lane; c < cols; c += 32)
+        yr[c] = from_float<T>((to_float(sr[c]) - mu) * rs * to_float(gamma[c]) + to_float(beta[c]));
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
 template <class T, class P>
 __global__ void layer_norm_backward_input_kernel(const T* x, const float* mean, const float* rstd,
                                                  const P* gamma, const T* dy, T* dx, int rows, int cols) {
@@ -120,6 +153,19 @@ void layer_norm_forward(const T* x, const P* gamma, const P* beta, T* y, float* 
     detail::layer_norm_forward_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
         x, gamma, beta, y, mean, rstd, rows, cols, eps);
     check(cudaGetLastError(), "layer_norm_forward kernel launch");
+}
+
+// sum = a + b, then y = layer_norm_forward(sum): the residual connection and the LayerNorm
+// after it in one kernel.
+template <class T, class P>
+void residual_layer_norm_forward(const T* a, const T* b, T* sum, const P* gamma, const P* beta, T* y, float* mean,
+                                 float* rstd, int rows, int cols, float eps, cudaStream_t stream) {
+    detail::require_rows_cols(rows, cols, "residual_layer_norm_forward");
+    require(eps > 0, "residual_layer_norm_forward: eps", eps, "must be positive");
+    const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
+    detail::residual_layer_norm_forward_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
+        a, b, sum, gamma, beta, y, mean, rstd, rows, cols, eps);
+    check(cudaGetLastError(), "residual_layer_norm_forward kernel launch");
 }
 
 // dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy * gamma (written, not accumulated).
