@@ -122,8 +122,8 @@ public:
     }
 
     // act = gelu(x W + b), keeping pre_act = x W + b (exec::fused_kernels): one GEMM with
-    // cuBLASLt's bias+GELU epilogue where out is a multiple of 8 (its layout's need), the two
-    // kernels otherwise.
+    // cuBLASLt's bias+GELU epilogue where out is a multiple of 8 (its layout's need) and
+    // cuBLASLt has an algorithm for it, the two kernels otherwise.
     [[nodiscard]] matrix linear_gelu_forward(const matrix& x, std::span<const float> w, std::span<const float> b,
                                              int in, int out, matrix& pre_act) {
         if (out % 8 != 0 || x.rows() == 0) {
@@ -139,9 +139,12 @@ public:
         matrix act(x.rows(), out);
         const auto wb = bf16_copy(w.data(), w.size());
         const auto bb = bf16_copy(b.data(), b.size());
-        gemm_.linear_gelu_forward(x.data(), wb.data(), bb.data(), act.data(), pre_act.data(), x.rows(), in, out,
-                                  stream());
-        return act;
+        if (gemm_.linear_gelu_forward(x.data(), wb.data(), bb.data(), act.data(), pre_act.data(), x.rows(), in, out,
+                                      stream()))
+            return act;
+        // cuBLASLt has no bias+GELU algorithm for this shape: the two kernels.
+        pre_act = linear_forward(x, w, b, in, out);
+        return gelu_forward(pre_act);
     }
 
     // dX = dY W^T

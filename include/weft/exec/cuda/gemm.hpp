@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -67,6 +68,17 @@ public:
     template <class Out>
     void matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n, int k,
                 float alpha, float beta, const Out* bias, cudaStream_t stream, Out* gelu_input = nullptr) {
+        if (!try_matmul(a, ta, b, tb, c, m, n, k, alpha, beta, bias, stream, gelu_input))
+            throw error("gemm: cuBLASLt has no algorithm for m=" + std::to_string(m) + ", n=" + std::to_string(n) +
+                        ", k=" + std::to_string(k) + " with these transposes, types, epilogue and alignments");
+    }
+
+    // matmul, or false (and nothing queued) where cuBLASLt has no algorithm for the shape,
+    // types, epilogue and alignments, so that the caller can compute it another way.
+    template <class Out>
+    [[nodiscard]] bool try_matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n,
+                                  int k, float alpha, float beta, const Out* bias, cudaStream_t stream,
+                                  Out* gelu_input = nullptr) {
         static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "gemm output is float or bf16");
         require(handle_ != nullptr, "gemm", "moved-from", "must own a cuBLASLt handle");
         require(m > 0, "gemm: m", m, "must be positive");
@@ -126,12 +138,14 @@ public:
                               int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
         auto found = algorithms_.find(key);
         if (found == algorithms_.end()) {
-            found = algorithms_.emplace(key, choose_algorithm(h, alignments, m, n, k)).first;
+            found = algorithms_.emplace(key, choose_algorithm(h, alignments)).first;
         }
-        check(cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c, &found->second,
+        if (!found->second) return false;
+        check(cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c, &*found->second,
                              workspace_.data(), workspace_.bytes(), stream),
               "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
                   ")");
+        return true;
     }
 
     // y[rows, out] = x[rows, in] W[in, out] (+ b[out]).
@@ -141,10 +155,11 @@ public:
         matmul(x, transpose::no, w, transpose::no, y, rows, out, in, 1.0f, 0.0f, b, stream);
     }
     // act[rows, out] = gelu(x W + b), keeping pre_act = x W + b for GELU's backward: one GEMM
-    // with cuBLASLt's bias+GELU epilogue. out must be a multiple of 8.
-    void linear_gelu_forward(const bf16* x, const bf16* w, const bf16* b, bf16* act, bf16* pre_act, int rows, int in,
-                             int out, cudaStream_t stream) {
-        matmul(x, transpose::no, w, transpose::no, act, rows, out, in, 1.0f, 0.0f, b, stream, pre_act);
+    // with cuBLASLt's bias+GELU epilogue. out must be a multiple of 8. False (nothing queued)
+    // where cuBLASLt has no algorithm with that epilogue for the shape.
+    [[nodiscard]] bool linear_gelu_forward(const bf16* x, const bf16* w, const bf16* b, bf16* act, bf16* pre_act,
+                                           int rows, int in, int out, cudaStream_t stream) {
+        return try_matmul(x, transpose::no, w, transpose::no, act, rows, out, in, 1.0f, 0.0f, b, stream, pre_act);
     }
     // dx[rows, in] = dy[rows, out] W^T.
     template <class Out>
@@ -188,8 +203,9 @@ private:
         return alignment;
     }
 
-    cublasLtMatmulAlgo_t choose_algorithm(const detail_handles& h, const std::array<std::uint32_t, 4>& alignments,
-                                          int m, int n, int k) {
+    // cuBLASLt's best algorithm, or none where it has none (or does not support the epilogue).
+    std::optional<cublasLtMatmulAlgo_t> choose_algorithm(const detail_handles& h,
+                                                         const std::array<std::uint32_t, 4>& alignments) {
         cublasLtMatmulPreference_t preference = nullptr;
         check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
         struct preference_guard {
@@ -210,11 +226,11 @@ private:
         }
         cublasLtMatmulHeuristicResult_t result{};
         int returned = 0;
-        check(cublasLtMatmulAlgoGetHeuristic(handle_, h.op, h.a, h.b, h.c, h.c, preference, 1, &result, &returned),
-              "cublasLtMatmulAlgoGetHeuristic");
-        if (returned == 0)
-            throw error("gemm: cuBLASLt has no algorithm for m=" + std::to_string(m) + ", n=" + std::to_string(n) +
-                        ", k=" + std::to_string(k) + " with these transposes, types and alignments");
+        const cublasStatus_t status =
+            cublasLtMatmulAlgoGetHeuristic(handle_, h.op, h.a, h.b, h.c, h.c, preference, 1, &result, &returned);
+        if (status == CUBLAS_STATUS_NOT_SUPPORTED) return std::nullopt;
+        check(status, "cublasLtMatmulAlgoGetHeuristic");
+        if (returned == 0) return std::nullopt;
         return result.algo;
     }
 
@@ -225,7 +241,7 @@ private:
 
     cublasLtHandle_t handle_ = nullptr;
     device_buffer<std::byte> workspace_;
-    std::map<key_type, cublasLtMatmulAlgo_t> algorithms_;
+    std::map<key_type, std::optional<cublasLtMatmulAlgo_t>> algorithms_;  // none: cuBLASLt has none
 };
 
 }  // namespace weft::cuda
