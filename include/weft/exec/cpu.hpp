@@ -107,9 +107,6 @@ public:
         row_map(db.data(), out) += db_batch;
     }
 
-    // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(k (x + 0.044715 x^3)))
-    // Eigen's array tanh is vectorized for float (a rational approximation within a few ulp
-    // of std::tanh); a scalar std::tanh per element took a fifth of a small GPT step.
     // The fused kernels of exec::fused_kernels, as the two kernels they fuse (bit for bit).
     [[nodiscard]] matrix linear_gelu_forward(const matrix& x, std::span<const Scalar> w, std::span<const Scalar> b,
                                              int in, int out, matrix& pre_act) const {
@@ -123,6 +120,9 @@ public:
         return layer_norm_forward(sum, gamma, beta, eps, mean, rstd);
     }
 
+    // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(k (x + 0.044715 x^3)))
+    // Eigen's array tanh is vectorized for float (a rational approximation within a few ulp
+    // of std::tanh); a scalar std::tanh per element took a fifth of a small GPT step.
     [[nodiscard]] matrix gelu_forward(const matrix& x) const {
         const auto v = x.array();
         return (Scalar(0.5) * v * (Scalar(1) + (gelu_k * (v + gelu_c * v * v * v)).tanh())).matrix();
