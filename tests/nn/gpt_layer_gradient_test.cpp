@@ -141,6 +141,7 @@ TEST_CASE("transformer block: input and weight gradients", "[nn][gpt][gradient]"
 // The CPU backend without its fused kernels: the layers then call the two kernels each fuses.
 struct unfused_backend : backend {
     void linear_gelu_forward() = delete;
+    void linear_backward_input_gelu() = delete;
     void residual_layer_norm_forward() = delete;
 };
 static_assert(weft::exec::fused_kernels<backend>);
@@ -171,6 +172,37 @@ TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bi
     fused.backward_weight(cpu, fused_grads, fs);
     plain.backward_weight(plain_cpu, plain_grads, ps);
     CHECK(fused_grads == plain_grads);
+}
+
+// Blocks handing each other their output as two terms (the next LayerNorm adds them, as
+// gpt_stage chains them) compute what blocks handing on the sum compute, bit for bit, with
+// the fused kernels and without.
+template <class Backend>
+void check_chained_terms(Backend& b) {
+    weft::nn::parameter_registry registry;
+    const weft::nn::transformer_block<Backend> first(registry, 0, 8, 2, 3), second(registry, 1, 8, 2, 3);
+    const weft::nn::lm_head<Backend> head(registry, 11, 8);
+    const std::vector<double> params = random_params(registry);
+    const std::span<const double> p(params);
+    const matrix x = random_matrix<matrix>(6, 8, "x");
+
+    typename weft::nn::transformer_block<Backend>::saved a1, a2, b1, b2;
+    typename weft::nn::lm_head<Backend>::saved ah, bh;
+    const matrix summed = head.forward(b, p, second.forward(b, p, first.forward(b, p, x, a1), a2), ah);
+    const auto t1 = first.forward_terms(b, p, x, b1);
+    const auto t2 = second.forward_terms(b, p, t1, b2);
+    const matrix chained = head.forward(b, p, *t2.residual, t2.branch, bh);
+    CHECK(chained == summed);
+    CHECK(b2.x == a2.x);  // the second block's input, added by its ln_1
+    CHECK(b2.ln_1 == a2.ln_1);
+    CHECK(bh.x == ah.x);  // the head's input, added by ln_f
+    CHECK(bh.normed == ah.normed);
+}
+
+TEST_CASE("blocks chained by their output terms equal blocks chained by the sum, bit for bit", "[nn][gpt]") {
+    check_chained_terms(cpu);
+    unfused_backend plain_cpu;
+    check_chained_terms(plain_cpu);
 }
 
 TEST_CASE("tied LM head: input, ln_f and wte gradients", "[nn][gpt][gradient]") {

@@ -123,6 +123,8 @@ concept compute_backend = backend_identity<B> && backend_matrices<B> && backend_
 // composition, so the CPU runs the same layer code with unchanged numerics.
 //  - linear_gelu_forward(x, w, b, in, out, pre_act): pre_act = linear_forward(x, w, b, in,
 //    out), returns gelu_forward(pre_act).
+//  - linear_backward_input_gelu(dy, w, in, out, pre_act): returns gelu_backward(pre_act,
+//    linear_backward_input(dy, w, in, out)), the input gradient through the GELU before it.
 //  - residual_layer_norm_forward(a, b, gamma, beta, eps, sum, mean, rstd): sum = add(a, b),
 //    returns layer_norm_forward(sum, gamma, beta, eps, mean, rstd).
 template <class B>
@@ -130,6 +132,7 @@ concept fused_kernels = backend_matrices<B> &&
     requires(B& b, const typename B::matrix& x, typename B::matrix& out, std::span<const typename B::scalar> w,
              typename B::scalar eps, int n) {
         { b.linear_gelu_forward(x, w, w, n, n, out) } -> std::same_as<typename B::matrix>;
+        { b.linear_backward_input_gelu(x, w, n, n, x) } -> std::same_as<typename B::matrix>;
         { b.residual_layer_norm_forward(x, x, w, w, eps, out, out, out) } -> std::same_as<typename B::matrix>;
     };
 

@@ -113,6 +113,10 @@ public:
         pre_act = linear_forward(x, w, b, in, out);
         return gelu_forward(pre_act);
     }
+    [[nodiscard]] matrix linear_backward_input_gelu(const matrix& dy, std::span<const Scalar> w, int in, int out,
+                                                    const matrix& pre_act) const {
+        return gelu_backward(pre_act, linear_backward_input(dy, w, in, out));
+    }
     [[nodiscard]] matrix residual_layer_norm_forward(const matrix& a, const matrix& b, std::span<const Scalar> gamma,
                                                      std::span<const Scalar> beta, Scalar eps, matrix& sum,
                                                      matrix& mean, matrix& rstd) const {

@@ -147,6 +147,25 @@ public:
         return gelu_forward(pre_act);
     }
 
+    // gelu_backward(pre_act, dY W^T) (exec::fused_kernels): one GEMM with cuBLASLt's
+    // GELU-gradient epilogue where in is a multiple of 8 and cuBLASLt has an algorithm for
+    // it, the two kernels otherwise.
+    [[nodiscard]] matrix linear_backward_input_gelu(const matrix& dy, std::span<const float> w, int in, int out,
+                                                    const matrix& pre_act) {
+        if (in % 8 == 0 && dy.rows() > 0) {
+            require_shape(dy, dy.rows(), out, "linear_backward_input_gelu: dy");
+            require_shape(pre_act, dy.rows(), in, "linear_backward_input_gelu: pre_act");
+            require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_backward_input_gelu: weight size");
+            require_device(w, "linear_backward_input_gelu: weight");
+            matrix d_pre_act(dy.rows(), in);
+            const auto wb = bf16_copy(w.data(), w.size());
+            if (gemm_.linear_backward_input_gelu(dy.data(), wb.data(), pre_act.data(), d_pre_act.data(), dy.rows(),
+                                                 in, out, stream()))
+                return d_pre_act;
+        }
+        return gelu_backward(pre_act, linear_backward_input(dy, w, in, out));
+    }
+
     // dX = dY W^T
     [[nodiscard]] matrix linear_backward_input(const matrix& dy, std::span<const float> w, int in, int out) {
         require_shape(dy, dy.rows(), out, "linear_backward_input: dy");

@@ -257,13 +257,22 @@ private:
         s.rows = rows;
         s.blocks.assign(layers_.blocks.size(), {});
     }
+    // Consecutive blocks hand each other their output as two terms, which the next LayerNorm
+    // adds in its own kernel (the next block's ln_1, the head's ln_f); what leaves the stage
+    // for the next one is their sum.
     matrix run_forward(matrix y, stash& s) const {
-        const auto p = parameters();
-        for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
-            y = layers_.blocks[i].forward(*backend_, p, std::move(y), s.blocks[i]);
-        if (is_last()) y = layers_.head.forward(*backend_, p, std::move(y), s.head);
+        y = forward_layers(std::move(y), s);
         s.state = stash::phase::forwarded;
         return y;
+    }
+    matrix forward_layers(matrix y, stash& s) const {
+        const auto p = parameters();
+        if (layers_.blocks.empty()) return is_last() ? layers_.head.forward(*backend_, p, std::move(y), s.head) : y;
+        auto terms = layers_.blocks[0].forward_terms(*backend_, p, std::move(y), s.blocks[0]);
+        for (std::size_t i = 1; i < layers_.blocks.size(); ++i)
+            terms = layers_.blocks[i].forward_terms(*backend_, p, terms, s.blocks[i]);
+        if (is_last()) return layers_.head.forward(*backend_, p, *terms.residual, terms.branch, s.head);
+        return terms.sum(*backend_);
     }
 
     struct layers {

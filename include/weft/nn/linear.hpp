@@ -107,6 +107,17 @@ public:
         pre_act = forward(backend, params, x);
         return backend.gelu_forward(pre_act);
     }
+    // The input gradient through a GELU before this layer (its input was gelu(pre_act)): one
+    // GEMM where the backend fuses the two (exec::fused_kernels). A column-parallel layer
+    // sums its input gradient over the group first, so it applies GELU's after backward_input().
+    [[nodiscard]] matrix backward_input_gelu(Backend& backend, std::span<const scalar> params, const matrix& dy,
+                                             const matrix& pre_act) const {
+        if constexpr (exec::fused_kernels<Backend>) {
+            if (mode_ != linear_parallel::column)
+                return backend.linear_backward_input_gelu(dy, weight(params), in_, out_, pre_act);
+        }
+        return backend.gelu_backward(pre_act, backward_input(backend, params, dy));
+    }
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, const matrix& dy) const {
         matrix dx = backend.linear_backward_input(dy, weight(params), in_, out_);
         // Column-parallel: each rank's dX is the part through its own output columns; the

@@ -69,6 +69,14 @@ public:
         return backend.transposed_linear_forward(s.normed, wte(params), rows_.size(), width_);
     }
 
+    // The input given as two terms a + b (the last block's output, not yet added): their sum is
+    // kept as the input and normalized by ln_f in one kernel where the backend fuses the two.
+    [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, const matrix& a, const matrix& b,
+                                 saved& s) const {
+        s.normed = ln_f_.forward_residual(backend, params, a, b, s.x, s.mean, s.rstd);
+        return backend.transposed_linear_forward(s.normed, wte(params), rows_.size(), width_);
+    }
+
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
         s.d_normed = backend.transposed_linear_backward_input(s.d_out, wte(params), rows_.size(), width_);

@@ -11,7 +11,6 @@
 
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/attention.hpp"
-#include "weft/nn/gelu.hpp"
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/linear.hpp"
 #include "weft/nn/parameter_registry.hpp"
@@ -63,20 +62,37 @@ public:
         c_proj_ = linear<Backend>(registry, prefix + ".mlp.c_proj", 4 * width, width, linear_parallel::row, tp);
     }
 
+    // A block's output, x_mid + the MLP's output, as its two terms not yet added, so that the
+    // LayerNorm after it (the next block's ln_1, the head's ln_f) adds them in its own kernel
+    // where the backend fuses the two (exec::fused_kernels). `residual` is the block's saved
+    // x_mid: the terms are read before the block's saved state changes.
+    struct output_terms {
+        const matrix* residual = nullptr;
+        matrix branch;
+        [[nodiscard]] matrix sum(Backend& backend) const { return backend.add(*residual, branch); }
+    };
+
     // Takes x by value and keeps it: pass an rvalue to avoid a copy.
     [[nodiscard]] matrix forward(Backend& backend, std::span<const scalar> params, matrix x, saved& s) const {
+        return forward_terms(backend, params, std::move(x), s).sum(backend);
+    }
+    [[nodiscard]] output_terms forward_terms(Backend& backend, std::span<const scalar> params, matrix x,
+                                             saved& s) const {
         s.x = std::move(x);
         s.ln_1 = ln_1_.forward(backend, params, s.x, s.mean_1, s.rstd_1);
-        const matrix attn_out = attn_.forward(backend, params, s.ln_1, s.attn);
-        s.ln_2 = ln_2_.forward_residual(backend, params, s.x, attn_out, s.x_mid, s.mean_2, s.rstd_2);
-        s.act = c_fc_.forward_gelu(backend, params, s.ln_2, s.pre_act);
-        return backend.add(s.x_mid, c_proj_.forward(backend, params, s.act));
+        return forward_after_ln_1(backend, params, s);
+    }
+    // The block's input given as the previous block's output terms: their sum is kept as the
+    // block's input and normalized by ln_1 in one kernel where the backend fuses the two.
+    [[nodiscard]] output_terms forward_terms(Backend& backend, std::span<const scalar> params,
+                                             const output_terms& input, saved& s) const {
+        s.ln_1 = ln_1_.forward_residual(backend, params, *input.residual, input.branch, s.x, s.mean_1, s.rstd_1);
+        return forward_after_ln_1(backend, params, s);
     }
 
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
-        const matrix d_act = c_proj_.backward_input(backend, params, s.d_out);
-        s.d_pre_act = gelu<Backend>::backward_input(backend, s.pre_act, d_act);
+        s.d_pre_act = c_proj_.backward_input_gelu(backend, params, s.d_out, s.pre_act);
         s.pre_act = matrix();
         s.d_ln_2 = c_fc_.backward_input(backend, params, s.d_pre_act);
         matrix d_mid = backend.add(s.d_out, ln_2_.backward_input(backend, params, s.x_mid, s.mean_2, s.rstd_2, s.d_ln_2));
@@ -94,6 +110,13 @@ public:
     }
 
 private:
+    output_terms forward_after_ln_1(Backend& backend, std::span<const scalar> params, saved& s) const {
+        const matrix attn_out = attn_.forward(backend, params, s.ln_1, s.attn);
+        s.ln_2 = ln_2_.forward_residual(backend, params, s.x, attn_out, s.x_mid, s.mean_2, s.rstd_2);
+        s.act = c_fc_.forward_gelu(backend, params, s.ln_2, s.pre_act);
+        return {&s.x_mid, c_proj_.forward(backend, params, s.act)};
+    }
+
     layer_norm<Backend> ln_1_;
     attention<Backend> attn_;
     layer_norm<Backend> ln_2_;

@@ -200,6 +200,15 @@ void test_fused(gpu_backend& gpu, cpu_backend& cpu, int rows, int width) {
                  values(act), gemm_rtol, gemm_atol);
     expect_close("linear_gelu_forward: pre_act" + shape, download(gpu, g_pre_act), values(pre_act), gemm_rtol,
                  gemm_atol);
+    // The input gradient of c_proj [4 width -> width] through the GELU before it.
+    const cpu_matrix dy = random_matrix(rows, width, 31), gelu_input = random_matrix(rows, 4 * width, 32);
+    const auto w_proj = random_values(std::size_t(4 * width) * width, 33, 0.2f);
+    device_values d_w_proj(w_proj);
+    expect_close("linear_backward_input_gelu" + shape,
+                 download(gpu, gpu.linear_backward_input_gelu(upload(gpu, dy), d_w_proj.view(), 4 * width, width,
+                                                              upload(gpu, gelu_input))),
+                 values(cpu.linear_backward_input_gelu(dy, w_proj, 4 * width, width, gelu_input)), gemm_rtol,
+                 gemm_atol);
 
     const cpu_matrix a = random_matrix(rows, width, 27, 2.0f), r = random_matrix(rows, width, 28);
     const auto gamma = random_values(std::size_t(width), 29), beta = random_values(std::size_t(width), 30);

@@ -35,6 +35,11 @@ inline void check(cublasStatus_t status, std::string_view what) {
 
 enum class transpose : bool { no = false, yes = true };
 
+// cuBLASLt's GELU epilogues, with their [m, n] GELU input (row-major, like c):
+// forward: c = gelu(product + bias), writing the GELU input (needs a bias);
+// backward: c = product * gelu'(GELU input), reading it (the gradient through the GELU).
+enum class gelu_epilogue { none, forward, backward };
+
 class gemm {
 public:
     // 32 MiB is what cuBLAS itself asks for on Hopper; big enough for every algorithm.
@@ -62,13 +67,14 @@ public:
 
     // Row-major c[m, n] = alpha op(a) op(b) + beta c (+ bias[n] on every row when bias is
     // given), where op(a) is [m, k] (a stored [k, m] when ta is yes) and op(b) is [k, n]
-    // (b stored [n, k] when tb is yes). Out is float or bf16; bias has the type of c. With
-    // gelu_input (and a bias), c = gelu(that) and gelu_input [m, n] keeps what went into the
-    // GELU: cuBLASLt's bias+GELU epilogue, which needs n to be a multiple of 8.
+    // (b stored [n, k] when tb is yes). Out is float or bf16; bias has the type of c. A GELU
+    // epilogue (gelu_epilogue) writes or reads gelu_input, [m, n] of Out; it needs n to be a
+    // multiple of 8.
     template <class Out>
     void matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n, int k,
-                float alpha, float beta, const Out* bias, cudaStream_t stream, Out* gelu_input = nullptr) {
-        if (!try_matmul(a, ta, b, tb, c, m, n, k, alpha, beta, bias, stream, gelu_input))
+                float alpha, float beta, const Out* bias, cudaStream_t stream,
+                gelu_epilogue gelu = gelu_epilogue::none, const void* gelu_input = nullptr) {
+        if (!try_matmul(a, ta, b, tb, c, m, n, k, alpha, beta, bias, stream, gelu, gelu_input))
             throw error("gemm: cuBLASLt has no algorithm for m=" + std::to_string(m) + ", n=" + std::to_string(n) +
                         ", k=" + std::to_string(k) + " with these transposes, types, epilogue and alignments");
     }
@@ -78,7 +84,7 @@ public:
     template <class Out>
     [[nodiscard]] bool try_matmul(const bf16* a, transpose ta, const bf16* b, transpose tb, Out* c, int m, int n,
                                   int k, float alpha, float beta, const Out* bias, cudaStream_t stream,
-                                  Out* gelu_input = nullptr) {
+                                  gelu_epilogue gelu = gelu_epilogue::none, const void* gelu_input = nullptr) {
         static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "gemm output is float or bf16");
         require(handle_ != nullptr, "gemm", "moved-from", "must own a cuBLASLt handle");
         require(m > 0, "gemm: m", m, "must be positive");
@@ -86,9 +92,14 @@ public:
         require(k > 0, "gemm: k", k, "must be positive");
         require(a != nullptr && b != nullptr && c != nullptr, "gemm: a, b, c", "a null pointer",
                 "must all be device pointers");
-        require(gelu_input == nullptr || bias != nullptr, "gemm: gelu_input", "given without a bias",
-                "needs the bias (cuBLASLt's bias+GELU epilogue)");
-        require(gelu_input == nullptr || n % 8 == 0, "gemm: n", n, "must be a multiple of 8 with the GELU epilogue");
+        require((gelu == gelu_epilogue::none) == (gelu_input == nullptr), "gemm: gelu_input",
+                gelu_input == nullptr ? "null" : "given", "goes with a GELU epilogue, and only with one");
+        require(gelu != gelu_epilogue::forward || bias != nullptr, "gemm: bias", "null",
+                "is needed by the forward GELU epilogue (cuBLASLt's bias+GELU)");
+        require(gelu != gelu_epilogue::backward || bias == nullptr, "gemm: bias", "given",
+                "cannot go with the backward GELU epilogue");
+        require(gelu == gelu_epilogue::none || n % 8 == 0, "gemm: n", n,
+                "must be a multiple of 8 with a GELU epilogue");
         constexpr cudaDataType_t out_type = std::is_same_v<Out, float> ? CUDA_R_32F : CUDA_R_16BF;
         const bool a_t = ta == transpose::yes;
         const bool b_t = tb == transpose::yes;
@@ -105,14 +116,16 @@ public:
               "cublasLtMatmulDescSetAttribute(TRANSA)");
         check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
               "cublasLtMatmulDescSetAttribute(TRANSB)");
-        if (bias != nullptr) {
-            const cublasLtEpilogue_t epilogue =
-                gelu_input != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        const cublasLtEpilogue_t epilogue = gelu == gelu_epilogue::forward    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                            : gelu == gelu_epilogue::backward ? CUBLASLT_EPILOGUE_DGELU
+                                            : bias != nullptr                 ? CUBLASLT_EPILOGUE_BIAS
+                                                                              : CUBLASLT_EPILOGUE_DEFAULT;
+        if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+        if (bias != nullptr)
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-        }
         if (gelu_input != nullptr) {
             const std::int64_t gelu_ld = std::int64_t(lt_m);  // the output's: [m, n] row-major
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_input,
@@ -133,8 +146,7 @@ public:
 
         const std::array<std::uint32_t, 4> alignments = {alignment_of(b), alignment_of(a), alignment_of(c),
                                                          bias != nullptr ? alignment_of(bias) : 256u};
-        const int epilogue_kind = int(bias != nullptr) + 2 * int(gelu_input != nullptr);
-        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), epilogue_kind,
+        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), int(epilogue),
                               int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
         auto found = algorithms_.find(key);
         if (found == algorithms_.end()) {
@@ -159,7 +171,17 @@ public:
     // where cuBLASLt has no algorithm with that epilogue for the shape.
     [[nodiscard]] bool linear_gelu_forward(const bf16* x, const bf16* w, const bf16* b, bf16* act, bf16* pre_act,
                                            int rows, int in, int out, cudaStream_t stream) {
-        return try_matmul(x, transpose::no, w, transpose::no, act, rows, out, in, 1.0f, 0.0f, b, stream, pre_act);
+        return try_matmul(x, transpose::no, w, transpose::no, act, rows, out, in, 1.0f, 0.0f, b, stream,
+                          gelu_epilogue::forward, pre_act);
+    }
+    // d_pre_act[rows, in] = (dy W^T) * gelu'(pre_act): the input gradient of a layer whose
+    // input was gelu(pre_act), through the GELU, as one GEMM with cuBLASLt's GELU-gradient
+    // epilogue. in must be a multiple of 8. False (nothing queued) where cuBLASLt has no
+    // algorithm with that epilogue for the shape.
+    [[nodiscard]] bool linear_backward_input_gelu(const bf16* dy, const bf16* w, const bf16* pre_act, bf16* d_pre_act,
+                                                  int rows, int in, int out, cudaStream_t stream) {
+        return try_matmul(dy, transpose::no, w, transpose::yes, d_pre_act, rows, in, out, 1.0f, 0.0f,
+                          static_cast<const bf16*>(nullptr), stream, gelu_epilogue::backward, pre_act);
     }
     // dx[rows, in] = dy[rows, out] W^T.
     template <class Out>
