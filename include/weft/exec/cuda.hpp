@@ -142,8 +142,9 @@ public:
         if (gemm_.linear_gelu_forward(x.data(), wb.data(), bb.data(), act.data(), pre_act.data(), x.rows(), in, out,
                                       stream()))
             return act;
-        // cuBLASLt has no bias+GELU algorithm for this shape: the two kernels.
-        pre_act = linear_forward(x, w, b, in, out);
+        // cuBLASLt has no bias+GELU algorithm for this shape: the plain GEMM on the bf16
+        // weights already made, then GELU.
+        gemm_.linear_forward<bf16>(x.data(), wb.data(), bb.data(), pre_act.data(), x.rows(), in, out, stream());
         return gelu_forward(pre_act);
     }
 
@@ -162,6 +163,11 @@ public:
             if (gemm_.linear_backward_input_gelu(dy.data(), wb.data(), pre_act.data(), d_pre_act.data(), dy.rows(),
                                                  in, out, stream()))
                 return d_pre_act;
+            // No GELU-gradient algorithm for this shape: dY W^T as a plain GEMM on the bf16
+            // weights already made, then GELU's backward.
+            matrix& d_act = d_pre_act;
+            gemm_.linear_backward_input<bf16>(dy.data(), wb.data(), d_act.data(), dy.rows(), in, out, stream());
+            return gelu_backward(pre_act, d_act);
         }
         return gelu_backward(pre_act, linear_backward_input(dy, w, in, out));
     }

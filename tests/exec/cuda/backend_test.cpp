@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <span>
 #include <string>
@@ -31,14 +30,7 @@ static_assert(weft::compute_backend<gpu_backend>);
 static_assert(std::is_same_v<gpu_backend::memory_space, weft::device_space>);
 
 // The bf16 value nearest to v (ties to even), as a float: exact in both backends.
-float bf16_value(float v) {
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, &v, sizeof bits);
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-    bits &= 0xFFFF0000u;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-}
+float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 cpu_matrix random_matrix(int rows, int cols, unsigned seed, float scale = 1.0f) {
     std::mt19937 generator(seed);

@@ -19,29 +19,38 @@ namespace detail {
 
 constexpr int layer_norm_rows_per_block = 8;  // one warp per row
 
+// The rest of a warp's row once each lane has summed its elements (lane, lane + 32, ...):
+// the mean, the variance in a second pass (as the CPU backend: no cancellation for large
+// means), then y; lane 0 saves the statistics. Each lane reads only its own elements.
 template <class T, class P>
-__global__ void layer_norm_forward_kernel(const T* x, const P* gamma, const P* beta, T* y, float* mean,
-                                          float* rstd, int rows, int cols, float eps) {
-    const int row = blockIdx.x * layer_norm_rows_per_block + threadIdx.x / 32;
+__device__ inline void normalize_row(const T* xr, float lane_sum, const P* gamma, const P* beta, T* yr, float* mean,
+                                     float* rstd, int row, int cols, float eps) {
     const int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    const T* xr = x + std::size_t(row) * cols;
-    float sum = 0;
-    for (int c = lane; c < cols; c += 32) sum += to_float(xr[c]);
-    const float mu = warp_sum(sum) / float(cols);
-    float squares = 0;  // two passes, as the CPU backend: no cancellation for large means
+    const float mu = warp_sum(lane_sum) / float(cols);
+    float squares = 0;
     for (int c = lane; c < cols; c += 32) {
         const float d = to_float(xr[c]) - mu;
         squares += d * d;
     }
     const float rs = rsqrtf(warp_sum(squares) / float(cols) + eps);
-    T* yr = y + std::size_t(row) * cols;
     for (int c = lane; c < cols; c += 32)
         yr[c] = from_float<T>((to_float(xr[c]) - mu) * rs * to_float(gamma[c]) + to_float(beta[c]));
     if (lane == 0) {
         mean[row] = mu;
         rstd[row] = rs;
     }
+}
+
+template <class T, class P>
+__global__ void layer_norm_forward_kernel(const T* x, const P* gamma, const P* beta, T* y, float* mean,
+                                          float* rstd, int rows, int cols, float eps) {
+    const int row = blockIdx.x * layer_norm_rows_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const std::size_t first = std::size_t(row) * cols;
+    float sum = 0;
+    for (int c = lane; c < cols; c += 32) sum += to_float(x[first + c]);
+    normalize_row(x + first, sum, gamma, beta, y + first, mean, rstd, row, cols, eps);
 }
 
 // sum = a + b rounded to T, then layer_norm_forward_kernel's arithmetic on the rounded sum
@@ -54,27 +63,13 @@ __global__ void residual_layer_norm_forward_kernel(const T* a, const T* b, T* su
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const std::size_t first = std::size_t(row) * cols;
-    T* sr = sum_out + first;
     float sum = 0;
     for (int c = lane; c < cols; c += 32) {
         const T s = from_float<T>(to_float(a[first + c]) + to_float(b[first + c]));
-        sr[c] = s;
+        sum_out[first + c] = s;
         sum += to_float(s);
     }
-    const float mu = warp_sum(sum) / float(cols);
-    float squares = 0;
-    for (int c = lane; c < cols; c += 32) {
-        const float d = to_float(sr[c]) - mu;
-        squares += d * d;
-    }
-    const float rs = rsqrtf(warp_sum(squares) / float(cols) + eps);
-    T* yr = y + first;
-    for (int c = lane; c < cols; c += 32)
-        yr[c] = from_float<T>((to_float(sr[c]) - mu) * rs * to_float(gamma[c]) + to_float(beta[c]));
-    if (lane == 0) {
-        mean[row] = mu;
-        rstd[row] = rs;
-    }
+    normalize_row(sum_out + first, sum, gamma, beta, y + first, mean, rstd, row, cols, eps);
 }
 
 template <class T, class P>
