@@ -25,13 +25,9 @@ int launcher_local_rank() {
     return -1;
 }
 
-// What --device cuda cannot run yet: tensor parallelism, and head sizes the attention kernel
-// has no instance for (weft/exec/cuda/kernels/flash_attention.cuh); named by option before
-// anything runs.
+// What --device cuda cannot run: head sizes the attention kernel has no instance for
+// (weft/exec/cuda/kernels/flash_attention.cuh); named by option before anything runs.
 void check_cuda_model(const run_options& o) {
-    weft::require(o.tp == 1, "--tp", o.tp,
-                  "must be 1 with --device cuda: its tensor-parallel layers are not built yet (--pp, --dp and "
-                  "--zero are)");
     if (o.heads <= 0 || o.d_model % o.heads != 0) return;  // train()'s checks name these
     const int head_size = o.d_model / o.heads;
     weft::require(head_size % 32 == 0 && head_size <= 128, "--heads", o.heads,

@@ -143,6 +143,16 @@ tail -3 "$run/gpu_pp2.log"
 loss_row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "$pp2_status" "$run/gpu_pp2.log" \
     "$run/gpu_pp2.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3
 
+echo "=== gpu-check: tp=2 on one GPU (two rank threads, comm::host_staged) against pp=1"
+# The tensor-parallel steps between kernels run on host copies (nn/tensor_parallel.hpp): the
+# partial products are summed in fp32 and rounded once, so bf16 rounds at other points.
+timeout 150 "${train[@]}" --device cuda --steps 20 --ranks 2 --tp 2 \
+    --log-json "$run/gpu_tp2.jsonl" >"$run/gpu_tp2.log" 2>&1
+tp2_status=$?
+tail -3 "$run/gpu_tp2.log"
+loss_row "tp=2 (1 GPU) vs pp=1 GPU losses" "$tp2_status" "$run/gpu_tp2.log" \
+    "$run/gpu_tp2.jsonl" "$run/gpu_pp1.jsonl" 3e-2 1e-2
+
 echo "=== gpu-check: GPT-2 124M, seq 1024, batch 16: MFU"
 timeout 240 "${train[@]}" --device cuda --layers 12 --d-model 768 --heads 12 --vocab 50257 --seq-len 1024 \
     --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m.log" 2>&1

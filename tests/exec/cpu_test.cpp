@@ -22,6 +22,11 @@ TEST_CASE("linear forward and both backward halves", "[exec][cpu]") {
     expected << 1 + 3 + 0.5, 2 + 3 - 1,
                 4 + 6 + 0.5, 5 + 6 - 1;
     CHECK(y == expected);
+    // An empty bias is no bias (a row-parallel layer adds its own after the reduction).
+    matrix unbiased(2, 2);
+    unbiased << 1 + 3, 2 + 3,
+                4 + 6, 5 + 6;
+    CHECK(backend.linear_forward(x, w, {}, 3, 2) == unbiased);
 
     matrix dy(2, 2);
     dy << 1, 2,

@@ -43,7 +43,8 @@ concept backend_matrices = backend_identity<B> &&
     };
 
 // Kernels take weights as spans into a stage's flat parameter buffer; weight-gradient
-// kernels accumulate (+=) into spans of the flat gradient buffer.
+// kernels accumulate (+=) into spans of the flat gradient buffer. linear_forward's bias may
+// be empty: no bias (a row-parallel layer adds its bias after summing over its tp group).
 template <class B>
 concept linear_kernels = backend_matrices<B> &&
     requires(B& b, const typename B::matrix& x, std::span<const typename B::scalar> w,

@@ -76,8 +76,9 @@ public:
                                  std::span<const Scalar> b, int in, int out) const {
         require_shape(x, x.rows(), in, "linear_forward: x");
         require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
-        require_size(b.size(), std::size_t(out), "linear_forward: bias size");
         matrix y = x * const_map(w.data(), in, out);
+        if (b.empty()) return y;  // no bias
+        require_size(b.size(), std::size_t(out), "linear_forward: bias size");
         y.rowwise() += const_row_map(b.data(), out);
         return y;
     }

@@ -109,15 +109,16 @@ public:
                                         int out) {
         require_shape(x, x.rows(), in, "linear_forward: x");
         require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
-        require_size(b.size(), std::size_t(out), "linear_forward: bias size");
+        if (!b.empty()) require_size(b.size(), std::size_t(out), "linear_forward: bias size");  // empty: no bias
         require_device(w, "linear_forward: weight");
-        require_device(b, "linear_forward: bias");
+        if (!b.empty()) require_device(b, "linear_forward: bias");
         matrix y(x.rows(), out);
         if (y.size() == 0) return y;
-        // cuBLASLt's bias epilogue reads the bias in the output's type.
+        // cuBLASLt's bias epilogue reads the bias in the output's type; a null bias: no epilogue.
         const auto wb = bf16_copy(w.data(), w.size());
         const auto bb = bf16_copy(b.data(), b.size());
-        gemm_.linear_forward<bf16>(x.data(), wb.data(), bb.data(), y.data(), x.rows(), in, out, stream());
+        gemm_.linear_forward<bf16>(x.data(), wb.data(), b.empty() ? nullptr : bb.data(), y.data(), x.rows(), in, out,
+                                   stream());
         return y;
     }
 

@@ -53,10 +53,7 @@ public:
         s.tokens.assign(tokens.begin(), tokens.end());
         if (tp_.size == 1)
             return backend.embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
-        if constexpr (host_tensor_parallel<Backend>)
-            return parallel_forward(params, tokens);
-        else
-            detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel embedding");
+        return parallel_forward(backend, params, tokens);
     }
     // Nothing upstream of token ids: only keeps dy for backward_weight.
     void backward_input(Backend& /*backend*/, matrix dy, saved& s) const { s.d_out = std::move(dy); }
@@ -65,10 +62,7 @@ public:
             backend.embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
             return;
         }
-        if constexpr (host_tensor_parallel<Backend>)
-            parallel_backward_weight(backend, grads, s);
-        else
-            detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel embedding");
+        parallel_backward_weight(backend, grads, s);
     }
 
 private:
@@ -93,38 +87,45 @@ private:
     // Each rank writes the rows of the tokens in its vocabulary range and zeros elsewhere;
     // the sum over the group is then exactly wte[token] (x + 0 == x), to which wpe is added
     // once: the same values, bit for bit, as without tensor parallelism.
-    matrix parallel_forward(std::span<const scalar> params, std::span<const std::int32_t> tokens) const {
+    // The rows are built on the host (parameters in a GPU's managed state memory included)
+    // and reach a device backend as one copy (nn/tensor_parallel.hpp).
+    matrix parallel_forward(Backend& backend, std::span<const scalar> params,
+                            std::span<const std::int32_t> tokens) const {
         check_tokens(tokens, "embedding forward");
         const auto w = std::size_t(width_);
-        matrix y(static_cast<int>(tokens.size()), width_);
-        const auto out = detail::elements(y);
-        std::fill(out.begin(), out.end(), scalar(0));
-        const auto table = wte(params);
-        for (std::size_t n = 0; n < tokens.size(); ++n)
-            if (tokens[n] >= rows_.first && tokens[n] < rows_.last)
-                std::copy_n(table.begin() + std::ptrdiff_t(std::size_t(tokens[n] - rows_.first) * w), w,
-                            out.begin() + std::ptrdiff_t(n * w));
-        tp_.allreduce_sum(out);
-        const auto pos = wpe(params);
-        for (std::size_t n = 0; n < tokens.size(); ++n) {
-            const std::size_t p = (n % std::size_t(seq_len_)) * w;
-            for (std::size_t c = 0; c < w; ++c) out[n * w + c] += pos[p + c];
-        }
-        return y;
+        return make_on_host(backend, static_cast<int>(tokens.size()), width_, [&](std::span<scalar> out) {
+            std::fill(out.begin(), out.end(), scalar(0));
+            const auto table = wte(params);
+            for (std::size_t n = 0; n < tokens.size(); ++n)
+                if (tokens[n] >= rows_.first && tokens[n] < rows_.last)
+                    std::copy_n(table.begin() + std::ptrdiff_t(std::size_t(tokens[n] - rows_.first) * w), w,
+                                out.begin() + std::ptrdiff_t(n * w));
+            tp_.allreduce_sum(out);
+            const auto pos = wpe(params);
+            for (std::size_t n = 0; n < tokens.size(); ++n) {
+                const std::size_t p = (n % std::size_t(seq_len_)) * w;
+                for (std::size_t c = 0; c < w; ++c) out[n * w + c] += pos[p + c];
+            }
+        });
     }
 
-    // dy is replicated, so every rank takes its own wte rows from it with no communication,
-    // and wpe's gradient (computed alike on every rank) is the same on all of them. Summed
-    // in the order the CPU kernel uses: per token, its rows in position order, added once.
+    // The gradient rows are summed on the host from dy (a host copy on a device backend) into
+    // the gradients (host-writable: a GPU's state is in managed memory).
     void parallel_backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
         const auto& tokens = s.tokens;
-        const auto w = std::size_t(width_);
         check_tokens(tokens, "embedding backward_weight");
         require(std::size_t(backend.rows(s.d_out)) == tokens.size() && backend.cols(s.d_out) == width_,
                 "embedding backward_weight: dy", std::to_string(backend.rows(s.d_out)) + "x" +
                 std::to_string(backend.cols(s.d_out)),
                 "shape must be " + std::to_string(tokens.size()) + "x" + std::to_string(width_));
-        const auto dy = detail::elements(s.d_out);
+        read_on_host(backend, s.d_out, [&](std::span<const scalar> dy) { add_parallel_gradients(grads, tokens, dy); });
+    }
+    // dy is replicated, so every rank takes its own wte rows from it with no communication,
+    // and wpe's gradient (computed alike on every rank) is the same on all of them. Summed
+    // in the order the CPU kernel uses: per token, its rows in position order, added once.
+    void add_parallel_gradients(std::span<scalar> grads, std::span<const std::int32_t> tokens,
+                                std::span<const scalar> dy) const {
+        const auto w = std::size_t(width_);
         std::vector<std::size_t> order;
         for (std::size_t n = 0; n < tokens.size(); ++n)
             if (tokens[n] >= rows_.first && tokens[n] < rows_.last) order.push_back(n);

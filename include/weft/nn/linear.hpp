@@ -60,7 +60,6 @@ public:
         const std::vector<int> local = weight_info_.local_shape();
         in_ = local[0];
         out_ = local[1];
-        if (mode == linear_parallel::row) zero_bias_.assign(std::size_t(out_), scalar(0));
         if (mode != linear_parallel::none) tp_ = std::move(tp);
     }
 
@@ -83,17 +82,14 @@ public:
         if (mode_ != linear_parallel::row) return backend.linear_forward(x, weight(params), bias(params), in_, out_);
         // Partial products of this rank's input columns, summed over the group, then the
         // (replicated) bias once: adding it on every rank before the sum would count it tp times.
-        if constexpr (host_tensor_parallel<Backend>) {
-            matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(zero_bias_), in_, out_);
-            const auto values = detail::elements(y);
+        matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(), in_, out_);
+        const auto b = bias(params);
+        update_on_host(backend, y, [&](std::span<scalar> values) {
             tp_.allreduce_sum(values);
-            const auto b = bias(params);
             for (std::size_t i = 0; i < values.size(); i += b.size())
                 for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
-            return y;
-        } else {
-            detail::tensor_parallel_not_built(Backend::name, "a row-parallel linear layer");
-        }
+        });
+        return y;
     }
     // gelu(x W + b), keeping x W + b in pre_act (what GELU's backward reads): one GEMM where the
     // backend fuses the two (exec::fused_kernels). A row-parallel layer sums its output over
@@ -122,12 +118,7 @@ public:
         matrix dx = backend.linear_backward_input(dy, weight(params), in_, out_);
         // Column-parallel: each rank's dX is the part through its own output columns; the
         // input was replicated, so its gradient is the sum (Megatron's "f" backward).
-        if (mode_ == linear_parallel::column) {
-            if constexpr (host_tensor_parallel<Backend>)
-                tp_.allreduce_sum(detail::elements(dx));
-            else
-                detail::tensor_parallel_not_built(Backend::name, "a column-parallel linear layer");
-        }
+        if (mode_ == linear_parallel::column) allreduce_sum(backend, tp_, dx);
         return dx;
     }
     // Accumulates into the gradient buffer (same layout as the parameters). A row-parallel
@@ -155,7 +146,6 @@ private:
     parameter_info weight_info_;  // global shape and split, for initialize
     linear_parallel mode_ = linear_parallel::none;
     tp_group<scalar> tp_;           // only set when split
-    std::vector<scalar> zero_bias_;  // row-parallel: the bias is added after the reduction
 };
 
 }  // namespace weft::nn

@@ -81,12 +81,7 @@ public:
         s.d_out = std::move(dy);
         s.d_normed = backend.transposed_linear_backward_input(s.d_out, wte(params), rows_.size(), width_);
         // Each rank's part is through its own vocabulary columns; ln_f's output fed all of them.
-        if (tp_.size > 1) {
-            if constexpr (host_tensor_parallel<Backend>)
-                tp_.allreduce_sum(detail::elements(s.d_normed));
-            else
-                detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel LM head");
-        }
+        allreduce_sum(backend, tp_, s.d_normed);
         return ln_f_.backward_input(backend, params, s.x, s.mean, s.rstd, s.d_normed);
     }
 

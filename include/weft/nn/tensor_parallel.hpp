@@ -10,13 +10,14 @@
 #include <functional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "weft/comm/communicator.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/exec/compute_backend.hpp"
 #include "weft/nn/parameter_registry.hpp"  // split_range, tensor_split: who holds which piece
 
 namespace weft::nn {
@@ -77,36 +78,22 @@ template <class Scalar, communicator Comm>
     return tp;
 }
 
-// Backends whose matrices the tensor-parallel layers' host-side steps can read and write as
-// weights' scalars: host memory, elements of the scalar type (exec::cpu). Those steps (a
-// vocabulary lookup, a bias after a reduction, the reductions themselves, the vocabulary-
-// parallel loss) are not backend kernels yet, so the layers compile for other backends
-// (exec::cuda's bf16 device matrices) with the steps replaced by an error, and the engine
-// refuses tp > 1 on them before a step runs (train/layout_engine.hpp).
+// The tensor-parallel layers' steps between kernels (a reduction over the group, a bias
+// added after it, the vocabulary-parallel lookup and loss) run on the host, over a matrix's
+// elements as the weights' scalars. On a backend whose matrices are host memory of that
+// scalar (exec::cpu) they work on the matrix in place, so the CPU's numbers are the same as
+// without these helpers. On any other backend (exec::cuda's bf16 device matrices) they work
+// on a host copy, through the concept's copy_to_host and copy_from_host: fp32 on the host,
+// rounded once when it goes back. That is the portable path; a backend's own kernels and a
+// device communicator are the fast one.
 template <class Backend>
-concept host_tensor_parallel = std::same_as<typename Backend::memory_space, host_space> &&
+concept host_matrices = std::same_as<typename Backend::memory_space, host_space> &&
     std::same_as<typename Backend::matrix::value_type, typename Backend::scalar>;
 
 namespace detail {
 
-// What a tensor-parallel step on a backend outside host_tensor_parallel throws.
-[[noreturn]] inline void tensor_parallel_not_built(std::string_view backend, std::string_view step) {
-    throw error("weft: " + std::string(step) + " with tp > 1 is not built for the " + std::string(backend) +
-                " backend (its tensor-parallel steps run on the host; see weft/nn/tensor_parallel.hpp)");
-}
-
-// The tensor-parallel layers read and write activations element by element (vocabulary
-// lookups, bias after a reduction, the reductions themselves), so they need a matrix in
-// host memory, contiguous and row-major, such as the CPU backend's: its data() and size(),
-// which the compute-backend concept guarantees.
+// The elements of a host matrix, row after row (const for a const matrix).
 template <class Matrix>
-concept host_row_major_matrix = requires(Matrix& m) {
-    { m.data() };
-    { m.size() };
-};
-
-// The elements of m, row after row (const for a const matrix).
-template <host_row_major_matrix Matrix>
 [[nodiscard]] auto elements(Matrix& m) {
     using plain = std::remove_cvref_t<Matrix>;
     if constexpr (requires { plain::IsRowMajor; })
@@ -115,5 +102,56 @@ template <host_row_major_matrix Matrix>
 }
 
 }  // namespace detail
+
+// read(span<const scalar>) over m's elements: in place for host_matrices, else a host copy.
+template <compute_backend Backend, class Read>
+void read_on_host(Backend& backend, const typename Backend::matrix& m, Read&& read) {
+    using scalar = typename Backend::scalar;
+    if constexpr (host_matrices<Backend>) {
+        std::forward<Read>(read)(std::span<const scalar>(detail::elements(m)));
+    } else {
+        std::vector<scalar> host(std::size_t(m.size()));
+        backend.copy_to_host(m, std::span<scalar>(host));
+        std::forward<Read>(read)(std::span<const scalar>(host));
+    }
+}
+
+// update(span<scalar>) over m's elements: in place for host_matrices, else on a host copy
+// that is written back afterwards.
+template <compute_backend Backend, class Update>
+void update_on_host(Backend& backend, typename Backend::matrix& m, Update&& update) {
+    using scalar = typename Backend::scalar;
+    if constexpr (host_matrices<Backend>) {
+        std::forward<Update>(update)(detail::elements(m));
+    } else {
+        std::vector<scalar> host(std::size_t(m.size()));
+        backend.copy_to_host(m, std::span<scalar>(host));
+        std::forward<Update>(update)(std::span<scalar>(host));
+        backend.copy_from_host(std::span<const scalar>(host), m);
+    }
+}
+
+// A new rows x cols matrix whose every element fill(span<scalar>) writes on the host (its
+// elements start unspecified).
+template <compute_backend Backend, class Fill>
+[[nodiscard]] typename Backend::matrix make_on_host(Backend& backend, int rows, int cols, Fill&& fill) {
+    using scalar = typename Backend::scalar;
+    typename Backend::matrix m(rows, cols);
+    if constexpr (host_matrices<Backend>) {
+        std::forward<Fill>(fill)(detail::elements(m));
+    } else {
+        std::vector<scalar> host(std::size_t(rows) * std::size_t(cols));
+        std::forward<Fill>(fill)(std::span<scalar>(host));
+        backend.copy_from_host(std::span<const scalar>(host), m);
+    }
+    return m;
+}
+
+// Sums m over the group in place (every rank ends with the same values, bit for bit).
+template <compute_backend Backend>
+void allreduce_sum(Backend& backend, const tp_group<typename Backend::scalar>& tp, typename Backend::matrix& m) {
+    if (tp.size == 1) return;
+    update_on_host(backend, m, [&](std::span<typename Backend::scalar> values) { tp.allreduce_sum(values); });
+}
 
 }  // namespace weft::nn

@@ -34,74 +34,72 @@ template <compute_backend Backend>
                                                                          const tp_group<typename Backend::scalar>& tp,
                                                                          typename Backend::scalar scale = 1) {
     using scalar = typename Backend::scalar;
-    if constexpr (!host_tensor_parallel<Backend>) {
-        detail::tensor_parallel_not_built(Backend::name, "the vocabulary-parallel cross-entropy");
-    } else {
-        require(std::isfinite(double(scale)), "vocab_parallel_cross_entropy: scale", scale, "must be finite");
-        const int rows = backend.rows(logits);
-        const int cols = backend.cols(logits);
-        require(rows >= 1, "vocab_parallel_cross_entropy: logits.rows()", rows, "must be positive");
-        require(labels.size() == std::size_t(rows), "vocab_parallel_cross_entropy: labels.size()", labels.size(),
-                "must equal logits.rows() = " + std::to_string(rows));
-        require(vocab_rows.first >= 0 && vocab_rows.size() == cols && vocab_rows.last <= vocab_size,
-                "vocab_parallel_cross_entropy: vocab_rows",
-                "[" + std::to_string(vocab_rows.first) + ", " + std::to_string(vocab_rows.last) + ")",
-                "must be logits.cols() = " + std::to_string(cols) +
-                    " columns within [0, vocab_size = " + std::to_string(vocab_size) + ")");
-        for (std::size_t r = 0; r < labels.size(); ++r)
-            if (labels[r] < 0 || labels[r] >= vocab_size)
-                throw invalid_argument("vocab_parallel_cross_entropy: labels[" + std::to_string(r) + "]", labels[r],
-                                       "must be a class id in [0, vocab_size = " + std::to_string(vocab_size) + ")");
+    require(std::isfinite(double(scale)), "vocab_parallel_cross_entropy: scale", scale, "must be finite");
+    const int rows = backend.rows(logits);
+    const int cols = backend.cols(logits);
+    require(rows >= 1, "vocab_parallel_cross_entropy: logits.rows()", rows, "must be positive");
+    require(labels.size() == std::size_t(rows), "vocab_parallel_cross_entropy: labels.size()", labels.size(),
+            "must equal logits.rows() = " + std::to_string(rows));
+    require(vocab_rows.first >= 0 && vocab_rows.size() == cols && vocab_rows.last <= vocab_size,
+            "vocab_parallel_cross_entropy: vocab_rows",
+            "[" + std::to_string(vocab_rows.first) + ", " + std::to_string(vocab_rows.last) + ")",
+            "must be logits.cols() = " + std::to_string(cols) +
+                " columns within [0, vocab_size = " + std::to_string(vocab_size) + ")");
+    for (std::size_t r = 0; r < labels.size(); ++r)
+        if (labels[r] < 0 || labels[r] >= vocab_size)
+            throw invalid_argument("vocab_parallel_cross_entropy: labels[" + std::to_string(r) + "]", labels[r],
+                                   "must be a class id in [0, vocab_size = " + std::to_string(vocab_size) + ")");
 
-        const auto n = std::size_t(rows);
-        const auto c = std::size_t(cols);
-        const auto x = detail::elements(logits);
-
-        // The global row maximum, for a stable softmax: every rank's maxima, then the max of them
-        // (taken in the same order everywhere, so every rank shifts by the same value).
-        std::vector<scalar> local_max(n), all_max(n * std::size_t(tp.size));
-        for (std::size_t r = 0; r < n; ++r)
-            local_max[r] =
-                *std::max_element(x.begin() + std::ptrdiff_t(r * c), x.begin() + std::ptrdiff_t((r + 1) * c));
-        tp.allgather(local_max, all_max);
-        std::vector<scalar> max(n);
-        for (std::size_t r = 0; r < n; ++r) {
-            max[r] = all_max[r];
-            for (std::size_t q = 1; q < std::size_t(tp.size); ++q) max[r] = std::max(max[r], all_max[q * n + r]);
-        }
-
-        cross_entropy_result<Backend> result{};
-        result.dlogits = typename Backend::matrix(rows, cols);
-        const auto e = detail::elements(result.dlogits);
-        // [0, n): sums of exp(logit - max) over the row; [n, 2n): the target's shifted logit,
-        // nonzero on the one rank that holds that column.
-        std::vector<scalar> sums(2 * n, scalar(0));
-        for (std::size_t r = 0; r < n; ++r) {
-            scalar sum = 0;
-            for (std::size_t j = 0; j < c; ++j) {
-                e[r * c + j] = std::exp(x[r * c + j] - max[r]);
-                sum += e[r * c + j];
+    const auto n = std::size_t(rows);
+    const auto c = std::size_t(cols);
+    cross_entropy_result<Backend> result{};
+    // On the host: in place on exec::cpu, on fp32 copies of a device backend's logits and
+    // gradient (nn/tensor_parallel.hpp).
+    read_on_host(backend, logits, [&](std::span<const scalar> x) {
+        result.dlogits = make_on_host(backend, rows, cols, [&](std::span<scalar> e) {
+            // The global row maximum, for a stable softmax: every rank's maxima, then the max of
+            // them (taken in the same order everywhere, so every rank shifts by the same value).
+            std::vector<scalar> local_max(n), all_max(n * std::size_t(tp.size));
+            for (std::size_t r = 0; r < n; ++r)
+                local_max[r] =
+                    *std::max_element(x.begin() + std::ptrdiff_t(r * c), x.begin() + std::ptrdiff_t((r + 1) * c));
+            tp.allgather(local_max, all_max);
+            std::vector<scalar> max(n);
+            for (std::size_t r = 0; r < n; ++r) {
+                max[r] = all_max[r];
+                for (std::size_t q = 1; q < std::size_t(tp.size); ++q) max[r] = std::max(max[r], all_max[q * n + r]);
             }
-            sums[r] = sum;
-            const int label = labels[r];
-            if (label >= vocab_rows.first && label < vocab_rows.last)
-                sums[n + r] = x[r * c + std::size_t(label - vocab_rows.first)] - max[r];
-        }
-        tp.allreduce_sum(sums);
 
-        double total = 0;
-        const scalar row_scale = scale / scalar(rows);
-        for (std::size_t r = 0; r < n; ++r) {
-            total += double(std::log(sums[r]) - sums[n + r]);
-            const scalar factor = row_scale / sums[r];
-            for (std::size_t j = 0; j < c; ++j) e[r * c + j] *= factor;
-            const int label = labels[r];
-            if (label >= vocab_rows.first && label < vocab_rows.last)
-                e[r * c + std::size_t(label - vocab_rows.first)] -= row_scale;
-        }
-        result.loss = scalar(total / double(rows));
-        return result;
-    }
+            // [0, n): sums of exp(logit - max) over the row; [n, 2n): the target's shifted logit,
+            // nonzero on the one rank that holds that column.
+            std::vector<scalar> sums(2 * n, scalar(0));
+            for (std::size_t r = 0; r < n; ++r) {
+                scalar sum = 0;
+                for (std::size_t j = 0; j < c; ++j) {
+                    e[r * c + j] = std::exp(x[r * c + j] - max[r]);
+                    sum += e[r * c + j];
+                }
+                sums[r] = sum;
+                const int label = labels[r];
+                if (label >= vocab_rows.first && label < vocab_rows.last)
+                    sums[n + r] = x[r * c + std::size_t(label - vocab_rows.first)] - max[r];
+            }
+            tp.allreduce_sum(sums);
+
+            double total = 0;
+            const scalar row_scale = scale / scalar(rows);
+            for (std::size_t r = 0; r < n; ++r) {
+                total += double(std::log(sums[r]) - sums[n + r]);
+                const scalar factor = row_scale / sums[r];
+                for (std::size_t j = 0; j < c; ++j) e[r * c + j] *= factor;
+                const int label = labels[r];
+                if (label >= vocab_rows.first && label < vocab_rows.last)
+                    e[r * c + std::size_t(label - vocab_rows.first)] -= row_scale;
+            }
+            result.loss = scalar(total / double(rows));
+        });
+    });
+    return result;
 }
 
 }  // namespace weft::nn

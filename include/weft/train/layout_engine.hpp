@@ -373,13 +373,6 @@ private:
                                           const engine_options& options) {
         if constexpr (!tensor_parallel_model)
             require(config.tp() == 1, "tp", config.tp(), "this model has no tensor-parallel layers; valid: 1");
-        // The tensor-parallel layers add their biases and reduce their vocabulary's loss on the
-        // host (nn/linear.hpp, nn/vocab_parallel_cross_entropy.hpp), which a device backend's
-        // matrices cannot give them.
-        if constexpr (!nn::host_tensor_parallel<Backend>)
-            require(config.tp() == 1, "tp", config.tp(),
-                    std::string("must be 1 with the ") + std::string(Backend::name) +
-                        " backend: its tensor-parallel layers are not built yet (pp, dp and ZeRO are)");
         require(Sharding::zero_stage < 0 || config.zero_stage() == Sharding::zero_stage, "zero_stage",
                 config.zero_stage(),
                 std::string("this engine was compiled with sharding ") + std::string(Sharding::name) +

@@ -116,6 +116,10 @@ void test_linear(gpu_backend& gpu, cpu_backend& cpu, int rows, int in, int out) 
 
     expect_close("linear_forward" + shape, download(gpu, gpu.linear_forward(gx, dw_w.view(), dw_b.view(), in, out)),
                  values(cpu.linear_forward(x, w, b, in, out)), gemm_rtol, gemm_atol);
+    // An empty bias: no bias (a row-parallel layer's partial product).
+    expect_close("linear_forward without bias" + shape,
+                 download(gpu, gpu.linear_forward(gx, dw_w.view(), std::span<const float>(), in, out)),
+                 values(cpu.linear_forward(x, w, {}, in, out)), gemm_rtol, gemm_atol);
     expect_close("linear_backward_input" + shape, download(gpu, gpu.linear_backward_input(gdy, dw_w.view(), in, out)),
                  values(cpu.linear_backward_input(dy, w, in, out)), gemm_rtol, gemm_atol);
     // Accumulates into gradients that already hold values.

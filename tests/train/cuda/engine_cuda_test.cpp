@@ -1,9 +1,10 @@
 // weft::engine over exec::cuda: the same engine, schedules and sharding as on the CPU, the
-// GPU computing. A small GPT-2 trains a few steps on one GPU, and on two rank threads sharing
-// that GPU over comm::host_staged<comm::local> (pp=2 under zb-h1; dp=2 under ZeRO-1); each
-// run's losses match the CPU engine's within bf16 rounding (exec::cuda's activations are
-// bf16, its GEMMs read bf16 weights), and the rank-thread layouts, which move the same bf16
-// activations between ranks, match the one-GPU run. Exit 77 (skipped) without a GPU.
+// GPU computing. A small GPT-2 trains a few steps on one GPU, and on rank threads sharing
+// that GPU over comm::host_staged<comm::local> (pp=2 under zb-h1; dp=2 under ZeRO-1; tp=2;
+// pp=2 x tp=2). Each run's losses match the CPU engine's within bf16 rounding (exec::cuda's
+// activations are bf16, its GEMMs read bf16 weights), and the rank-thread layouts, which move
+// the same bf16 activations between ranks, match the one-GPU run. Exit 77 (skipped) without
+// a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -57,9 +58,14 @@ weft::data::token_batch batch_of(int step) {
     return b;
 }
 
-weft::parallel_config layout(int pp, int dp, int zero, weft::schedule_kind schedule) {
-    return weft::parallel_config(
-        {.pp = pp, .dp = dp, .zero_stage = zero, .microbatches = 4, .schedule = schedule, .world_size = pp * dp});
+weft::parallel_config layout(int pp, int dp, int zero, weft::schedule_kind schedule, int tp = 1) {
+    return weft::parallel_config({.pp = pp,
+                                  .dp = dp,
+                                  .tp = tp,
+                                  .zero_stage = zero,
+                                  .microbatches = 4,
+                                  .schedule = schedule,
+                                  .world_size = pp * dp * tp});
 }
 
 // The losses of `steps` steps (rank 0's; every rank reports the same).
@@ -111,6 +117,12 @@ void device_checks() {
     expect_close("pp=2 zb-h1 on two rank threads against pp=1, both on the GPU", pipelined, gpu, 5e-3);
     const auto sharded = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false);
     expect_close("dp=2 ZeRO-1 on two rank threads against pp=1, both on the GPU", sharded, gpu, 5e-3);
+    // Tensor parallelism sums bf16 partial products in fp32 on the host and rounds once, where
+    // one GPU rounds each whole product: bf16 rounding at other points, a looser bound.
+    const auto split = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 1, 0, gpipe, 2), false);
+    expect_close("tp=2 on two rank threads against pp=1, both on the GPU", split, gpu, 1e-2);
+    const auto both = train<gpu_engine, staged_local, weft::exec::cuda>(4, layout(2, 1, 0, zb_h1, 2), false);
+    expect_close("pp=2 x tp=2 zb-h1 on four rank threads against pp=1, both on the GPU", both, gpu, 1e-2);
 }
 
 }  // namespace
