@@ -111,3 +111,33 @@ TEST_CASE("cross entropy: mean loss, scaled gradient, label checks", "[exec][cpu
     CHECK_THROWS_WITH(backend.cross_entropy(logits, std::vector<std::int32_t>{1}, 1.0, d),
                       Catch::Contains("labels.size()"));
 }
+
+TEST_CASE("the optimizer kernels are the host's optimizer code", "[exec][cpu]") {
+    // exec::optimizer_kernels on the CPU: the engine's step runs them, so they must be what
+    // optim:: computes on the host, bit for bit.
+    const weft::exec::cpu floats;
+    std::vector<float> p{1.0f, -0.5f, 0.25f, 2.0f}, m{0.1f, 0, -0.2f, 0}, v{0.01f, 0, 0.04f, 0};
+    const std::vector<float> g{0.5f, -0.25f, 0.1f, 3.0f};
+    auto p2 = p, m2 = m, v2 = v;
+    const auto f = weft::optim::adamw_factors<float>::of_step({.lr = 0.1, .weight_decay = 0.1}, 3, 0.5f);
+    floats.adamw_update(p, g, m, v, f, true);
+    weft::optim::adamw_update_on_host<float>(p2, g, m2, v2, f, true);
+    CHECK(p == p2);
+    CHECK(m == m2);
+    CHECK(v == v2);
+    CHECK(p[0] != 1.0f);
+
+    // Owned elements [10, 14) of a stage; counted runs [9, 11) and [12, 20): elements 10, 12, 13.
+    const std::vector<weft::optim::flat_run> runs{{9, 11}, {12, 20}};
+    std::vector<float> owned{1, 2, 3, 4};
+    auto summary = floats.summarize_gradients(owned, 10, runs);
+    CHECK(summary.sum_of_squares == 1.0 + 9.0 + 16.0);
+    CHECK(summary.finite);
+    owned[1] = std::nanf("");  // not counted, still checked
+    summary = floats.summarize_gradients(owned, 10, runs);
+    CHECK(summary.sum_of_squares == 26.0);
+    CHECK_FALSE(summary.finite);
+    owned[1] = 2;
+    owned[3] = -INFINITY;
+    CHECK_FALSE(floats.summarize_gradients(owned, 10, runs).finite);
+}

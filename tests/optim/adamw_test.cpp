@@ -2,6 +2,10 @@
 // double (see the numbers' derivation below), decay skipped for 1-D tensors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "weft/optim/adamw.hpp"
@@ -82,4 +86,74 @@ TEST_CASE("adamw rejects bad options and mismatched buffers", "[optim][adamw]") 
     opt.step(p, g6, registry);
     std::vector<float> p4(4), g4(4);
     CHECK_THROWS_WITH(opt.step(p4, g4, registry), Catch::Contains("earlier steps 6"));
+}
+
+namespace {
+
+// w [40, 50] decays, b [70] does not: ranges longer than the host update's chunk of 1024.
+weft::nn::parameter_registry large_tensors() {
+    weft::nn::parameter_registry registry;
+    registry.add("w", {40, 50});
+    registry.add("b", {70});
+    return registry;
+}
+
+std::vector<float> wavy(std::size_t n, float phase) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = 0.3f * float(std::sin(0.7 * double(i) + phase));
+    return v;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("adamw's grad_scale multiplies the gradients first, bit for bit", "[optim][adamw]") {
+    // What the engine's clipping relies on: no scaled copy of the gradients is made.
+    const auto registry = large_tensors();
+    const std::size_t n = registry.total_size();
+    weft::optim::adamw scaled_in_step(options), scaled_before(options);
+    auto p1 = wavy(n, 0.1f), p2 = p1;
+    for (const float phase : {0.5f, 1.5f}) {
+        const auto g = wavy(n, phase);
+        constexpr float scale = 0.37f;
+        std::vector<float> copy(g);
+        for (float& x : copy) x *= scale;
+        scaled_in_step.step(p1, g, registry, 0, scale);
+        scaled_before.step(p2, copy, registry);
+    }
+    CHECK(same_bits(p1, p2));
+    CHECK(same_bits(scaled_in_step.exp_avg(), scaled_before.exp_avg()));
+    CHECK(same_bits(scaled_in_step.exp_avg_sq(), scaled_before.exp_avg_sq()));
+    std::vector<float> g(n);
+    CHECK_THROWS_WITH(scaled_in_step.step(p1, g, registry, 0, -1.0f),
+                      Catch::Contains("grad_scale = -1") && Catch::Contains("must be finite and >= 0"));
+}
+
+TEST_CASE("adamw's range update replaces the host update range by range", "[optim][adamw]") {
+    // A backend's optimizer kernel takes each range with its factors; doing the host's update
+    // there must give the host's numbers, and every range (w decays, b does not) must come.
+    const auto registry = large_tensors();
+    const std::size_t n = registry.total_size();
+    weft::optim::adamw by_ranges(options), on_host(options);
+    auto p1 = wavy(n, 0.2f), p2 = p1;
+    std::vector<std::pair<std::size_t, bool>> ranges;
+    for (const float phase : {0.5f, 1.5f}) {
+        const auto g = wavy(n, phase);
+        ranges.clear();
+        by_ranges.step(p1, g, registry, 0, 0.5f,
+                       [&](std::span<float> p, std::span<const float> grads, std::span<float> m, std::span<float> v,
+                           const weft::optim::adamw_factors<float>& f, bool decays) {
+                           CHECK(f.grad_scale == 0.5f);
+                           ranges.emplace_back(p.size(), decays);
+                           weft::optim::adamw_update_on_host<float>(p, grads, m, v, f, decays);
+                       });
+        on_host.step(p2, g, registry, 0, 0.5f);
+    }
+    CHECK(ranges == std::vector<std::pair<std::size_t, bool>>{{2000, true}, {70, false}});
+    CHECK(same_bits(p1, p2));
+    CHECK(same_bits(by_ranges.exp_avg_sq(), on_host.exp_avg_sq()));
+    CHECK(by_ranges.step_count() == 2);
 }

@@ -1,6 +1,7 @@
 // SGD with momentum and weight decay against torch.optim.SGD's update worked in double.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <vector>
 
 #include "weft/optim/sgd.hpp"
@@ -37,4 +38,25 @@ TEST_CASE("sgd rejects bad options", "[optim][sgd]") {
     CHECK_THROWS_WITH(sgd({.lr = -0.1}), Catch::Contains("lr = -0.1"));
     CHECK_THROWS_WITH(sgd({.lr = 0.1, .momentum = 1}), Catch::Contains("momentum = 1"));
     CHECK_THROWS_WITH(sgd({.lr = 0.1, .weight_decay = -1}), Catch::Contains("weight_decay"));
+}
+
+TEST_CASE("sgd's grad_scale multiplies the gradients first, bit for bit", "[optim][sgd]") {
+    weft::nn::parameter_registry registry;
+    registry.add("w", {2, 2});
+    registry.add("b", {2});
+    weft::optim::sgd scaled_in_step({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+    weft::optim::sgd scaled_before({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+    std::vector<float> p1{1, -0.5f, 0.25f, 2, 0.5f, -1}, p2 = p1;
+    for (const std::vector<float>& g : {std::vector<float>{0.5f, -0.25f, 0.1f, 0, 0.3f, -0.2f},
+                                        std::vector<float>{-0.25f, 0.5f, 0.1f, 1, 0.3f, 0.4f}}) {
+        std::vector<float> copy(g);
+        for (float& x : copy) x *= 0.3f;
+        scaled_in_step.step(p1, g, registry, 0, 0.3f);
+        scaled_before.step(p2, copy, registry);
+    }
+    CHECK(p1 == p2);
+    CHECK(std::vector<float>(scaled_in_step.momentum_buffer().begin(), scaled_in_step.momentum_buffer().end()) ==
+          std::vector<float>(scaled_before.momentum_buffer().begin(), scaled_before.momentum_buffer().end()));
+    std::vector<float> g(6);
+    CHECK_THROWS_WITH(scaled_in_step.step(p1, g, registry, 0, std::nanf("")), Catch::Contains("grad_scale"));
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "training_run.hpp"
+#include "weft/shard/any_zero.hpp"
 
 using weft::parallel_config;
 using weft::schedule_kind;
@@ -167,5 +168,57 @@ TEST_CASE("the engine holds its backend object and every stage computes on it") 
     for (const auto& [stages, on_backend] : seen) {
         CHECK(stages == 2);
         CHECK(on_backend == stages);
+    }
+}
+
+namespace {
+
+// exec::cpu without its optimizer kernels: the engine then steps with the host's code.
+struct host_step_cpu : weft::exec::cpu {
+    void adamw_update() = delete;
+    void summarize_gradients() = delete;
+};
+static_assert(weft::exec::optimizer_kernels<weft::exec::cpu>);
+static_assert(weft::compute_backend<host_step_cpu> && !weft::exec::optimizer_kernels<host_step_cpu>);
+
+// Losses, gradient norms and final parameters of every rank of a pp=2 x dp=2 ZeRO-1 run with
+// clipping (the gradient scale), on Backend.
+template <class Backend>
+std::vector<std::pair<std::vector<double>, std::vector<float>>> clipped_zero_run() {
+    const auto config = parallel_config(
+        {.pp = 2, .dp = 2, .zero_stage = 1, .microbatches = 2, .schedule = weft::sched::gpipe::kind, .world_size = 4});
+    auto options = test_options();
+    options.grad_clip = 0.05;
+    std::vector<std::pair<std::vector<double>, std::vector<float>>> ranks(4);
+    weft::comm::local::run(4, [&](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::any_zero, weft::comm::local, Backend> engine(
+            world, config, test_model(), options, Backend{});
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        auto& [norms_and_losses, params] = ranks[static_cast<std::size_t>(world.rank())];
+        for (int step = 0; step < steps; ++step) {
+            const auto stats = engine.step(data.batch(step, batch_size));
+            norms_and_losses.push_back(stats.loss);
+            norms_and_losses.push_back(stats.grad_norm);
+        }
+        for (const int s : engine.local_stages()) {
+            const auto p = engine.stage(s).parameters();
+            params.insert(params.end(), p.begin(), p.end());
+        }
+    });
+    return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("a backend without optimizer kernels steps on the host with the same numbers") {
+    // exec::cpu's optimizer kernels are the host's code: the two paths of the engine's step
+    // (the backend's kernels, the host's fallback) must agree bit for bit, clipping included.
+    const auto with_kernels = clipped_zero_run<weft::exec::cpu>();
+    const auto on_host = clipped_zero_run<host_step_cpu>();
+    for (std::size_t r = 0; r < with_kernels.size(); ++r) {
+        INFO("rank " << r);
+        CHECK(with_kernels[r].first == on_host[r].first);
+        CHECK(with_kernels[r].second == on_host[r].second);
+        CHECK(with_kernels[r].first[1] > 0.05);  // the first step's norm is clipped
     }
 }

@@ -30,6 +30,19 @@ struct state_memory {
     bool pages_releasable;
     // Allocations from this size on are paged (only where pages_releasable).
     static constexpr std::size_t paged_bytes = std::size_t{16} << 10;
+    // Sets `bytes` bytes at `pointer` to zero where they live, finished when it returns (a
+    // GPU's managed memory: on the GPU, so that clearing gradients moves no page to the
+    // host). Null: the host's memset.
+    void (*zero)(void* pointer, std::size_t bytes) = nullptr;
+
+    // All-zero bytes are +0 in IEEE floating point: what clearing a gradient buffer writes.
+    void fill_zero(void* pointer, std::size_t bytes) const {
+        if (bytes == 0) return;
+        if (zero != nullptr)
+            zero(pointer, bytes);
+        else
+            std::memset(pointer, 0, bytes);
+    }
 };
 
 namespace detail {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -13,6 +14,8 @@
 
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
+#include "weft/optim/adamw_factors.hpp"
+#include "weft/optim/gradient_summary.hpp"
 
 namespace weft::exec {
 
@@ -135,6 +138,24 @@ concept fused_kernels = backend_matrices<B> &&
         { b.linear_gelu_forward(x, w, w, n, n, out) } -> std::same_as<typename B::matrix>;
         { b.linear_backward_input_gelu(x, w, n, n, x) } -> std::same_as<typename B::matrix>;
         { b.residual_layer_norm_forward(x, x, w, w, eps, out, out, out) } -> std::same_as<typename B::matrix>;
+    };
+
+// Kernels a backend may add for the step after backward, over the training state's flat
+// buffers where they live (exec::cuda: on the GPU, so that an optimizer step moves no pages
+// of managed memory to the host). The engine calls them where a backend has them and the
+// host's code otherwise; exec::cpu has them as that host code, so its numbers do not change.
+//  - adamw_update(params, grads, m, v, factors, decays): optim::adamw_update_on_host
+//    (optim/adamw_update.hpp), one range of a stage's buffers.
+//  - summarize_gradients(owned, offset, counted): optim::summarize_gradients_on_host
+//    (optim/gradient_summary.hpp): the sum of squares over the counted runs and whether
+//    every owned element is finite.
+template <class B>
+concept optimizer_kernels = backend_identity<B> &&
+    requires(B& b, std::span<typename B::scalar> x, std::span<const typename B::scalar> cx,
+             const optim::adamw_factors<typename B::scalar>& f, std::span<const optim::flat_run> runs, bool flag,
+             std::size_t offset) {
+        b.adamw_update(x, cx, x, x, f, flag);
+        { b.summarize_gradients(cx, offset, runs) } -> std::same_as<optim::gradient_summary>;
     };
 
 namespace detail {

@@ -20,6 +20,8 @@
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/optim/adamw_update.hpp"
+#include "weft/optim/gradient_summary.hpp"
 
 namespace weft::exec {
 
@@ -123,6 +125,16 @@ public:
                                                      matrix& mean, matrix& rstd) const {
         sum = add(a, b);
         return layer_norm_forward(sum, gamma, beta, eps, mean, rstd);
+    }
+
+    // The optimizer kernels of exec::optimizer_kernels: the host's code, which they are.
+    void adamw_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> m,
+                      std::span<Scalar> v, const optim::adamw_factors<Scalar>& f, bool decays) const {
+        optim::adamw_update_on_host<Scalar>(params, grads, m, v, f, decays);
+    }
+    [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const Scalar> owned, std::size_t offset,
+                                                              std::span<const optim::flat_run> counted) const {
+        return optim::summarize_gradients_on_host<Scalar>(owned, offset, counted);
     }
 
     // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(k (x + 0.044715 x^3)))
@@ -409,5 +421,6 @@ using cpu = cpu_backend<float>;
 
 static_assert(compute_backend<cpu>);
 static_assert(compute_backend<cpu_backend<double>>);
+static_assert(fused_kernels<cpu> && optimizer_kernels<cpu> && optimizer_kernels<cpu_backend<double>>);
 
 }  // namespace weft::exec

@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
@@ -44,6 +46,8 @@
 #include "weft/exec/cuda/managed_state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/optim/adamw_update.hpp"
+#include "weft/optim/gradient_summary.hpp"
 
 namespace weft::exec {
 
@@ -418,7 +422,93 @@ public:
         return dqkv;
     }
 
+    // The optimizer kernels (exec::optimizer_kernels): the step after backward on the GPU,
+    // over the training state's managed buffers, so that no page of it moves to the host. A
+    // buffer in host memory (state made outside the backend's state memory) takes the host's
+    // code instead, with the same result.
+    void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
+                      const optim::adamw_factors<float>& f, bool decays) {
+        require_size(grads.size(), params.size(), "adamw_update: grads.size()");
+        require_size(m.size(), params.size(), "adamw_update: m.size()");
+        require_size(v.size(), params.size(), "adamw_update: v.size()");
+        if (!on_device(params) || !on_device(grads) || !on_device(m) || !on_device(v)) {
+            synchronize();
+            optim::adamw_update_on_host<float>(params, grads, m, v, f, decays);
+            return;
+        }
+        const weft::cuda::adamw_step_factors factors{.decay = f.decay,
+                                                     .beta1 = f.beta1,
+                                                     .one_minus_beta1 = f.one_minus_beta1,
+                                                     .beta2 = f.beta2,
+                                                     .one_minus_beta2 = f.one_minus_beta2,
+                                                     .step_size = f.step_size,
+                                                     .bias_correction2_sqrt = f.bias_correction2_sqrt,
+                                                     .eps = f.eps,
+                                                     .lerp_from_start = f.lerp_from_start ? 1 : 0,
+                                                     .grad_scale = f.grad_scale};
+        weft::cuda::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), factors,
+                                         decays, stream());
+    }
+    // Waits for the result (the engine reduces it over the world on the host).
+    [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const float> owned, std::size_t offset,
+                                                              std::span<const optim::flat_run> counted) {
+        if (owned.empty()) return {};
+        if (!on_device(owned)) {
+            synchronize();
+            return optim::summarize_gradients_on_host<float>(owned, offset, counted);
+        }
+        const std::vector<weft::cuda::gradient_segment> segments = gradient_segments(owned.size(), offset, counted);
+        std::size_t longest = 0;
+        for (const auto& s : segments) longest = std::max(longest, s.last - s.first);
+        const int blocks = weft::cuda::launch::summary_blocks_per_segment(longest);
+        require(segments.size() <= 65535, "summarize_gradients: counted runs", counted.size(),
+                "must leave at most 65535 segments of the owned gradients");
+        scratch<weft::cuda::gradient_segment> device_segments(segments.size(), stream());
+        scratch<double> partials(segments.size() * std::size_t(blocks), stream());
+        scratch<double> sums(2, stream());
+        weft::cuda::check(cudaMemcpyAsync(device_segments.data(), segments.data(),
+                                          segments.size() * sizeof(weft::cuda::gradient_segment),
+                                          cudaMemcpyHostToDevice, stream()),
+                          "cudaMemcpyAsync (gradient segments)");
+        weft::cuda::launch::summarize_gradients(owned.data(), device_segments.data(), int(segments.size()), blocks,
+                                                partials.data(), sums.data(), stream());
+        double host[2] = {0, 0};
+        weft::cuda::check(cudaMemcpyAsync(host, sums.data(), sizeof(host), cudaMemcpyDeviceToHost, stream()),
+                          "cudaMemcpyAsync (gradient sums)");
+        synchronize();
+        return {.sum_of_squares = host[0], .finite = std::isfinite(host[1])};
+    }
+
 private:
+    template <class T>
+    static bool on_device(std::span<T> values) {
+        if (values.empty()) return true;
+        const cudaMemoryType type = weft::cuda::memory_type(values.data());
+        return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
+    }
+    // The owned gradients [offset, offset + size) of the flat buffer cut at the counted runs'
+    // edges, in order, each piece marked counted or not (relative to the first owned element).
+    static std::vector<weft::cuda::gradient_segment> gradient_segments(std::size_t size, std::size_t offset,
+                                                                       std::span<const optim::flat_run> counted) {
+        std::vector<weft::cuda::gradient_segment> segments;
+        std::size_t at = 0;             // relative to offset
+        std::size_t previous_last = 0;  // absolute
+        for (const optim::flat_run& run : counted) {
+            require(run.first <= run.last && run.first >= previous_last, "summarize_gradients: counted run",
+                    "[" + std::to_string(run.first) + ", " + std::to_string(run.last) + ")",
+                    "must be ascending and not overlap the run before it");
+            previous_last = run.last;
+            const std::size_t first = std::clamp(run.first, offset, offset + size) - offset;
+            const std::size_t last = std::clamp(run.last, offset, offset + size) - offset;
+            if (first >= last) continue;
+            if (first > at) segments.push_back({at, first, 0});
+            segments.push_back({first, last, 1});
+            at = last;
+        }
+        if (at < size) segments.push_back({at, size, 0});
+        return segments;
+    }
+
     // Device memory for one kernel call's temporaries, freed in stream order after it.
     template <class T>
     class scratch {
@@ -534,6 +624,6 @@ private:
 using cuda = cuda_backend;
 
 static_assert(compute_backend<cuda_backend>);
-static_assert(fused_kernels<cuda_backend>);
+static_assert(fused_kernels<cuda_backend> && optimizer_kernels<cuda_backend>);
 
 }  // namespace weft::exec

@@ -49,7 +49,8 @@ public:
     [[nodiscard]] std::span<const Scalar> gradients() const {
         return std::span<const Scalar>(grads_).first(held(grads_));
     }
-    void zero_gradients() { std::fill(grads_.begin(), grads_.end(), Scalar(0)); }
+    // Where the buffer lives (a GPU's managed memory: on the GPU; core/state_memory.hpp).
+    void zero_gradients() { grads_.get_allocator().memory().fill_zero(grads_.data(), grads_.size() * sizeof(Scalar)); }
     [[nodiscard]] const parameter_registry& registry() const { return registry_; }
 
     // For sharding (shard/): the buffers padded with zeros to a multiple of the number of

@@ -62,10 +62,21 @@ public:
     [[nodiscard]] std::string_view name() const { return to_string(kind()); }
 
     // parameters and gradients cover elements [offset, offset + parameters.size()) of the
-    // registry's flat layout: a whole stage, or this rank's ZeRO range of it.
+    // registry's flat layout: a whole stage, or this rank's ZeRO range of it. Every gradient
+    // is multiplied by grad_scale first (gradient clipping; 1: none).
     void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const nn::parameter_registry& registry,
-              std::size_t offset = 0) {
-        std::visit([&](auto& o) { o.step(parameters, gradients, registry, offset); }, impl_);
+              std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
+        std::visit([&](auto& o) { o.step(parameters, gradients, registry, offset, grad_scale); }, impl_);
+    }
+    // The same, AdamW's ranges updated by adamw_update(params, grads, m, v, factors, decays)
+    // (basic_adamw::step): a backend's optimizer kernel. SGD steps on the host.
+    template <class AdamwUpdate>
+    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const nn::parameter_registry& registry,
+              std::size_t offset, Scalar grad_scale, AdamwUpdate&& adamw_update) {
+        if (auto* adamw = std::get_if<basic_adamw<Scalar>>(&impl_))
+            adamw->step(parameters, gradients, registry, offset, grad_scale, adamw_update);
+        else
+            std::get<basic_sgd<Scalar>>(impl_).step(parameters, gradients, registry, offset, grad_scale);
     }
 
     [[nodiscard]] std::uint64_t step_count() const {

@@ -47,12 +47,15 @@ public:
     }
 
     // params and grads cover elements [offset, offset + params.size()) of the
-    // registry's flat layout: the whole buffer, or this rank's ZeRO shard.
-    // The momentum buffer is sized on the first step; later steps must match it.
-    void step(std::span<Scalar> params, std::span<const Scalar> grads,
-              const nn::parameter_registry& registry, std::size_t offset = 0) {
+    // registry's flat layout: the whole buffer, or this rank's ZeRO shard. Every gradient is
+    // multiplied by grad_scale first (gradient clipping; 1: none). The momentum buffer is
+    // sized on the first step; later steps must match it.
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+              std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
         require(grads.size() == params.size(), "sgd step: grads.size()", grads.size(),
                 "must equal params.size() = " + std::to_string(params.size()));
+        require(std::isfinite(grad_scale) && grad_scale >= 0, "sgd step: grad_scale", grad_scale,
+                "must be finite and >= 0");
         const bool use_momentum = options_.momentum > 0;
         if (use_momentum) {
             if (steps_ == 0) momentum_buffer_.assign(params.size(), Scalar(0));
@@ -66,6 +69,7 @@ public:
         for_each_decay_range(registry, offset, params.size(), [&](std::size_t lo, std::size_t hi, bool decays) {
             for (std::size_t i = lo; i < hi; ++i) {
                 Scalar g = grads[i];
+                if (grad_scale != Scalar(1)) g *= grad_scale;
                 if (decays && decay != Scalar(0)) g += decay * params[i];
                 if (use_momentum) {
                     // PyTorch starts the buffer at the first gradient, not at zero.

@@ -189,14 +189,8 @@ public:
         check_step(step, "apply");
         require(gradient.size() == tensors_.parameters().size(), "apply: gradient", gradient.size(),
                 "must hold the stage's " + std::to_string(tensors_.parameters().size()) + " parameters");
-        std::vector<float> clipped;
-        if (clip < 1) {
-            clipped.assign(gradient.begin(), gradient.end());
-            for (float& g : clipped) g *= static_cast<float>(clip);
-            gradient = clipped;
-        }
         optimizer_.set_lr(lr);
-        optimizer_.step(tensors_.parameters(), gradient, registry(), 0);
+        optimizer_.step(tensors_.parameters(), gradient, registry(), 0, clip < 1 ? static_cast<float>(clip) : 1.0f);
         ++step_;
         kept_.clear();
     }

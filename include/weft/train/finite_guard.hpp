@@ -8,16 +8,11 @@
 #include <cstddef>
 #include <span>
 
+#include "weft/optim/gradient_summary.hpp"
+
 namespace weft::train {
 
-template <class Scalar>
-[[nodiscard]] bool all_finite(std::span<const Scalar> values) {
-    // One branch-free pass: v * 0 is 0 for a finite v and NaN for a NaN or an infinity, and
-    // a NaN survives the sum.
-    Scalar sum{0};
-    for (const Scalar v : values) sum += v * Scalar(0);
-    return std::isfinite(sum);
-}
+using optim::all_finite;
 
 // Where a non-finite step appeared first. `stage_flags[s]` > 0 when stage s's reduced
 // gradients are not all finite. Backward runs from the loss down to stage 0, so a

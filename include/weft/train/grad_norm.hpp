@@ -19,15 +19,12 @@
 #include "weft/models/pipeline_model.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/optim/gradient_summary.hpp"
 
 namespace weft::train {
 
-// An interval [first, last) of a stage's flat buffer.
-struct flat_run {
-    std::size_t first = 0;
-    std::size_t last = 0;
-    friend bool operator==(const flat_run&, const flat_run&) = default;
-};
+using optim::flat_run;
+using optim::counted_sum_of_squares;
 
 // The runs of stage `stage`'s flat buffer (its `registry` on tensor-parallel rank
 // `tp_index`) that this rank counts in the global norm; adjacent runs are merged.
@@ -53,25 +50,6 @@ struct flat_run {
             runs.push_back({info.offset, info.offset + info.size});
     }
     return runs;
-}
-
-// The sum of squares of the counted elements of `owned`, which holds the flat buffer's
-// elements [offset, offset + owned.size()) (a ZeRO range, or the whole stage at offset 0).
-// In double: the norm of millions of float gradients keeps its digits.
-template <class Scalar>
-[[nodiscard]] double counted_sum_of_squares(std::span<const Scalar> owned, std::size_t offset,
-                                            const std::vector<flat_run>& runs) {
-    double sum = 0;
-    const std::size_t end = offset + owned.size();
-    for (const auto& run : runs) {
-        const std::size_t first = std::max(run.first, offset);
-        const std::size_t last = std::min(run.last, end);
-        for (std::size_t i = first; i < last; ++i) {
-            const double g = owned[i - offset];
-            sum += g * g;
-        }
-    }
-    return sum;
 }
 
 // What the gradients are multiplied by before the update: max_norm / (norm + 1e-6) when that

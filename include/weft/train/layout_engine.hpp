@@ -126,12 +126,14 @@ public:
         totals[0] = loss_contribution(last_program_);
         totals[1] = idle_fraction();
         for (const auto& [index, sharding] : shardings_) {
-            const auto owned = sharding.owned_gradients();
-            if (!all_finite(owned)) totals[first_flag + static_cast<std::size_t>(index)] = 1;
             // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
-            if (sharding.zero_stage() == 0 && coordinates().dp_index != 0) continue;
+            const bool counts = sharding.zero_stage() != 0 || coordinates().dp_index == 0;
             const std::size_t offset = sharding.zero_stage() == 0 ? 0 : sharding.shard().offset;
-            totals[2] += counted_sum_of_squares(owned, offset, find(norm_runs_, index));
+            const auto summary = summarize_gradients(sharding.owned_gradients(), offset,
+                                                     counts ? std::span<const flat_run>(find(norm_runs_, index))
+                                                            : std::span<const flat_run>());
+            if (!summary.finite) totals[first_flag + static_cast<std::size_t>(index)] = 1;
+            totals[2] += summary.sum_of_squares;
         }
         world_->allreduce_sum(std::span<double>(totals));
         const int nonfinite_stage =
@@ -145,12 +147,7 @@ public:
             // of the gradients), without the update.
             sharding.step([&](std::span<scalar> params, std::span<const scalar> grads, std::size_t offset) {
                 if (nonfinite_stage >= 0) return;
-                if (clip < scalar(1)) {
-                    clipped_.assign(grads.begin(), grads.end());
-                    for (scalar& g : clipped_) g *= clip;
-                    grads = clipped_;
-                }
-                stage.optimizer.step(params, grads, stage.tensors.registry(), offset);
+                optimizer_step(stage.optimizer, params, grads, stage.tensors.registry(), offset, clip);
             });
         }
         // The batch was used either way: a skipped step still moves the data on.
@@ -369,6 +366,34 @@ private:
         return std::forward<Make>(make)();
     }
 
+    // The step's summary of a stage's reduced gradients (owned: the flat buffer's elements
+    // from offset on): by the backend's kernel where it has one (exec::optimizer_kernels),
+    // on the host otherwise.
+    [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const scalar> owned, std::size_t offset,
+                                                              std::span<const flat_run> counted) {
+        if constexpr (exec::optimizer_kernels<Backend>)
+            return backend_.summarize_gradients(owned, offset, counted);
+        else
+            return optim::summarize_gradients_on_host(owned, offset, counted);
+    }
+
+    // The optimizer's update, gradients scaled by `grad_scale` (clipping): AdamW's ranges by the
+    // backend's kernel where it has one, finished before the sharding's collectives and the
+    // reset of the gradients touch the buffers from the host.
+    void optimizer_step(optim::any_optimizer<scalar>& optimizer, std::span<scalar> params,
+                        std::span<const scalar> grads, const nn::parameter_registry& registry, std::size_t offset,
+                        scalar grad_scale) {
+        if constexpr (exec::optimizer_kernels<Backend>) {
+            optimizer.step(params, grads, registry, offset, grad_scale,
+                           [this](std::span<scalar> p, std::span<const scalar> g, std::span<scalar> m,
+                                  std::span<scalar> v, const optim::adamw_factors<scalar>& f,
+                                  bool decays) { backend_.adamw_update(p, g, m, v, f, decays); });
+            backend_.synchronize();
+        } else {
+            optimizer.step(params, grads, registry, offset, grad_scale);
+        }
+    }
+
     static parallel_config checked_config(const parallel_config& config, const model_config& model,
                                           const engine_options& options) {
         if constexpr (!tensor_parallel_model)
@@ -523,7 +548,6 @@ private:
     std::map<int, sharding_type> shardings_;
     std::map<int, runner_type> runners_;
     std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
-    std::vector<scalar> clipped_;                      // the clipped gradients of the update being made
     program_report last_program_;
     std::optional<program_loop<Model, Backend, Comm>> eval_loop_;  // evaluate()'s forward-only program
     bool released_ = false;

@@ -290,6 +290,64 @@ void test_host_memory_refused(gpu_backend& gpu) {
     expect(named, "a weight in host memory is refused naming linear_forward: weight");
 }
 
+// exec::optimizer_kernels: AdamW's update is the host's bit for bit (IEEE intrinsics in the
+// host's order), under both of torch.lerp's forms, with and without decay and a gradient
+// scale; the gradient summary matches the host's sum within double rounding and finds a NaN
+// or an infinity anywhere in the owned gradients, counted or not.
+void test_optimizer_kernels(gpu_backend& gpu, cpu_backend& cpu) {
+    constexpr std::size_t n = 100000;
+    std::mt19937 generator(29);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    const auto random = [&] {
+        std::vector<float> v(n);
+        for (float& x : v) x = normal(generator);
+        return v;
+    };
+    for (const double beta1 : {0.9, 0.3}) {
+        for (const float scale : {1.0f, 0.25f}) {
+            for (const bool decays : {true, false}) {
+                const std::string tag = " (beta1 " + std::to_string(beta1) + ", grad_scale " + std::to_string(scale) +
+                                        (decays ? ", decays)" : ", no decay)");
+                const auto f = weft::optim::adamw_factors<float>::of_step(
+                    {.lr = 1e-3, .beta1 = beta1, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1}, 7, scale);
+                auto p = random(), g = random(), m = random(), v = random();
+                for (float& x : v) x = x * x;  // a second moment is not negative
+                device_values dp(p), dg(g), dm(m), dv(v);
+                gpu.adamw_update(dp.span(), dg.view(), dm.span(), dv.span(), f, decays);
+                gpu.synchronize();
+                cpu.adamw_update(p, g, m, v, f, decays);
+                expect(dp.host() == p && dm.host() == m && dv.host() == v,
+                       "adamw_update on the GPU equals the host's bit for bit" + tag);
+            }
+        }
+    }
+
+    const std::vector<weft::optim::flat_run> runs{{5, 300}, {1000, 50000}, {60000, 200000}};
+    constexpr std::size_t offset = 100;  // owned: elements [100, 100100) of the flat buffer
+    auto grads = random();
+    const auto check_summary = [&](const std::string& what, bool finite) {
+        device_values owned(grads);
+        const auto got = gpu.summarize_gradients(owned.view(), offset, runs);
+        const auto want = cpu.summarize_gradients(grads, offset, runs);
+        expect(got.finite == finite && want.finite == finite, what + ": finite is " + (finite ? "true" : "false"));
+        if (finite)
+            expect(std::fabs(got.sum_of_squares - want.sum_of_squares) <= 1e-12 * want.sum_of_squares,
+                   what + ": sum of squares " + std::to_string(got.sum_of_squares) + ", host " +
+                       std::to_string(want.sum_of_squares));
+    };
+    check_summary("summarize_gradients", true);
+    grads[400] = std::nanf("");  // element 500: between the first two runs, not counted
+    check_summary("summarize_gradients, a NaN not counted", false);
+    grads[400] = 1.0f;
+    grads[70000] = -INFINITY;  // element 70100: counted
+    check_summary("summarize_gradients, an infinity counted", false);
+    grads[70000] = 1.0f;
+    // Owned gradients in host memory take the host's code: the host's numbers exactly.
+    const auto on_host = gpu.summarize_gradients(grads, offset, runs);
+    expect(on_host.sum_of_squares == cpu.summarize_gradients(grads, offset, runs).sum_of_squares,
+           "summarize_gradients over host memory is the host's");
+}
+
 // No GPU: making the backend is an error that names the device and says why.
 void host_checks() {
     if (weft::cuda::device_count() > 0) return;
@@ -324,5 +382,6 @@ int main(int argc, char** argv) {
         test_attention(gpu, cpu, 2, 130, 2, 96);
         test_attention(gpu, cpu, 1, 200, 1, 128);
         test_host_memory_refused(gpu);
+        test_optimizer_kernels(gpu, cpu);
     });
 }

@@ -9,6 +9,7 @@
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
+#include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/kernels/residual_add.cuh"
 
 namespace weft::cuda::launch {
@@ -75,6 +76,18 @@ void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int se
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
                         int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
     flash_attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, const adamw_step_factors& f,
+                  bool decays, cudaStream_t stream) {
+    adamw_update_exact(params, grads, m, v, n, f, decays, stream);
+}
+int summary_blocks_per_segment(std::size_t longest_segment) {
+    return weft::cuda::summary_blocks_per_segment(longest_segment);
+}
+void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,
+                         int blocks_per_segment, double* partials, double* result, cudaStream_t stream) {
+    summarize_segments(values, segments, segment_count, blocks_per_segment, partials, result, stream);
 }
 
 }  // namespace weft::cuda::launch

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "weft/exec/cuda/optimizer_step_types.hpp"
+
 namespace weft::cuda::launch {
 
 using bf16 = __nv_bfloat16;
@@ -56,5 +58,14 @@ void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int se
                        cudaStream_t stream);
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
                         int batch, int seq, int heads, int head_dim, cudaStream_t stream);
+
+// The optimizer step on fp32 state (kernels/optimizer_step.cuh): AdamW's update of [0, n),
+// bit for bit optim::adamw_update_on_host; and the summary of gradients by segments.
+void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, const adamw_step_factors& f,
+                  bool decays, cudaStream_t stream);
+// Blocks per segment for the longest segment (the size of `partials`: segments x blocks).
+[[nodiscard]] int summary_blocks_per_segment(std::size_t longest_segment);
+void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,
+                         int blocks_per_segment, double* partials, double* result, cudaStream_t stream);
 
 }  // namespace weft::cuda::launch

@@ -29,6 +29,15 @@ inline void* managed_allocate(std::size_t bytes) {
     return pointer;
 }
 
+// On the GPU, where the pages are wanted next (gradients accumulate there), and finished
+// before the host or another stream may touch the buffer. The caller has waited for the
+// kernels that wrote it (the engine synchronizes its backend before the step), so only this
+// memset is waited for, not other rank threads' work on the same GPU.
+inline void managed_zero(void* pointer, std::size_t bytes) {
+    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
+}
+
 inline void managed_deallocate(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
     static_cast<void>(cudaFree(pointer));
@@ -38,7 +47,7 @@ inline void managed_deallocate(void* pointer, std::size_t /*bytes*/) noexcept {
 
 [[nodiscard]] inline const state_memory& managed_state_memory() {
     static constexpr state_memory managed{"CUDA managed", &detail::managed_allocate, &detail::managed_deallocate,
-                                          false};
+                                          false, &detail::managed_zero};
     return managed;
 }
 

@@ -1,0 +1,148 @@
+// The step after backward on the GPU, over the training state's fp32 flat buffers where
+// they live (exec::optimizer_kernels): AdamW's update of one range, and the summary of a
+// stage's reduced gradients (the counted sum of squares for the global norm, and whether
+// every element is finite).
+//
+// The update repeats optim::adamw_update_on_host bit for bit: every operation is an
+// IEEE-rounded intrinsic (__fmul_rn and friends, which nvcc never contracts into an FMA)
+// in PyTorch's order, as the host's vectorised loop computes it. The summary sums in a
+// fixed order (per-block trees, then one block over the partials in index order), so a run
+// repeats bit for bit; it differs from the host's sequential double sum only by rounding.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/optimizer_step_types.hpp"
+#include "weft/exec/cuda/runtime.hpp"
+
+namespace weft::cuda {
+
+namespace detail {
+
+template <class Scalar>
+__global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* m, Scalar* v, std::size_t n,
+                                   adamw_step_factors f, bool decays) {
+    static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x) {
+        float g = grads[i];
+        if (f.grad_scale != 1.0f) g = __fmul_rn(g, f.grad_scale);
+        float p = params[i];
+        if (decays) p = __fmul_rn(p, f.decay);
+        float mi = m[i];
+        mi = f.lerp_from_start ? __fadd_rn(mi, __fmul_rn(f.one_minus_beta1, __fsub_rn(g, mi)))
+                               : __fsub_rn(g, __fmul_rn(__fsub_rn(g, mi), f.beta1));
+        const float vi = __fadd_rn(__fmul_rn(v[i], f.beta2), __fmul_rn(__fmul_rn(f.one_minus_beta2, g), g));
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), f.bias_correction2_sqrt), f.eps);
+        p = __fadd_rn(p, __fmul_rn(-f.step_size, __fdiv_rn(mi, denom)));
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+    }
+}
+
+__device__ inline double warp_sum_double(double v) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// Sum over the block of two values at once, returned to thread 0. blockDim.x = 256.
+__device__ inline void block_sum_pair(double& a, double& b) {
+    __shared__ double scratch[2][8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    a = warp_sum_double(a);
+    b = warp_sum_double(b);
+    if (lane == 0) {
+        scratch[0][warp] = a;
+        scratch[1][warp] = b;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        a = lane < 8 ? scratch[0][lane] : 0.0;
+        b = lane < 8 ? scratch[1][lane] : 0.0;
+        a = warp_sum_double(a);
+        b = warp_sum_double(b);
+    }
+}
+
+constexpr unsigned int summary_threads = 256;
+
+// Block (x, y) sums the squares of its share of segment y into partials[y * gridDim.x + x].
+template <class Scalar>
+__global__ void segment_squares_kernel(const Scalar* values, const gradient_segment* segments, double* partials) {
+    const gradient_segment s = segments[blockIdx.y];
+    double sum = 0;
+    for (std::size_t i = s.first + blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < s.last;
+         i += std::size_t(gridDim.x) * blockDim.x) {
+        const double g = values[i];
+        sum += g * g;
+    }
+    double unused = 0;
+    block_sum_pair(sum, unused);
+    if (threadIdx.x == 0) partials[std::size_t(blockIdx.y) * gridDim.x + blockIdx.x] = sum;
+}
+
+// One block: result[0] = the counted segments' sum, result[1] = every segment's (non-finite
+// exactly when an element is: squares of finite floats cannot overflow a double here).
+template <class Scalar>
+__global__ void summary_total_kernel(const double* partials, const gradient_segment* segments, int blocks_per_segment,
+                                     std::size_t count, double* result) {
+    double counted = 0, total = 0;
+    for (std::size_t i = threadIdx.x; i < count; i += blockDim.x) {
+        total += partials[i];
+        if (segments[i / std::size_t(blocks_per_segment)].counted) counted += partials[i];
+    }
+    block_sum_pair(counted, total);
+    if (threadIdx.x == 0) {
+        result[0] = counted;
+        result[1] = total;
+    }
+}
+
+}  // namespace detail
+
+// Stream-ordered: params, m and v [0, n) updated from grads (optim::adamw_update_on_host).
+template <class Scalar>
+void adamw_update_exact(Scalar* params, const Scalar* grads, Scalar* m, Scalar* v, std::size_t n,
+                        const adamw_step_factors& f, bool decays, cudaStream_t stream) {
+    if (n == 0) return;
+    require(params != nullptr && grads != nullptr && m != nullptr && v != nullptr,
+            "adamw_update_exact: params, grads, m, v", "a null pointer", "must be device or managed pointers");
+    constexpr unsigned int threads = 256;
+    detail::adamw_exact_kernel<Scalar>
+        <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(params, grads, m, v, n, f, decays);
+    check(cudaGetLastError(), "adamw_update_exact kernel launch");
+}
+
+// Blocks per segment for a summary whose longest segment has this many elements (1 to 64).
+[[nodiscard]] inline int summary_blocks_per_segment(std::size_t longest_segment) {
+    const std::size_t wanted = (longest_segment + detail::summary_threads - 1) / detail::summary_threads;
+    return int(wanted < 1 ? 1 : (wanted > 64 ? 64 : wanted));
+}
+// Stream-ordered: result[0] = the sum of squares over the counted segments of values,
+// result[1] = over all of them, both in device memory. segments (device memory,
+// `segment_count` of them, at most 65535) and partials (device memory, segment_count x
+// blocks_per_segment doubles) are the caller's.
+template <class Scalar>
+void summarize_segments(const Scalar* values, const gradient_segment* segments, int segment_count,
+                        int blocks_per_segment, double* partials, double* result, cudaStream_t stream) {
+    require(segment_count >= 1 && segment_count <= 65535, "summarize_segments: segment_count", segment_count,
+            "must be in [1, 65535]");
+    require(blocks_per_segment >= 1 && blocks_per_segment <= 64, "summarize_segments: blocks_per_segment",
+            blocks_per_segment, "must be in [1, 64]");
+    const dim3 grid{static_cast<unsigned>(blocks_per_segment), static_cast<unsigned>(segment_count)};
+    detail::segment_squares_kernel<Scalar><<<grid, detail::summary_threads, 0, stream>>>(values, segments, partials);
+    check(cudaGetLastError(), "segment_squares kernel launch");
+    detail::summary_total_kernel<Scalar><<<1, detail::summary_threads, 0, stream>>>(
+        partials, segments, blocks_per_segment, std::size_t(segment_count) * std::size_t(blocks_per_segment),
+        result);
+    check(cudaGetLastError(), "summary_total kernel launch");
+}
+
+}  // namespace weft::cuda
