@@ -5,6 +5,7 @@
 #   - 20 steps of train_gpt --device cuda (pp=1) against the same run on the CPU, loss by loss;
 #   - 20 steps of a 2-stage zb-h1 pipeline on the one GPU (two rank threads over
 #     comm::host_staged) against the pp=1 GPU run;
+#   - 20 steps of tp=2 on the one GPU (two rank threads) against the pp=1 GPU run;
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
 #     the GPU's dense bf16 peak);
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of

@@ -77,6 +77,16 @@ struct copying_cpu : weft::exec::cpu {
 };
 static_assert(weft::exec::compute_backend<copying_cpu> && !weft::nn::host_matrices<copying_cpu>);
 
+// The same without the vocabulary-parallel loss's kernels: the loss's passes then run on a
+// host copy of the logits.
+struct copying_cpu_without_loss_kernels : copying_cpu {
+    void row_max() = delete;
+    void softmax_partial_sums() = delete;
+    void softmax_gradient() = delete;
+};
+static_assert(weft::exec::vocab_parallel_loss_kernels<copying_cpu> &&
+              !weft::exec::vocab_parallel_loss_kernels<copying_cpu_without_loss_kernels>);
+
 // Moves the parameters away from their initial values (LayerNorm 1, biases 0), each element
 // by its GLOBAL index, so that every tp split perturbs the same model the same way.
 template <class Backend>
@@ -141,14 +151,15 @@ std::vector<rank_result> run_tp(int tp, unit_range units, bool perturbed = true)
     return results;
 }
 
-// The same over copying_cpu, one per rank thread; copies[r] is how many matrices rank r
+// The same over a copying backend, one per rank thread; copies[r] is how many matrices rank r
 // copied to or from the host.
+template <class Copying>
 std::vector<rank_result> run_tp_copying(int tp, unit_range units, std::vector<int>& copies) {
     std::vector<rank_result> results(static_cast<std::size_t>(tp));
     copies.assign(std::size_t(tp), 0);
     weft::comm::local::run(tp, [&](weft::comm::local& comm) {
-        copying_cpu rank_backend;
-        gpt_stage<copying_cpu> stage(rank_backend, config, units, weft::nn::make_tp_group<float>(comm));
+        Copying rank_backend;
+        gpt_stage<Copying> stage(rank_backend, config, units, weft::nn::make_tp_group<float>(comm));
         results[std::size_t(comm.rank())] = run_stage(stage);
         copies[std::size_t(comm.rank())] = rank_backend.copies;
     });
@@ -204,6 +215,17 @@ double norm_error(const std::vector<float>& got, const std::vector<float>& want)
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
     // memcmp must not see the null data() of an empty vector (a first stage has no dx).
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// a equals b bit for bit, and the copying backend made `copies` host copies on the way.
+void check_same_bits(const rank_result& a, const rank_result& b, int copies) {
+    // Every stage reduces: a row-parallel output, a column-parallel input gradient.
+    CHECK(copies > 0);
+    CHECK(std::memcmp(&a.loss, &b.loss, sizeof(float)) == 0);
+    CHECK(bit_equal(a.output, b.output));
+    CHECK(bit_equal(a.dx, b.dx));
+    CHECK(bit_equal(a.grads, b.grads));
+    CHECK(bit_equal(a.params, b.params));
 }
 
 }  // namespace
@@ -322,25 +344,25 @@ TEST_CASE("tensor-parallel gpt stages equal the tp = 1 stage", "[nn][gpt][tp]") 
 
 TEST_CASE("tensor-parallel gpt stages on a backend the host copies compute what exec::cpu does, bit for bit",
           "[nn][gpt][tp]") {
-    // What exec::cuda's tensor parallelism runs: every step between kernels on host copies.
+    // What exec::cuda's tensor parallelism runs: the steps between kernels on host copies, and
+    // the vocabulary-parallel loss through the backend's kernels (or, without them, on a copy).
     const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
     for (const unit_range units : stages) {
         const int tp = 2;
         INFO("units [" << units.first << ", " << units.last << "), tp = " << tp);
         const auto want = run_tp(tp, units);
-        std::vector<int> copies;
-        const auto got = run_tp_copying(tp, units, copies);
+        std::vector<int> copies, copies_without;
+        const auto with_loss_kernels = run_tp_copying<copying_cpu>(tp, units, copies);
+        const auto without = run_tp_copying<copying_cpu_without_loss_kernels>(tp, units, copies_without);
+        const bool last = units.last == config.num_units();
         for (int r = 0; r < tp; ++r) {
             INFO("tp rank " << r);
-            const rank_result& a = got[std::size_t(r)];
-            const rank_result& b = want[std::size_t(r)];
-            // Every stage reduces: a row-parallel output, a column-parallel input gradient.
-            CHECK(copies[std::size_t(r)] > 0);
-            CHECK(std::memcmp(&a.loss, &b.loss, sizeof(float)) == 0);
-            CHECK(bit_equal(a.output, b.output));
-            CHECK(bit_equal(a.dx, b.dx));
-            CHECK(bit_equal(a.grads, b.grads));
-            CHECK(bit_equal(a.params, b.params));
+            // The last stage's loss copies its logits and gradient only without the kernels.
+            if (last) CHECK(copies_without[std::size_t(r)] == copies[std::size_t(r)] + 2);
+            for (const auto* got : {&with_loss_kernels, &without}) {
+                INFO((got == &without ? "without" : "with") << " the loss kernels");
+                check_same_bits((*got)[std::size_t(r)], want[std::size_t(r)], copies[std::size_t(r)]);
+            }
         }
     }
 }

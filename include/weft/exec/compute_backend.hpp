@@ -11,6 +11,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
@@ -138,6 +139,24 @@ concept fused_kernels = backend_matrices<B> &&
         { b.linear_gelu_forward(x, w, w, n, n, out) } -> std::same_as<typename B::matrix>;
         { b.linear_backward_input_gelu(x, w, n, n, x) } -> std::same_as<typename B::matrix>;
         { b.residual_layer_norm_forward(x, x, w, w, eps, out, out, out) } -> std::same_as<typename B::matrix>;
+    };
+
+// Kernels a backend may add for the vocabulary-parallel loss (nn/vocab_parallel_cross_entropy.hpp),
+// over logits whose columns are the slice [first_column, first_column + cols) of the
+// vocabulary, so that only per-row scalars leave the backend: exec/softmax_rows.hpp's passes.
+//  - row_max(logits): each row's largest logit;
+//  - softmax_partial_sums(logits, max, labels, first_column): 2 * rows sums (the row's sum of
+//    exp(logit - max), then its label's shifted logit where the slice holds it, else 0);
+//  - softmax_gradient(logits, max, sums, labels, first_column, row_scale): the slice of
+//    row_scale (softmax - onehot), from the group's maxima and sums.
+// Without them the loss runs those passes on a host copy of the logits.
+template <class B>
+concept vocab_parallel_loss_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& x, std::span<const typename B::scalar> s,
+             std::span<const std::int32_t> labels, int first_column, typename B::scalar row_scale) {
+        { b.row_max(x) } -> std::same_as<std::vector<typename B::scalar>>;
+        { b.softmax_partial_sums(x, s, labels, first_column) } -> std::same_as<std::vector<typename B::scalar>>;
+        { b.softmax_gradient(x, s, s, labels, first_column, row_scale) } -> std::same_as<typename B::matrix>;
     };
 
 // Kernels a backend may add for the step after backward, over the training state's flat

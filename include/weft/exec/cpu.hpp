@@ -20,6 +20,7 @@
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/exec/softmax_rows.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_summary.hpp"
 
@@ -49,6 +50,13 @@ private:
                                    std::to_string(m.rows()) + "x" + std::to_string(m.cols()),
                                    "shape must be " + std::to_string(rows) + "x" +
                                        std::to_string(cols));
+    }
+    static std::span<const Scalar> elements(const matrix& m) { return {m.data(), std::size_t(m.size())}; }
+    // A pass of the vocabulary-parallel loss: one max (and one label) per row of logits.
+    static void require_rows_of(const matrix& logits, std::size_t max_size, std::size_t labels_size,
+                                std::string_view kernel) {
+        require_size(max_size, std::size_t(logits.rows()), std::string(kernel) + ": max.size()");
+        require_size(labels_size, std::size_t(logits.rows()), std::string(kernel) + ": labels.size()");
     }
 
 public:
@@ -125,6 +133,34 @@ public:
                                                      matrix& mean, matrix& rstd) const {
         sum = add(a, b);
         return layer_norm_forward(sum, gamma, beta, eps, mean, rstd);
+    }
+
+    // The vocabulary-parallel loss's kernels (exec::vocab_parallel_loss_kernels): the host's
+    // passes (exec/softmax_rows.hpp) over the matrices in place.
+    [[nodiscard]] std::vector<Scalar> row_max(const matrix& logits) const {
+        require(logits.cols() >= 1, "row_max: logits.cols()", logits.cols(), "must be positive");
+        std::vector<Scalar> max(std::size_t(logits.rows()));
+        host::row_max<Scalar>(elements(logits), std::size_t(logits.cols()), max);
+        return max;
+    }
+    [[nodiscard]] std::vector<Scalar> softmax_partial_sums(const matrix& logits, std::span<const Scalar> max,
+                                                           std::span<const std::int32_t> labels,
+                                                           int first_column) const {
+        require_rows_of(logits, max.size(), labels.size(), "softmax_partial_sums");
+        std::vector<Scalar> sums(2 * max.size());
+        host::softmax_partial_sums<Scalar>(elements(logits), std::size_t(logits.cols()), max, labels, first_column,
+                                           sums);
+        return sums;
+    }
+    [[nodiscard]] matrix softmax_gradient(const matrix& logits, std::span<const Scalar> max,
+                                          std::span<const Scalar> sums, std::span<const std::int32_t> labels,
+                                          int first_column, Scalar row_scale) const {
+        require_rows_of(logits, max.size(), labels.size(), "softmax_gradient");
+        require_size(sums.size(), 2 * max.size(), "softmax_gradient: sums.size()");
+        matrix d(logits.rows(), logits.cols());
+        host::softmax_gradient<Scalar>(elements(logits), std::size_t(logits.cols()), max, sums, labels, first_column,
+                                       row_scale, std::span<Scalar>(d.data(), std::size_t(d.size())));
+        return d;
     }
 
     // The optimizer kernels of exec::optimizer_kernels: the host's code, which they are.
@@ -422,5 +458,6 @@ using cpu = cpu_backend<float>;
 static_assert(compute_backend<cpu>);
 static_assert(compute_backend<cpu_backend<double>>);
 static_assert(fused_kernels<cpu> && optimizer_kernels<cpu> && optimizer_kernels<cpu_backend<double>>);
+static_assert(vocab_parallel_loss_kernels<cpu> && vocab_parallel_loss_kernels<cpu_backend<double>>);
 
 }  // namespace weft::exec

@@ -422,6 +422,42 @@ public:
         return dqkv;
     }
 
+    // The vocabulary-parallel loss's passes (exec::vocab_parallel_loss_kernels): the logits stay
+    // on the GPU; only per-row scalars (maxima, sums) come back to the host, where the engine
+    // reduces them over the tensor-parallel group.
+    [[nodiscard]] std::vector<float> row_max(const matrix& logits) {
+        require(logits.rows() >= 1 && logits.cols() >= 1, "row_max: logits",
+                std::to_string(logits.rows()) + "x" + std::to_string(logits.cols()), "must not be empty");
+        scratch<float> max(std::size_t(logits.rows()), stream());
+        weft::cuda::launch::row_max(logits.data(), max.data(), logits.rows(), logits.cols(), stream());
+        return download(max);
+    }
+    [[nodiscard]] std::vector<float> softmax_partial_sums(const matrix& logits, std::span<const float> max,
+                                                          std::span<const std::int32_t> labels, int first_column) {
+        require_loss_rows(logits, max.size(), labels.size(), "softmax_partial_sums");
+        const auto device_max = upload(max);
+        const auto device_labels = upload(labels);
+        scratch<float> sums(2 * max.size(), stream());
+        weft::cuda::launch::softmax_partial_sums(logits.data(), device_max.data(), device_labels.data(), first_column,
+                                                 sums.data(), logits.rows(), logits.cols(), stream());
+        return download(sums);
+    }
+    [[nodiscard]] matrix softmax_gradient(const matrix& logits, std::span<const float> max, std::span<const float> sums,
+                                          std::span<const std::int32_t> labels, int first_column, float row_scale) {
+        require_loss_rows(logits, max.size(), labels.size(), "softmax_gradient");
+        require_size(sums.size(), 2 * max.size(), "softmax_gradient: sums.size()");
+        const auto device_max = upload(max);
+        const auto device_sums = upload(sums);
+        const auto device_labels = upload(labels);
+        matrix d(logits.rows(), logits.cols());
+        weft::cuda::launch::softmax_gradient(logits.data(), device_max.data(), device_sums.data(),
+                                             device_labels.data(), first_column, row_scale, d.data(), logits.rows(),
+                                             logits.cols(), stream());
+        // The host arrays the uploads read from pageable memory may go once this returns.
+        synchronize();
+        return d;
+    }
+
     // The optimizer kernels (exec::optimizer_kernels): the step after backward on the GPU,
     // over the training state's managed buffers, so that no page of it moves to the host. A
     // buffer in host memory (state made outside the backend's state memory) takes the host's
@@ -607,6 +643,31 @@ private:
         weft::cuda::launch::to_bf16(values, out.data(), n, stream());
         return out;
     }
+    [[nodiscard]] scratch<float> upload(std::span<const float> values) {
+        scratch<float> out(values.size(), stream());
+        if (!values.empty())
+            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
+                                              stream()),
+                              "cudaMemcpyAsync (row scalars to the device)");
+        return out;
+    }
+    // Waits for the stream: the values are the kernels' results.
+    [[nodiscard]] std::vector<float> download(const scratch<float>& values) {
+        std::vector<float> out(values.size());
+        if (!out.empty())
+            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(float),
+                                              cudaMemcpyDeviceToHost, stream()),
+                              "cudaMemcpyAsync (row scalars to the host)");
+        synchronize();
+        return out;
+    }
+    static void require_loss_rows(const matrix& logits, std::size_t max_size, std::size_t labels_size,
+                                  std::string_view kernel) {
+        require(logits.rows() >= 1 && logits.cols() >= 1, std::string(kernel) + ": logits",
+                std::to_string(logits.rows()) + "x" + std::to_string(logits.cols()), "must not be empty");
+        require_size(max_size, std::size_t(logits.rows()), std::string(kernel) + ": max.size()");
+        require_size(labels_size, std::size_t(logits.rows()), std::string(kernel) + ": labels.size()");
+    }
     [[nodiscard]] scratch<std::int32_t> upload(std::span<const std::int32_t> values) {
         scratch<std::int32_t> out(values.size(), stream());
         if (!values.empty())
@@ -624,6 +685,7 @@ private:
 using cuda = cuda_backend;
 
 static_assert(compute_backend<cuda_backend>);
-static_assert(fused_kernels<cuda_backend> && optimizer_kernels<cuda_backend>);
+static_assert(fused_kernels<cuda_backend> && optimizer_kernels<cuda_backend> &&
+              vocab_parallel_loss_kernels<cuda_backend>);
 
 }  // namespace weft::exec

@@ -15,6 +15,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/exec/softmax_rows.hpp"
 #include "weft/nn/cross_entropy.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
@@ -52,53 +53,48 @@ template <compute_backend Backend>
 
     const auto n = std::size_t(rows);
     const auto c = std::size_t(cols);
+    const scalar row_scale = scale / scalar(rows);
+    // The global row maximum, for a stable softmax: every rank's maxima, then the max of them
+    // (taken in the same order everywhere, so every rank shifts by the same value).
+    const auto global_max = [&](const std::vector<scalar>& local_max) {
+        std::vector<scalar> all_max(n * std::size_t(tp.size));
+        tp.allgather(local_max, all_max);
+        std::vector<scalar> max(n);
+        for (std::size_t r = 0; r < n; ++r) {
+            max[r] = all_max[r];
+            for (std::size_t q = 1; q < std::size_t(tp.size); ++q) max[r] = std::max(max[r], all_max[q * n + r]);
+        }
+        return max;
+    };
+    // sums: [0, n) this rank's sums of exp(logit - max), [n, 2n) the label's shifted logit on
+    // the one rank that holds it; summed over the group, they give every row's loss.
+    const auto mean_loss = [&](std::vector<scalar>& sums) {
+        tp.allreduce_sum(sums);
+        double total = 0;
+        for (std::size_t r = 0; r < n; ++r) total += double(std::log(sums[r]) - sums[n + r]);
+        return scalar(total / double(rows));
+    };
     cross_entropy_result<Backend> result{};
-    // On the host: in place on exec::cpu, on fp32 copies of a device backend's logits and
-    // gradient (nn/tensor_parallel.hpp).
-    read_on_host(backend, logits, [&](std::span<const scalar> x) {
-        result.dlogits = make_on_host(backend, rows, cols, [&](std::span<scalar> e) {
-            // The global row maximum, for a stable softmax: every rank's maxima, then the max of
-            // them (taken in the same order everywhere, so every rank shifts by the same value).
-            std::vector<scalar> local_max(n), all_max(n * std::size_t(tp.size));
-            for (std::size_t r = 0; r < n; ++r)
-                local_max[r] =
-                    *std::max_element(x.begin() + std::ptrdiff_t(r * c), x.begin() + std::ptrdiff_t((r + 1) * c));
-            tp.allgather(local_max, all_max);
-            std::vector<scalar> max(n);
-            for (std::size_t r = 0; r < n; ++r) {
-                max[r] = all_max[r];
-                for (std::size_t q = 1; q < std::size_t(tp.size); ++q) max[r] = std::max(max[r], all_max[q * n + r]);
-            }
-
-            // [0, n): sums of exp(logit - max) over the row; [n, 2n): the target's shifted logit,
-            // nonzero on the one rank that holds that column.
-            std::vector<scalar> sums(2 * n, scalar(0));
-            for (std::size_t r = 0; r < n; ++r) {
-                scalar sum = 0;
-                for (std::size_t j = 0; j < c; ++j) {
-                    e[r * c + j] = std::exp(x[r * c + j] - max[r]);
-                    sum += e[r * c + j];
-                }
-                sums[r] = sum;
-                const int label = labels[r];
-                if (label >= vocab_rows.first && label < vocab_rows.last)
-                    sums[n + r] = x[r * c + std::size_t(label - vocab_rows.first)] - max[r];
-            }
-            tp.allreduce_sum(sums);
-
-            double total = 0;
-            const scalar row_scale = scale / scalar(rows);
-            for (std::size_t r = 0; r < n; ++r) {
-                total += double(std::log(sums[r]) - sums[n + r]);
-                const scalar factor = row_scale / sums[r];
-                for (std::size_t j = 0; j < c; ++j) e[r * c + j] *= factor;
-                const int label = labels[r];
-                if (label >= vocab_rows.first && label < vocab_rows.last)
-                    e[r * c + std::size_t(label - vocab_rows.first)] -= row_scale;
-            }
-            result.loss = scalar(total / double(rows));
+    if constexpr (exec::vocab_parallel_loss_kernels<Backend>) {
+        // The backend's passes: the logits stay where they are (exec::cuda: on the GPU).
+        const std::vector<scalar> max = global_max(backend.row_max(logits));
+        std::vector<scalar> sums = backend.softmax_partial_sums(logits, max, labels, vocab_rows.first);
+        result.loss = mean_loss(sums);
+        result.dlogits = backend.softmax_gradient(logits, max, sums, labels, vocab_rows.first, row_scale);
+    } else {
+        // The same passes on the host, over a host copy of the logits (nn/tensor_parallel.hpp).
+        read_on_host(backend, logits, [&](std::span<const scalar> x) {
+            std::vector<scalar> local_max(n);
+            exec::host::row_max<scalar>(x, c, local_max);
+            const std::vector<scalar> max = global_max(local_max);
+            std::vector<scalar> sums(2 * n);
+            exec::host::softmax_partial_sums<scalar>(x, c, max, labels, vocab_rows.first, sums);
+            result.loss = mean_loss(sums);
+            result.dlogits = make_on_host(backend, rows, cols, [&](std::span<scalar> d) {
+                exec::host::softmax_gradient<scalar>(x, c, max, sums, labels, vocab_rows.first, row_scale, d);
+            });
         });
-    });
+    }
     return result;
 }
 

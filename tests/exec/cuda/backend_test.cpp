@@ -290,6 +290,24 @@ void test_host_memory_refused(gpu_backend& gpu) {
     expect(named, "a weight in host memory is refused naming linear_forward: weight");
 }
 
+// exec::vocab_parallel_loss_kernels over one slice [first_column, first_column + cols) of a
+// vocabulary: row maxima exact, sums within fp32 rounding, the gradient within bf16's.
+void test_vocab_parallel_loss(gpu_backend& gpu, cpu_backend& cpu, int rows, int cols, int first_column, int vocab) {
+    const std::string shape = " (" + std::to_string(rows) + "x" + std::to_string(cols) + ")";
+    const cpu_matrix logits = random_matrix(rows, cols, 31, 2.0f);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 97 + 13) % vocab;  // in and out of the slice
+    const gpu_matrix g = upload(gpu, logits);
+    const auto max = cpu.row_max(logits);
+    expect(gpu.row_max(g) == max, "row_max" + shape + " equals the CPU's exactly");
+    const auto sums = cpu.softmax_partial_sums(logits, max, labels, first_column);
+    expect_close("softmax_partial_sums" + shape, gpu.softmax_partial_sums(g, max, labels, first_column), sums, 1e-5f,
+                 1e-6f);
+    expect_close("softmax_gradient" + shape,
+                 download(gpu, gpu.softmax_gradient(g, max, sums, labels, first_column, 0.5f)),
+                 values(cpu.softmax_gradient(logits, max, sums, labels, first_column, 0.5f)), bf16_rtol, 1e-6f);
+}
+
 // exec::optimizer_kernels: AdamW's update is the host's bit for bit (IEEE intrinsics in the
 // host's order), under both of torch.lerp's forms, with and without decay and a gradient
 // scale; the gradient summary matches the host's sum within double rounding and finds a NaN
@@ -383,5 +401,6 @@ int main(int argc, char** argv) {
         test_attention(gpu, cpu, 1, 200, 1, 128);
         test_host_memory_refused(gpu);
         test_optimizer_kernels(gpu, cpu);
+        test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
     });
 }

@@ -11,6 +11,7 @@
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/kernels/residual_add.cuh"
+#include "weft/exec/cuda/kernels/vocab_parallel_loss.cuh"
 
 namespace weft::cuda::launch {
 
@@ -58,6 +59,18 @@ void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses
 }
 void mean(const float* values, int n, float* out, cudaStream_t stream) {
     weft::cuda::mean(values, n, out, stream);
+}
+
+void row_max(const bf16* logits, float* max, int rows, int cols, cudaStream_t stream) {
+    weft::cuda::row_max(logits, max, rows, cols, stream);
+}
+void softmax_partial_sums(const bf16* logits, const float* max, const std::int32_t* labels, int first_column,
+                          float* sums, int rows, int cols, cudaStream_t stream) {
+    weft::cuda::softmax_partial_sums(logits, max, labels, first_column, sums, rows, cols, stream);
+}
+void softmax_gradient(const bf16* logits, const float* max, const float* sums, const std::int32_t* labels,
+                      int first_column, float row_scale, bf16* d, int rows, int cols, cudaStream_t stream) {
+    weft::cuda::softmax_gradient(logits, max, sums, labels, first_column, row_scale, d, rows, cols, stream);
 }
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,

@@ -46,6 +46,13 @@ void bias_grad(const bf16* dy, float* db, int rows, int cols, cudaStream_t strea
 void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,
                    float scale, cudaStream_t stream);
 void mean(const float* values, int n, float* out, cudaStream_t stream);
+// The vocabulary-parallel loss's passes (kernels/vocab_parallel_loss.cuh): max [rows];
+// sums [2 * rows]; d [rows, cols].
+void row_max(const bf16* logits, float* max, int rows, int cols, cudaStream_t stream);
+void softmax_partial_sums(const bf16* logits, const float* max, const std::int32_t* labels, int first_column,
+                          float* sums, int rows, int cols, cudaStream_t stream);
+void softmax_gradient(const bf16* logits, const float* max, const float* sums, const std::int32_t* labels,
+                      int first_column, float row_scale, bf16* d, int rows, int cols, cudaStream_t stream);
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream);

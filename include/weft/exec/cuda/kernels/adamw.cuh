@@ -13,6 +13,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
@@ -76,15 +77,20 @@ __global__ inline void adamw_set_hyperparameters_kernel(adamw_state* s, double l
 __global__ inline void adamw_update_kernel(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
                                            std::size_t n, bool decays, const adamw_state* state) {
     const adamw_state s = *state;
+    const adamw_step_factors f{.decay = s.decay_factor,
+                               .beta1 = s.beta1_f,
+                               .one_minus_beta1 = s.one_minus_beta1,
+                               .beta2 = s.beta2_f,
+                               .one_minus_beta2 = s.one_minus_beta2,
+                               .step_size = s.step_size,
+                               .bias_correction2_sqrt = s.bias_correction2_sqrt,
+                               .eps = s.eps_f,
+                               .lerp_from_start = s.lerp_from_start,
+                               .grad_scale = 1.0f};
     for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
          i += std::size_t(gridDim.x) * blockDim.x) {
-        const float g = grads[i];
-        float p = params[i];
-        if (decays) p *= s.decay_factor;
-        const float mi = s.lerp_from_start ? m[i] + s.one_minus_beta1 * (g - m[i]) : g - (g - m[i]) * s.beta1_f;
-        const float vi = v[i] * s.beta2_f + s.one_minus_beta2 * g * g;
-        const float denom = sqrtf(vi) / s.bias_correction2_sqrt + s.eps_f;
-        p += -s.step_size * (mi / denom);
+        float p = params[i], mi = m[i], vi = v[i];
+        adamw_element(p, grads[i], mi, vi, f, decays);
         m[i] = mi;
         v[i] = vi;
         params[i] = p;

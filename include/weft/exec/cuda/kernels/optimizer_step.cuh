@@ -23,6 +23,19 @@
 
 namespace weft::cuda {
 
+// One element of AdamW's update, in the host's order of IEEE-rounded operations: p, m and v
+// updated from the gradient g. Shared by every AdamW kernel (adamw.cuh's too).
+__device__ inline void adamw_element(float& p, float g, float& m, float& v, const adamw_step_factors& f,
+                                     bool decays) {
+    if (f.grad_scale != 1.0f) g = __fmul_rn(g, f.grad_scale);
+    if (decays) p = __fmul_rn(p, f.decay);
+    m = f.lerp_from_start ? __fadd_rn(m, __fmul_rn(f.one_minus_beta1, __fsub_rn(g, m)))
+                          : __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), f.beta1));
+    v = __fadd_rn(__fmul_rn(v, f.beta2), __fmul_rn(__fmul_rn(f.one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), f.bias_correction2_sqrt), f.eps);
+    p = __fadd_rn(p, __fmul_rn(-f.step_size, __fdiv_rn(m, denom)));
+}
+
 namespace detail {
 
 template <class Scalar>
@@ -31,16 +44,8 @@ __global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* 
     static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
     for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
          i += std::size_t(gridDim.x) * blockDim.x) {
-        float g = grads[i];
-        if (f.grad_scale != 1.0f) g = __fmul_rn(g, f.grad_scale);
-        float p = params[i];
-        if (decays) p = __fmul_rn(p, f.decay);
-        float mi = m[i];
-        mi = f.lerp_from_start ? __fadd_rn(mi, __fmul_rn(f.one_minus_beta1, __fsub_rn(g, mi)))
-                               : __fsub_rn(g, __fmul_rn(__fsub_rn(g, mi), f.beta1));
-        const float vi = __fadd_rn(__fmul_rn(v[i], f.beta2), __fmul_rn(__fmul_rn(f.one_minus_beta2, g), g));
-        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), f.bias_correction2_sqrt), f.eps);
-        p = __fadd_rn(p, __fmul_rn(-f.step_size, __fdiv_rn(mi, denom)));
+        float p = params[i], mi = m[i], vi = v[i];
+        adamw_element(p, grads[i], mi, vi, f, decays);
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
