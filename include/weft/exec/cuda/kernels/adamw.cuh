@@ -15,6 +15,7 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/optim/adamw_factors.hpp"
 
 namespace weft::cuda {
 
@@ -29,15 +30,9 @@ struct adamw_state {
     int lerp_from_start;
 };
 
-// The hyperparameters, with optim::adamw_options' defaults (torch.optim.AdamW's). A
-// separate struct because optim/adamw.hpp includes Eigen, which nvcc does not compile.
-struct adamw_hyperparameters {
-    double lr = 1e-3;
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    double eps = 1e-8;
-    double weight_decay = 1e-2;
-};
+// The hyperparameters: optim::adamw_options (torch.optim.AdamW's defaults), whose header has
+// no Eigen, so nvcc compiles it here.
+using adamw_hyperparameters = optim::adamw_options;
 
 // Which part of the flat buffers decays (weft decays 2-D+ tensors only): a range
 // [offset, offset + size) and its flag. The optimizer layer builds these from the registry.
