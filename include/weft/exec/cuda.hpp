@@ -115,7 +115,7 @@ public:
         require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
         if (!b.empty()) require_size(b.size(), std::size_t(out), "linear_forward: bias size");  // empty: no bias
         require_device(w, "linear_forward: weight");
-        if (!b.empty()) require_device(b, "linear_forward: bias");
+        require_device(b, "linear_forward: bias");
         matrix y(x.rows(), out);
         if (y.size() == 0) return y;
         // cuBLASLt's bias epilogue reads the bias in the output's type; a null bias: no epilogue.
@@ -472,18 +472,8 @@ public:
             optim::adamw_update_on_host<float>(params, grads, m, v, f, decays);
             return;
         }
-        const weft::cuda::adamw_step_factors factors{.decay = f.decay,
-                                                     .beta1 = f.beta1,
-                                                     .one_minus_beta1 = f.one_minus_beta1,
-                                                     .beta2 = f.beta2,
-                                                     .one_minus_beta2 = f.one_minus_beta2,
-                                                     .step_size = f.step_size,
-                                                     .bias_correction2_sqrt = f.bias_correction2_sqrt,
-                                                     .eps = f.eps,
-                                                     .lerp_from_start = f.lerp_from_start ? 1 : 0,
-                                                     .grad_scale = f.grad_scale};
-        weft::cuda::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), factors,
-                                         decays, stream());
+        weft::cuda::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), f, decays,
+                                         stream());
     }
     // Waits for the result (the engine reduces it over the world on the host).
     [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const float> owned, std::size_t offset,
@@ -499,23 +489,17 @@ public:
         const int blocks = weft::cuda::launch::summary_blocks_per_segment(longest);
         require(segments.size() <= 65535, "summarize_gradients: counted runs", counted.size(),
                 "must leave at most 65535 segments of the owned gradients");
-        scratch<weft::cuda::gradient_segment> device_segments(segments.size(), stream());
+        const auto device_segments = upload(std::span<const weft::cuda::gradient_segment>(segments));
         scratch<double> partials(segments.size() * std::size_t(blocks), stream());
-        scratch<double> sums(2, stream());
-        weft::cuda::check(cudaMemcpyAsync(device_segments.data(), segments.data(),
-                                          segments.size() * sizeof(weft::cuda::gradient_segment),
-                                          cudaMemcpyHostToDevice, stream()),
-                          "cudaMemcpyAsync (gradient segments)");
+        scratch<double> sums(2, stream());  // counted, all
         weft::cuda::launch::summarize_gradients(owned.data(), device_segments.data(), int(segments.size()), blocks,
                                                 partials.data(), sums.data(), stream());
-        double host[2] = {0, 0};
-        weft::cuda::check(cudaMemcpyAsync(host, sums.data(), sizeof(host), cudaMemcpyDeviceToHost, stream()),
-                          "cudaMemcpyAsync (gradient sums)");
-        synchronize();
+        const std::vector<double> host = download(sums);
         return {.sum_of_squares = host[0], .finite = std::isfinite(host[1])};
     }
 
 private:
+    // Whether a kernel may read values: device or managed memory (an empty span: nothing to read).
     template <class T>
     static bool on_device(std::span<T> values) {
         if (values.empty()) return true;
@@ -594,9 +578,7 @@ private:
     // A kernel reading a host pointer would fault the whole context: refuse it here.
     template <class T>
     static void require_device(std::span<T> values, std::string_view what) {
-        if (values.empty()) return;
-        const cudaMemoryType type = weft::cuda::memory_type(values.data());
-        if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeManaged)
+        if (!on_device(values))
             throw invalid_argument(what, "host memory",
                                    "must be device or managed memory: exec::cuda computes on the GPU, so the "
                                    "training state must be allocated in the backend's state memory");
@@ -643,21 +625,14 @@ private:
         weft::cuda::launch::to_bf16(values, out.data(), n, stream());
         return out;
     }
-    [[nodiscard]] scratch<float> upload(std::span<const float> values) {
-        scratch<float> out(values.size(), stream());
-        if (!values.empty())
-            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
-                                              stream()),
-                              "cudaMemcpyAsync (row scalars to the device)");
-        return out;
-    }
     // Waits for the stream: the values are the kernels' results.
-    [[nodiscard]] std::vector<float> download(const scratch<float>& values) {
-        std::vector<float> out(values.size());
+    template <class T>
+    [[nodiscard]] std::vector<T> download(const scratch<T>& values) {
+        std::vector<T> out(values.size());
         if (!out.empty())
-            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(float),
-                                              cudaMemcpyDeviceToHost, stream()),
-                              "cudaMemcpyAsync (row scalars to the host)");
+            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost,
+                                              stream()),
+                              "cudaMemcpyAsync (results to the host)");
         synchronize();
         return out;
     }
@@ -668,12 +643,14 @@ private:
         require_size(max_size, std::size_t(logits.rows()), std::string(kernel) + ": max.size()");
         require_size(labels_size, std::size_t(logits.rows()), std::string(kernel) + ": labels.size()");
     }
-    [[nodiscard]] scratch<std::int32_t> upload(std::span<const std::int32_t> values) {
-        scratch<std::int32_t> out(values.size(), stream());
+    // A new device buffer holding the host values, copied in stream order.
+    template <class T>
+    [[nodiscard]] scratch<T> upload(std::span<const T> values) {
+        scratch<T> out(values.size(), stream());
         if (!values.empty())
             weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
                                               stream()),
-                              "cudaMemcpyAsync (token ids to the device)");
+                              "cudaMemcpyAsync (host values to the device)");
         return out;
     }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "weft/exec/cuda/optimizer_step_types.hpp"
+#include "weft/optim/adamw_factors.hpp"
 
 namespace weft::cuda::launch {
 
@@ -68,8 +69,8 @@ void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, cons
 
 // The optimizer step on fp32 state (kernels/optimizer_step.cuh): AdamW's update of [0, n),
 // bit for bit optim::adamw_update_on_host; and the summary of gradients by segments.
-void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, const adamw_step_factors& f,
-                  bool decays, cudaStream_t stream);
+void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n,
+                  const optim::adamw_factors<float>& f, bool decays, cudaStream_t stream);
 // Blocks per segment for the longest segment (the size of `partials`: segments x blocks).
 [[nodiscard]] int summary_blocks_per_segment(std::size_t longest_segment);
 void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,

@@ -25,9 +25,7 @@ namespace weft::cuda {
 struct adamw_state {
     std::uint64_t step;
     double lr, beta1, beta2, eps, weight_decay;
-    // As PyTorch: scalar factors formed in double, rounded once to float.
-    float decay_factor, beta1_f, one_minus_beta1, beta2_f, one_minus_beta2, step_size, bias_correction2_sqrt, eps_f;
-    int lerp_from_start;
+    adamw_step_factors factors;  // of step `step` (grad_scale 1)
 };
 
 // The hyperparameters: optim::adamw_options (torch.optim.AdamW's defaults), whose header has
@@ -47,15 +45,17 @@ namespace detail {
 __global__ inline void adamw_begin_step_kernel(adamw_state* s) {
     const std::uint64_t t = s->step + 1;
     s->step = t;
-    s->decay_factor = float(1.0 - s->lr * s->weight_decay);
-    s->beta1_f = float(s->beta1);
-    s->one_minus_beta1 = float(1.0 - s->beta1);
-    s->beta2_f = float(s->beta2);
-    s->one_minus_beta2 = float(1.0 - s->beta2);
-    s->step_size = float(s->lr / (1.0 - pow(s->beta1, double(t))));
-    s->bias_correction2_sqrt = float(sqrt(1.0 - pow(s->beta2, double(t))));
-    s->eps_f = float(s->eps);
-    s->lerp_from_start = s->beta1 > 0.5;  // torch.lerp's two forms
+    // As PyTorch (and adamw_factors::of_step on the host): formed in double, rounded once.
+    s->factors = {.decay = float(1.0 - s->lr * s->weight_decay),
+                  .beta1 = float(s->beta1),
+                  .one_minus_beta1 = float(1.0 - s->beta1),
+                  .beta2 = float(s->beta2),
+                  .one_minus_beta2 = float(1.0 - s->beta2),
+                  .step_size = float(s->lr / (1.0 - pow(s->beta1, double(t)))),
+                  .bias_correction2_sqrt = float(sqrt(1.0 - pow(s->beta2, double(t)))),
+                  .eps = float(s->eps),
+                  .lerp_from_start = s->beta1 > 0.5,  // torch.lerp's two forms
+                  .grad_scale = 1.0f};
 }
 
 // Hyperparameters arrive as kernel arguments, so a captured graph replays the values
@@ -71,26 +71,8 @@ __global__ inline void adamw_set_hyperparameters_kernel(adamw_state* s, double l
 
 __global__ inline void adamw_update_kernel(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
                                            std::size_t n, bool decays, const adamw_state* state) {
-    const adamw_state s = *state;
-    const adamw_step_factors f{.decay = s.decay_factor,
-                               .beta1 = s.beta1_f,
-                               .one_minus_beta1 = s.one_minus_beta1,
-                               .beta2 = s.beta2_f,
-                               .one_minus_beta2 = s.one_minus_beta2,
-                               .step_size = s.step_size,
-                               .bias_correction2_sqrt = s.bias_correction2_sqrt,
-                               .eps = s.eps_f,
-                               .lerp_from_start = s.lerp_from_start,
-                               .grad_scale = 1.0f};
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-         i += std::size_t(gridDim.x) * blockDim.x) {
-        float p = params[i], mi = m[i], vi = v[i];
-        adamw_element(p, grads[i], mi, vi, f, decays);
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p;
-        if (params_bf16 != nullptr) params_bf16[i] = __float2bfloat16_rn(p);
-    }
+    const adamw_step_factors f = state->factors;
+    adamw_grid_stride(params, grads, m, v, params_bf16, n, f, decays);
 }
 
 }  // namespace detail

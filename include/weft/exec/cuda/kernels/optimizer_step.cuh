@@ -20,11 +20,17 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/optimizer_step_types.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/optim/adamw_factors.hpp"
 
 namespace weft::cuda {
 
+// One step's scalars, as optim::adamw forms them on the host.
+using adamw_step_factors = optim::adamw_factors<float>;
+
+namespace detail {
+
 // One element of AdamW's update, in the host's order of IEEE-rounded operations: p, m and v
-// updated from the gradient g. Shared by every AdamW kernel (adamw.cuh's too).
+// updated from the gradient g.
 __device__ inline void adamw_element(float& p, float g, float& m, float& v, const adamw_step_factors& f,
                                      bool decays) {
     if (f.grad_scale != 1.0f) g = __fmul_rn(g, f.grad_scale);
@@ -36,12 +42,10 @@ __device__ inline void adamw_element(float& p, float g, float& m, float& v, cons
     p = __fadd_rn(p, __fmul_rn(-f.step_size, __fdiv_rn(m, denom)));
 }
 
-namespace detail {
-
-template <class Scalar>
-__global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* m, Scalar* v, std::size_t n,
-                                   adamw_step_factors f, bool decays) {
-    static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
+// This thread's elements of [0, n) of one AdamW update (a grid-stride loop), shared by every
+// AdamW kernel (adamw.cuh's too); params_bf16, when not null, gets the new weights in bf16.
+__device__ inline void adamw_grid_stride(float* params, const float* grads, float* m, float* v, bf16* params_bf16,
+                                         std::size_t n, const adamw_step_factors& f, bool decays) {
     for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
          i += std::size_t(gridDim.x) * blockDim.x) {
         float p = params[i], mi = m[i], vi = v[i];
@@ -49,7 +53,15 @@ __global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* 
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
+        if (params_bf16 != nullptr) params_bf16[i] = __float2bfloat16_rn(p);
     }
+}
+
+template <class Scalar>
+__global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* m, Scalar* v, std::size_t n,
+                                   adamw_step_factors f, bool decays) {
+    static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
+    adamw_grid_stride(params, grads, m, v, nullptr, n, f, decays);
 }
 
 __device__ inline double warp_sum_double(double v) {
