@@ -80,12 +80,12 @@ template <class Scalar, communicator Comm>
 
 // The tensor-parallel layers' steps between kernels (a reduction over the group, a bias
 // added after it, the vocabulary-parallel lookup, and the loss on a backend without loss
-// kernels) run on the host, over a matrix's elements as the weights' scalars. On a backend whose matrices are host memory of that
-// scalar (exec::cpu) they work on the matrix in place, so the CPU's numbers are the same as
-// without these helpers. On any other backend (exec::cuda's bf16 device matrices) they work
-// on a host copy, through the concept's copy_to_host and copy_from_host: fp32 on the host,
-// rounded once when it goes back. That is the portable path; a backend's own kernels and a
-// device communicator are the fast one.
+// kernels) run on the host, over a matrix's elements as the weights' scalars. On a backend
+// whose matrices are host memory of that scalar (exec::cpu) they work on the matrix in
+// place, so the CPU's numbers are the same as without these helpers. On any other backend
+// (exec::cuda's bf16 device matrices) they work on a host copy, through the concept's
+// copy_to_host and copy_from_host: fp32 on the host, rounded once when it goes back. That is
+// the portable path; a backend's own kernels and a device communicator are the fast one.
 template <class Backend>
 concept host_matrices = std::same_as<typename Backend::memory_space, host_space> &&
     std::same_as<typename Backend::matrix::value_type, typename Backend::scalar>;

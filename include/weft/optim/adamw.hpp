@@ -41,7 +41,8 @@ public:
     // first step; later steps must match them.
     void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
-        step(params, grads, registry, offset, grad_scale, [](auto&&... range) { adamw_update_on_host<Scalar>(range...); });
+        step(params, grads, registry, offset, grad_scale,
+             [](auto&&... range) { adamw_update_on_host<Scalar>(range...); });
     }
     // The same, each range updated by update(params, grads, m, v, factors, decays), which must
     // do what adamw_update_on_host does (optim/adamw_update.hpp): a backend's optimizer
