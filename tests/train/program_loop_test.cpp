@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "posting_order_comm.hpp"
 #include "training_run.hpp"
+#include "weft/sched/gpipe.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/shard_actions.hpp"
 #include "weft/sched/simulate.hpp"
@@ -150,4 +152,43 @@ TEST_CASE("the loop refuses a program that is not lowered or leaves activations 
         }
     });
     CHECK_THAT(message, Catch::Matchers::Contains("left 1 micro-batches stashed"));
+}
+
+// Over a communicator that pairs messages in posting order (NCCL's rule), a program whose
+// receives come in another order than its sends would hand one micro-batch's data to another.
+TEST_CASE("over a communicator without tags the loop refuses messages out of order", "[train][loop]") {
+    using untagged_loop = weft::train::program_loop<weft::models::mlp, weft::exec::cpu,
+                                                    weft_test::posting_order<local>>;
+    using enum weft::sched::action_kind;
+    weft::sched::program swapped = weft::sched::gpipe::generate(2, 2);
+    swapped.ranks[1] = {{F, 1, 1}, {F, 1, 0}, {B, 1, 0}, {B, 1, 1}};  // micro-batch 1 first
+    const auto lowered = weft::sched::lower(swapped);
+    CHECK_NOTHROW(loop_type(lowered, 0, test_model(), 2, 1));  // tags pick the right message
+    CHECK_THROWS_WITH(untagged_loop(lowered, 0, test_model(), 2, 1),
+                      Catch::StartsWith("weft: program: its messages are out of order for a communicator that pairs them "
+                                        "in posting order") &&
+                          Catch::Contains("the 1st send is rank 0, index 1 (0SEND_F0) but the 1st receive is rank 1, "
+                                          "index 0 (1RECV_F1)"));
+
+    // Both directions on one such communicator: refused at run(), before any message.
+    std::string message;
+    local::run(2, [&](local& world) {
+        weft_test::posting_order<local> pipeline(world.split(0, world.rank()));
+        const int me = pipeline.rank();
+        weft::exec::cpu cpu;
+        const std::vector<weft::nn::unit_range> parts{{0, 4}, {4, test_model().num_units()}};
+        auto tensors = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), parts[std::size_t(me)]);
+        std::map<int, untagged_loop::runner> runners;
+        runners.try_emplace(me, me, cpu, test_model(), parts[std::size_t(me)], tensors);
+        untagged_loop loop(weft::sched::lower(weft::sched::gpipe::generate(2, 2)), me, test_model(), 2, 1);
+        recorder actions;
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        try {
+            loop.run(data.batch(0, 4), 0, runners, pipeline, pipeline, actions);
+        } catch (const weft::error& e) {
+            if (me == 0) message = e.what();
+        }
+    });
+    CHECK_THAT(message, Catch::Matchers::StartsWith("weft: backward channel = \"the forward channel's communicator\" "
+                                                    "is invalid: must be a communicator of its own"));
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
@@ -370,6 +371,8 @@ class nccl {
 public:
     // What it moves: every buffer is device memory on this rank's GPU.
     using memory_space = weft::device_space;
+    // NCCL has no tags: per peer, a receive takes the next message sent (see the class note).
+    static constexpr message_matching matching = message_matching::in_posting_order;
 
     class request {
     public:

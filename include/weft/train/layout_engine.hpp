@@ -108,7 +108,8 @@ public:
         const auto start = std::chrono::steady_clock::now();
         for (auto& [index, sharding] : shardings_) sharding.begin_step();
         sharding_actions actions{this};
-        last_program_ = loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+        last_program_ =
+            loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), grid_.pipeline_backward(), actions);
         // Everything below reads the gradients on the host: the backend's queued work first.
         backend_.synchronize();
         // Tied copies are summed before their stages' data-parallel reduction (which their
@@ -175,7 +176,7 @@ public:
         }
         sharding_actions actions{this};
         const program_report report =
-            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), actions);
+            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), grid_.pipeline_backward(), actions);
         double loss[1] = {loss_contribution(report)};
         world_->allreduce_sum(std::span<double>(loss));
         return loss[0];

@@ -4,6 +4,11 @@
 // (REDUCE_GRAD, UNSHARD, RESHARD) go to the caller, who owns the sharding. The loop holds
 // no training state: a step's messages live in it only while run() runs, and its activations
 // in the runners.
+//
+// Messages: activations go forward and gradients backward on two channels, which may be one
+// communicator (one that pairs messages by tag) or two (one that pairs them per peer in
+// posting order, as NCCL does: then each direction must keep its order, which the
+// constructor checks with sched::check_channel_order).
 #pragma once
 
 #include <algorithm>
@@ -18,10 +23,12 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/comm/watchdog.hpp"
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
+#include "weft/sched/channel_order.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/train/stage_runner.hpp"
 
@@ -77,6 +84,12 @@ public:
         const long long tag_space = 2LL * program_.num_stages * program_.num_microbatches;
         require(tag_space <= comm::max_tag + 1LL, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(comm::max_tag));
+        if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order) {
+            if (const auto order = sched::check_channel_order(program_); !order.ok)
+                throw error("program: its messages are out of order for a communicator that pairs them in posting "
+                            "order, without tags (" + std::string(comm::to_string(comm::matching_of<Comm>)) +
+                            "): " + order.message);
+        }
     }
 
     [[nodiscard]] const sched::program& program() const { return program_; }
@@ -87,10 +100,25 @@ public:
 
     // Runs this rank's row on `batch`. Micro-batch j takes batch rows [first_row + j * rows,
     // ...), rows = rows_per_microbatch. `runners` holds this rank's stages by index; `actions`
-    // takes the stage-wide actions. Collective over `pipeline` (one rank per pipeline rank).
+    // takes the stage-wide actions. Collective over `pipeline` (one rank per pipeline rank),
+    // which carries both directions: only for a communicator that matches by tag.
     template <stage_actions Actions>
+        requires(comm::matching_of<Comm> == comm::message_matching::by_tag)
     program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners, Comm& pipeline,
                        Actions& actions) {
+        return run(batch, first_row, runners, pipeline, pipeline, actions);
+    }
+
+    // As above, with activations sent over `forward` and gradients over `backward`: two
+    // communicators over the same pipeline ranks (or one, twice, if it matches by tag).
+    template <stage_actions Actions>
+    program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners, Comm& forward,
+                       Comm& backward, Actions& actions) {
+        if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order)
+            require(&forward != &backward, "backward channel", "the forward channel's communicator",
+                    "must be a communicator of its own: this one pairs messages in posting order, so the two "
+                    "directions would take each other's data (split the pipeline group once more)");
+        const channels pipeline{&forward, &backward};
         step_messages messages;
         program_report report;
         const auto start = std::chrono::steady_clock::now();
@@ -130,6 +158,12 @@ public:
 
 private:
     enum class direction { forward = 0, backward = 1 };
+    // The communicator of each direction.
+    struct channels {
+        Comm* forward;
+        Comm* backward;
+        [[nodiscard]] Comm& of(direction dir) const { return dir == direction::forward ? *forward : *backward; }
+    };
     struct in_flight {
         matrix buffer;
         typename Comm::request request;
@@ -155,7 +189,8 @@ private:
         return it->second;
     }
 
-    void post_recv(const sched::action& a, std::map<int, runner>& runners, Comm& pipeline, step_messages& m) {
+    void post_recv(const sched::action& a, std::map<int, runner>& runners, const channels& pipeline,
+                   step_messages& m) {
         using sched::action_kind;
         if (a.kind != action_kind::RECV_F && a.kind != action_kind::RECV_B) return;
         const bool forward = a.kind == action_kind::RECV_F;
@@ -164,14 +199,15 @@ private:
         in_flight recv{matrix(Model::activation_rows(model_, rows_per_microbatch_),
                               forward ? stage.input_width() : stage.output_width()),
                        {}};
-        recv.request = pipeline.irecv(as_writable_bytes(recv.buffer), program_.stage_rank[std::size_t(peer_stage)],
-                                      tag(forward ? direction::forward : direction::backward, a.stage, a.microbatch));
+        const direction dir = forward ? direction::forward : direction::backward;
+        const int source = program_.stage_rank[std::size_t(peer_stage)];
+        recv.request = pipeline.of(dir).irecv(as_writable_bytes(recv.buffer), source, tag(dir, a.stage, a.microbatch));
         m.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
     }
 
     template <class Actions>
     void execute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
-                 Comm& pipeline, Actions& actions, step_messages& m, program_report& report) {
+                 const channels& pipeline, Actions& actions, step_messages& m, program_report& report) {
         using sched::action_kind;
         switch (a.kind) {
             case action_kind::F:
@@ -254,12 +290,12 @@ private:
         }
     }
 
-    void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source, Comm& pipeline,
-              step_messages& m) {
+    void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source,
+              const channels& pipeline, step_messages& m) {
         const int peer_stage = dir == direction::forward ? a.stage + 1 : a.stage - 1;
         in_flight out{take(source, a.stage, a.microbatch, "SEND needs the data its compute produced"), {}};
-        out.request = pipeline.isend(as_bytes(out.buffer), program_.stage_rank[std::size_t(peer_stage)],
-                                     tag(dir, peer_stage, a.microbatch));
+        out.request = pipeline.of(dir).isend(as_bytes(out.buffer), program_.stage_rank[std::size_t(peer_stage)],
+                                             tag(dir, peer_stage, a.microbatch));
         m.sends.push_back(std::move(out));
     }
 

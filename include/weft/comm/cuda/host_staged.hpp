@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/message_matching.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -54,6 +55,8 @@ template <communicator Inner>
 class host_staged {
 public:
     using memory_space = device_space;
+    // The inner communicator pairs the messages, by its own rule.
+    static constexpr message_matching matching = matching_of<Inner>;
 
     // A staged operation's host buffers: its result, copied up to `copy_back_to` at wait()
     // (none for sends), and its input, kept until the inner operation is done with it.
