@@ -1,6 +1,8 @@
-// The communicator over NCCL, for GPU training: every span is DEVICE memory, and every
+// The communicator over NCCL, for GPU training: spans are DEVICE memory, and every
 // operation is stream-ordered on a communication stream the communicator owns, joined to
-// the caller's compute stream by CUDA events, so the host waits only where asked to.
+// the caller's compute stream by CUDA events, so the host waits only where asked to. A
+// collective may also take host memory (a training loop's scalar reductions): that goes
+// through a device copy and completes on the host before the call returns.
 // Link weft::nccl (and weft::mpi for nccl::from_mpi). Semantics: docs/nccl.md.
 #pragma once
 
@@ -168,6 +170,58 @@ inline void check_device_memory(const void* pointer, std::size_t bytes, std::str
                     " but this communicator runs on device " + std::to_string(device));
     }
 }
+
+// Whether `pointer` is host memory (pageable, or pinned with cudaHostAlloc) rather than
+// device or managed memory: such a buffer of a collective is staged through the device.
+inline bool is_host_memory(const void* pointer) {
+    cudaPointerAttributes attributes{};
+    cuda_check(cudaPointerGetAttributes(&attributes, pointer), "cudaPointerGetAttributes");
+    return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+}
+
+// A collective's buffer in memory NCCL can use: a device or managed buffer as it is, or a
+// device copy of a host buffer, copied up on the communication stream when made (if the
+// collective reads it) and copied back by copy_back (if it writes it).
+class staged_buffer {
+public:
+    staged_buffer(const void* data, std::size_t bytes, bool read, std::string_view parameter, int device,
+                  cudaStream_t stream)
+        : host_(bytes > 0 && is_host_memory(data) ? const_cast<void*>(data) : nullptr),  // NOLINT
+          device_(const_cast<void*>(data)),                                             // NOLINT
+          bytes_(bytes) {
+        if (host_ == nullptr) {
+            check_device_memory(data, bytes, parameter, device);
+            return;
+        }
+        cuda_check(cudaMalloc(&device_, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes, " +
+                                                    std::string(parameter) + " staged from host memory)");
+        if (read) {
+            const cudaError_t copied = cudaMemcpyAsync(device_, host_, bytes, cudaMemcpyHostToDevice, stream);
+            if (copied != cudaSuccess) static_cast<void>(cudaFree(device_));
+            cuda_check(copied, "cudaMemcpyAsync (" + std::string(parameter) + ", host to device)");
+        }
+    }
+    staged_buffer(const staged_buffer&) = delete;
+    staged_buffer& operator=(const staged_buffer&) = delete;
+    // cudaFree waits for the device, so the copy is not freed under a running collective.
+    ~staged_buffer() {
+        if (host_ != nullptr) static_cast<void>(cudaFree(device_));
+    }
+
+    [[nodiscard]] bool staged() const { return host_ != nullptr; }
+    [[nodiscard]] void* device() const { return device_; }
+    // Enqueues the copy of the result back to host memory, after the collective.
+    void copy_back(cudaStream_t stream) const {
+        if (host_ != nullptr)
+            cuda_check(cudaMemcpyAsync(host_, device_, bytes_, cudaMemcpyDeviceToHost, stream),
+                       "cudaMemcpyAsync (staged result, device to host)");
+    }
+
+private:
+    void* host_;
+    void* device_;
+    std::size_t bytes_;
+};
 
 // The completion of one operation: an event recorded on the communication stream once the
 // NCCL call is enqueued. Sends and receives are enqueued later, as one group (see flush).
@@ -360,7 +414,9 @@ public:
 // records a completion event after the NCCL call. request.wait() makes the compute stream
 // wait for that event (the host does not block); request.synchronize() blocks the host.
 // Blocking collectives are start + wait: they return once enqueued, and anything the caller
-// enqueues on the compute stream afterwards sees their result.
+// enqueues on the compute stream afterwards sees their result. A collective with a buffer
+// in host memory is the exception: it is complete, its result in host memory, when the call
+// returns (blocking or not). Sends and receives take device memory only.
 //
 // No tags: NCCL matches sends and receives per peer in the order they are posted, whatever
 // the tag. The tag range is still checked, so a program valid here is valid on weft::mpi;
@@ -550,14 +606,16 @@ public:
         return start_reduce_scatter(all, mine, "reduce_scatter_sum(double)");
     }
 
-    // ncclBroadcast in place, stream-ordered like the other blocking collectives.
+    // ncclBroadcast in place, stream-ordered like the other blocking collectives (complete on
+    // return for host memory, as they are).
     void broadcast(std::span<std::byte> data, int root) {
         auto& s = usable();
         detail::check_peer("root", root, size_);
-        detail::check_device_memory(data.data(), data.size(), "broadcast: data", s.device);
-        start("broadcast", [&](detail::nccl_state& st) {
+        detail::nccl_device_guard guard(s.device);
+        const detail::staged_buffer d(data.data(), data.size(), true, "broadcast: data", s.device, s.stream->get());
+        start_staged("broadcast", d, d.staged(), [&](detail::nccl_state& st) {
             if (data.empty()) return;
-            detail::nccl_check(ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, st.comm,
+            detail::nccl_check(ncclBroadcast(d.device(), d.device(), data.size(), ncclUint8, root, st.comm,
                                              st.stream->get()),
                                "ncclBroadcast");
         }).wait();
@@ -629,13 +687,34 @@ private:
         return request(state_, std::move(done));
     }
 
+    // The collective `launch` (on the buffers' device forms), ordered like start(). If a
+    // buffer is host memory it went through a device copy, and then the call completes on the
+    // host before it returns, the result copied back into `out`: host memory in, host memory
+    // out, as the engine's scalar reductions expect.
+    template <class Launch>
+    request start_staged(std::string_view what, const detail::staged_buffer& out, bool staged, Launch&& launch) {
+        request r = start(what, std::forward<Launch>(launch));
+        if (staged) {
+            auto& s = usable();
+            detail::nccl_device_guard guard(s.device);
+            out.copy_back(s.stream->get());
+            detail::cuda_event copied;
+            copied.record(s.stream->get());
+            s.host_wait(copied.get(), std::string(what) + " (staged through host memory)");
+        }
+        return r;
+    }
+
     template <class T>
     request start_allreduce(std::span<T> values, std::string_view what) {
-        detail::check_device_memory(values.data(), values.size_bytes(), std::string(what) + ": values", usable().device);
-        return start(what, [&](detail::nccl_state& s) {
+        auto& st = usable();
+        detail::nccl_device_guard guard(st.device);
+        const detail::staged_buffer v(values.data(), values.size_bytes(), true, std::string(what) + ": values",
+                                      st.device, st.stream->get());
+        return start_staged(what, v, v.staged(), [&](detail::nccl_state& s) {
             if (values.empty()) return;
-            detail::nccl_check(ncclAllReduce(values.data(), values.data(), values.size(), detail::nccl_type<T>,
-                                             ncclSum, s.comm, s.stream->get()),
+            detail::nccl_check(ncclAllReduce(v.device(), v.device(), values.size(), detail::nccl_type<T>, ncclSum,
+                                             s.comm, s.stream->get()),
                                "ncclAllReduce");
         });
     }
@@ -643,9 +722,15 @@ private:
     template <class T>
     request start_allgather(std::span<const T> mine, std::span<T> all, std::string_view what) {
         check_blocks(what, all.data(), all.size(), mine.data(), mine.size());
-        return start(what, [&](detail::nccl_state& s) {
+        auto& st = usable();
+        detail::nccl_device_guard guard(st.device);
+        const detail::staged_buffer m(mine.data(), mine.size_bytes(), true, std::string(what) + ": mine", st.device,
+                                      st.stream->get());
+        const detail::staged_buffer a(all.data(), all.size_bytes(), false, std::string(what) + ": all", st.device,
+                                      st.stream->get());
+        return start_staged(what, a, m.staged() || a.staged(), [&](detail::nccl_state& s) {
             if (mine.empty()) return;
-            detail::nccl_check(ncclAllGather(mine.data(), all.data(), mine.size(), detail::nccl_type<T>, s.comm,
+            detail::nccl_check(ncclAllGather(m.device(), a.device(), mine.size(), detail::nccl_type<T>, s.comm,
                                              s.stream->get()),
                                "ncclAllGather");
         });
@@ -654,9 +739,15 @@ private:
     template <class T>
     request start_reduce_scatter(std::span<const T> all, std::span<T> mine, std::string_view what) {
         check_blocks(what, all.data(), all.size(), mine.data(), mine.size());
-        return start(what, [&](detail::nccl_state& s) {
+        auto& st = usable();
+        detail::nccl_device_guard guard(st.device);
+        const detail::staged_buffer a(all.data(), all.size_bytes(), true, std::string(what) + ": all", st.device,
+                                      st.stream->get());
+        const detail::staged_buffer m(mine.data(), mine.size_bytes(), false, std::string(what) + ": mine", st.device,
+                                      st.stream->get());
+        return start_staged(what, m, m.staged() || a.staged(), [&](detail::nccl_state& s) {
             if (mine.empty()) return;
-            detail::nccl_check(ncclReduceScatter(all.data(), mine.data(), mine.size(), detail::nccl_type<T>, ncclSum,
+            detail::nccl_check(ncclReduceScatter(a.device(), m.device(), mine.size(), detail::nccl_type<T>, ncclSum,
                                                  s.comm, s.stream->get()),
                                "ncclReduceScatter");
         });
@@ -664,16 +755,14 @@ private:
 
     // The full buffer holds one block per rank; the block may alias the full buffer only as
     // its own block rank() (NCCL's in-place form), any other overlap is undefined in NCCL.
+    // (Where each buffer lives is checked as it is staged.)
     template <class T>
     void check_blocks(std::string_view what, const T* all, std::size_t all_size, const T* mine,
                       std::size_t mine_size) const {
-        const int device = usable().device;
         const std::size_t expected = mine_size * static_cast<std::size_t>(size_);
         require(all_size == expected, std::string(what) + ": all.size()", all_size,
                 "must be size() * mine.size() = " + std::to_string(size_) + " * " + std::to_string(mine_size) +
                     " = " + std::to_string(expected));
-        detail::check_device_memory(all, all_size * sizeof(T), std::string(what) + ": all", device);
-        detail::check_device_memory(mine, mine_size * sizeof(T), std::string(what) + ": mine", device);
         if (mine_size == 0) return;
         const auto a = reinterpret_cast<std::uintptr_t>(all);
         const auto m = reinterpret_cast<std::uintptr_t>(mine);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/comm/host_completion.hpp"
 #include "weft/core/error.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/sharding.hpp"
@@ -60,10 +61,11 @@ public:
     }
 
     // Waits for the reduction and averages: each replica computed the mean loss of its share
-    // of the batch, so the mean of the replicas' gradients is the global one.
+    // of the batch, so the mean of the replicas' gradients is the global one. The average is
+    // taken on the host, so the reduction is completed for the host (comm/host_completion.hpp).
     void finish_reduce() {
         if (!this->reduce_started_) start_reduce();
-        for (auto& r : pending_) r.wait();
+        for (auto& r : pending_) comm::complete_on_host(r);
         pending_.clear();
         if (this->group_->size() == 1) return;
         const Scalar scale = Scalar{1} / static_cast<Scalar>(this->group_->size());

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/comm/host_completion.hpp"
 #include "weft/core/error.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/flat_shard.hpp"
@@ -99,10 +100,14 @@ public:
     }
 
     // Before any compute on the stage. A ZeRO-3 stage whose parameters were never unsharded
-    // means the program lacks an UNSHARD: an error, not a read of freed memory.
-    void finish_unshard() {
+    // means the program lacks an UNSHARD: an error, not a read of freed memory. The wait
+    // orders the stage's kernels after the gather; `for_host` completes it for the host.
+    void finish_unshard(bool for_host = false) {
         if (gathering_) {
-            pending_gather_.wait();
+            if (for_host)
+                comm::complete_on_host(pending_gather_);
+            else
+                pending_gather_.wait();
             gathering_ = false;
         }
         if (!this->tensors_->full.holds_parameters())
@@ -140,7 +145,7 @@ public:
     void finish_reduce() {
         if (!this->reduce_started_) start_reduce();
         if (reducing_) {
-            pending_reduce_.wait();
+            comm::complete_on_host(pending_reduce_);  // averaged on the host below
             reducing_ = false;
         }
         const Scalar scale = Scalar{1} / static_cast<Scalar>(this->group_->size());
@@ -183,7 +188,7 @@ public:
     void with_full_parameters(Fn&& fn) {
         const bool gather = Stage == 3 && !this->tensors_->full.holds_parameters();
         if (gather) start_unshard();
-        finish_unshard();
+        finish_unshard(true);
         fn();
         if (gather) this->tensors_->full.release_parameters();
     }

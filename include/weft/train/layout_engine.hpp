@@ -151,6 +151,9 @@ public:
                 optimizer_step(stage.optimizer, params, grads, stage.tensors.registry(), offset, clip);
             });
         }
+        // The step returns with its updates and the collectives after them (ZeRO's parameter
+        // gather) complete, so the host may read the state (a checkpoint, weight inspection).
+        backend_.synchronize();
         // The batch was used either way: a skipped step still moves the data on.
         const long long step_index = static_cast<long long>(state_.progress.step);
         ++state_.progress.step;
@@ -334,7 +337,7 @@ private:
           model_(model),
           options_(options),
           rows_per_microbatch_(options.batch_size / config.dp() / config.microbatches()),
-          grid_(world, config),
+          grid_(ordered_after_backend(world), config),
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
           units_(stage_units_of(model, options, loop_.program().num_stages)),
@@ -358,6 +361,15 @@ private:
                                    norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
                                                      Model::tied_parameters(model_), units_));
         }
+    }
+
+    // A communicator whose waits are stream-ordered (comm::nccl) is set to order its work
+    // after the backend's compute stream, and its waits before the kernels queued next; the
+    // grid's groups, split from it, inherit that. The caller's communicator keeps the setting.
+    Comm& ordered_after_backend(Comm& world) {
+        if constexpr (requires(Backend& b) { world.set_compute_stream(b.stream()); })
+            world.set_compute_stream(backend_.stream());
+        return world;
     }
 
     // make(), with the state buffers it makes in the backend's state memory.

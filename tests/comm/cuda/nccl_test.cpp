@@ -1,10 +1,12 @@
 // comm::nccl on device memory: collectives, their non-blocking forms, point to point,
-// split, the stream/event ordering and the argument errors. Built as test_comm_nccl (one
+// split, the stream/event ordering and the argument errors; and collectives on host memory,
+// staged through the device. Built as test_comm_nccl (one
 // GPU, a 1-rank communicator from nccl::single) and, with MPI, test_comm_nccl_mpi (one
 // rank per GPU under mpiexec, nccl::from_mpi). Without a GPU both exit 77 (skipped).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -355,8 +357,6 @@ void check_errors(nccl& c) {
     expect_error([&] { c.allgather(std::span<const double>(w.subspan(1, 4)), w.first(4 * un)); },
                  "allgather with overlapping, not in-place buffers", {"overlaps"});
 
-    std::vector<float> host(4, 1.0f);
-    expect_error([&] { c.allreduce_sum(std::span<float>(host)); }, "allreduce on host memory", {"host memory"});
     std::vector<std::byte> host_bytes(4);
     expect_error([&] { (void)c.isend(std::span<const std::byte>(host_bytes), 0, 0); }, "isend from host memory",
                  {"isend: data is host memory"});
@@ -364,6 +364,63 @@ void check_errors(nccl& c) {
     nccl::request empty;
     empty.wait();  // a default-constructed request is harmless
     empty.synchronize();
+}
+
+// Collectives on host memory (the engine's scalar reductions): staged through the device and
+// complete when the call returns, blocking or not, with host and device buffers mixed.
+template <class T>
+void check_host_memory_collectives_of(nccl& c, cudaStream_t compute, const std::string& type) {
+    const int n = c.size();
+    const int r = c.rank();
+    const auto un = static_cast<std::size_t>(n);
+    auto value = [](int rank, std::size_t i) { return static_cast<T>(rank + 1) * T(0.5) + static_cast<T>(i) * T(0.25); };
+    std::vector<T> sums(7);
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+        sums[i] = 0;
+        for (int q = 0; q < n; ++q) sums[i] += value(q, i);
+    }
+    std::vector<T> values(7);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = value(r, i);
+    std::vector<T> started = values;
+    c.allreduce_sum(std::span<T>(values));  // no stream synchronization: the host reads at once
+    expect(values == sums, type + " allreduce_sum on host memory is complete when it returns");
+    auto request = c.iallreduce_sum(std::span<T>(started));
+    expect(started == sums, type + " iallreduce_sum on host memory is complete when it returns");
+    request.wait();
+    request.synchronize();
+
+    constexpr std::size_t k = 3;
+    std::vector<T> mine(k);
+    for (std::size_t i = 0; i < k; ++i) mine[i] = static_cast<T>(r * 100) + static_cast<T>(i);
+    std::vector<T> expected_all(un * k);
+    for (int q = 0; q < n; ++q)
+        for (std::size_t i = 0; i < k; ++i) expected_all[static_cast<std::size_t>(q) * k + i] = static_cast<T>(q * 100) + static_cast<T>(i);
+    std::vector<T> all(un * k, T(-1));
+    c.allgather(std::span<const T>(mine), std::span<T>(all));
+    expect(all == expected_all, type + " allgather from and to host memory");
+    auto device_all = filled<T>(un * k, T(-1));
+    c.allgather(std::span<const T>(mine), span_of(device_all));
+    expect(read(device_all, compute) == expected_all, type + " allgather from host memory into device memory");
+    cuda::device_buffer<T> device_mine{std::span<const T>(mine)};
+    std::fill(all.begin(), all.end(), T(-1));
+    c.allgather(cspan_of(device_mine), std::span<T>(all));
+    expect(all == expected_all, type + " allgather from device memory into host memory");
+
+    std::vector<T> block(k, T(-1));
+    c.reduce_scatter_sum(std::span<const T>(expected_all), std::span<T>(block));
+    bool ok = true;
+    for (std::size_t i = 0; i < k; ++i) ok = ok && block[i] == expected_all[static_cast<std::size_t>(r) * k + i] * static_cast<T>(n);
+    expect(ok, type + " reduce_scatter_sum from and to host memory");
+
+    const int root = n - 1;
+    std::vector<T> shared(4, r == root ? T(7) : T(-1));
+    c.broadcast(std::as_writable_bytes(std::span<T>(shared)), root);
+    expect(shared == std::vector<T>(4, T(7)), type + " broadcast of host memory");
+}
+
+void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
+    check_host_memory_collectives_of<float>(c, compute, "float");
+    check_host_memory_collectives_of<double>(c, compute, "double");
 }
 
 void check_moved_from(nccl& c) {
@@ -406,6 +463,7 @@ int main(int argc, char** argv) {
             check_split(c, compute);
             check_stream_order(c, compute);
             check_self_messages(c, compute);
+            check_host_memory_collectives(c, compute);
             check_errors(c);
             check_moved_from(c);
         });
@@ -438,6 +496,7 @@ int main(int argc, char** argv) {
             check_split(c, compute);
             check_stream_order(c, compute);
             check_self_messages(c, compute);
+            check_host_memory_collectives(c, compute);
             check_errors(c);
             check_moved_from(c);
             c.barrier();

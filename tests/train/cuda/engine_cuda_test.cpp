@@ -3,8 +3,10 @@
 // that GPU over comm::host_staged<comm::local> (pp=2 under zb-h1; dp=2 under ZeRO-1; tp=2;
 // pp=2 x tp=2). Each run's losses match the CPU engine's within bf16 rounding (exec::cuda's
 // activations are bf16, its GEMMs read bf16 weights), and the rank-thread layouts, which move
-// the same bf16 activations between ranks, match the one-GPU run. Exit 77 (skipped) without
-// a GPU.
+// the same bf16 activations between ranks, match the one-GPU run. With NCCL, the engine also
+// runs over comm::nccl (one rank: stream-ordered waits, host scalars staged through the
+// device, the grid's splits, ZeRO's gathers through NCCL) and matches comm::host_staged.
+// Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +16,9 @@
 
 #include "device_check.hpp"
 #include "weft/comm/cuda/host_staged.hpp"
+#if defined(WEFT_HAS_NCCL)
+#include "weft/comm/nccl.hpp"
+#endif
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cuda.hpp"
@@ -96,6 +101,19 @@ std::vector<double> train(int ranks, const weft::parallel_config& config, bool c
     return losses;
 }
 
+#if defined(WEFT_HAS_NCCL)
+using nccl_engine = weft::engine<schedules, weft::shard::any_zero, weft::comm::nccl, weft::exec::cuda, weft::models::gpt>;
+
+// The losses of `steps` steps of a one-rank engine over comm::nccl on device 0.
+std::vector<double> train_over_nccl(const weft::parallel_config& config) {
+    weft::comm::nccl world = weft::comm::nccl::single(0);
+    nccl_engine engine(world, config, model(), options(), weft::exec::cuda{});
+    std::vector<double> losses;
+    for (int s = 0; s < steps; ++s) losses.push_back(engine.step(batch_of(s)).loss);
+    return losses;
+}
+#endif
+
 void expect_close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
                   double tolerance) {
     bool ok = got.size() == want.size();
@@ -123,6 +141,15 @@ void device_checks() {
     expect_close("tp=2 on two rank threads against pp=1, both on the GPU", split, gpu, 1e-2);
     const auto both = train<gpu_engine, staged_local, weft::exec::cuda>(4, layout(2, 1, 0, zb_h1, 2), false);
     expect_close("pp=2 x tp=2 zb-h1 on four rank threads against pp=1, both on the GPU", both, gpu, 1e-2);
+#if defined(WEFT_HAS_NCCL)
+    // One NCCL rank sums nothing: the same numbers as host staging, up to the kernels' own
+    // run-to-run differences.
+    for (const int zero : {0, 1, 3}) {
+        const auto staged = train<gpu_engine, staged_local, weft::exec::cuda>(1, layout(1, 1, zero, gpipe), false);
+        expect_close("ZeRO-" + std::to_string(zero) + " over comm::nccl (one rank) against comm::host_staged",
+                     train_over_nccl(layout(1, 1, zero, gpipe)), staged, 1e-5);
+    }
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,93 @@
+// The engine over a communicator whose waits are stream-ordered, as comm::nccl's are: its
+// wait() does not make a result readable by the host, only by the kernels after it. The CPU
+// model in stream_ordered.hpp holds a device result back until a kernel or a
+// synchronize() runs, so an engine that read communicated training state on the host
+// without completing it for the host first would read stale gradients or parameters here
+// and train differently. Every layout must train bit for bit as over comm::local, and
+// step() must return with nothing left in flight.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "stream_ordered.hpp"
+#include "training_run.hpp"
+#include "weft/shard/any_zero.hpp"
+
+using namespace weft_test;
+using weft::parallel_config;
+
+namespace {
+
+struct rank_record {
+    std::vector<double> losses;      // each step's loss, then its gradient norm
+    std::vector<float> parameters;   // every local stage's, gathered whole
+    double evaluation = 0;           // evaluate() after the steps
+    int steps_left_in_flight = 0;    // steps after which the compute stream still held work
+};
+
+template <class Comm, class Backend>
+rank_record train(Comm& world, const parallel_config& config, double grad_clip) {
+    auto options = test_options();
+    options.grad_clip = grad_clip;
+    options.bucket_elements = 100;  // several buckets per stage: several waits
+    weft::train::engine<all_schedules, weft::shard::any_zero, Comm, Backend> engine(world, config, test_model(),
+                                                                                   options, Backend{});
+    const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+    rank_record record;
+    for (int step = 0; step < steps; ++step) {
+        const auto stats = engine.step(data.batch(step, batch_size));
+        record.losses.push_back(stats.loss);
+        record.losses.push_back(stats.grad_norm);
+        if (!stream_model::compute_stream().empty()) ++record.steps_left_in_flight;
+    }
+    record.evaluation = engine.evaluate(data.batch(steps, batch_size));
+    engine.with_full_parameters([&](int, const auto& stage) {
+        const auto p = stage.parameters();
+        record.parameters.insert(record.parameters.end(), p.begin(), p.end());
+    });
+    return record;
+}
+
+std::vector<rank_record> run(const parallel_config& config, double grad_clip, bool stream_ordered_comm) {
+    std::vector<rank_record> ranks(static_cast<std::size_t>(config.world_size()));
+    weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
+        auto& mine = ranks[static_cast<std::size_t>(world.rank())];
+        if (stream_ordered_comm) {
+            stream_ordered<weft::comm::local> ordered(world.split(0, world.rank()));
+            mine = train<stream_ordered<weft::comm::local>, stream_ordered_cpu>(ordered, config, grad_clip);
+        } else {
+            mine = train<weft::comm::local, weft::exec::cpu>(world, config, grad_clip);
+        }
+    });
+    return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("the engine reads communicated state on the host only after completing it there") {
+    struct layout {
+        int pp, dp, zero;
+        double grad_clip;
+    };
+    const layout layouts[] = {{1, 2, 0, 0}, {1, 2, 1, 0}, {1, 2, 2, 0}, {1, 2, 3, 0},
+                              {2, 2, 0, 0.05}, {2, 2, 1, 0.05}, {2, 2, 3, 0.05}};
+    for (const auto& l : layouts) {
+        DYNAMIC_SECTION("pp " << l.pp << " dp " << l.dp << " ZeRO-" << l.zero << " clip " << l.grad_clip) {
+            const parallel_config config({.pp = l.pp, .dp = l.dp, .zero_stage = l.zero, .microbatches = 2,
+                                          .schedule = weft::sched::one_f_one_b::kind,
+                                          .world_size = l.pp * l.dp});
+            const auto reference = run(config, l.grad_clip, false);
+            stream_model::writes_into_freed_memory() = 0;
+            const auto ordered = run(config, l.grad_clip, true);
+            CHECK(stream_model::writes_into_freed_memory() == 0);
+            for (std::size_t r = 0; r < reference.size(); ++r) {
+                INFO("rank " << r);
+                CHECK(ordered[r].losses == reference[r].losses);
+                CHECK(ordered[r].evaluation == reference[r].evaluation);
+                CHECK(ordered[r].parameters == reference[r].parameters);
+                CHECK(ordered[r].steps_left_in_flight == 0);
+            }
+        }
+    }
+}
