@@ -179,7 +179,7 @@ public:
             this->group_->allgather(std::span<const Scalar>(mine), all);
             if constexpr (Stage == 1) t.full.zero_gradients();
         }
-        std::vector<Scalar>().swap(this->grad_range_);
+        state_vector<Scalar>(this->grad_range_.get_allocator()).swap(this->grad_range_);  // frees it
     }
 
     // Runs fn() with the full parameters present (checkpoints, weight inspection), gathering

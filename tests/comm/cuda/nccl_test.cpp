@@ -373,7 +373,9 @@ void check_host_memory_collectives_of(nccl& c, cudaStream_t compute, const std::
     const int n = c.size();
     const int r = c.rank();
     const auto un = static_cast<std::size_t>(n);
-    auto value = [](int rank, std::size_t i) { return static_cast<T>(rank + 1) * T(0.5) + static_cast<T>(i) * T(0.25); };
+    auto value = [](int rank, std::size_t i) {
+        return static_cast<T>(rank + 1) * T(0.5) + static_cast<T>(i) * T(0.25);
+    };
     std::vector<T> sums(7);
     for (std::size_t i = 0; i < sums.size(); ++i) {
         sums[i] = 0;
@@ -394,7 +396,8 @@ void check_host_memory_collectives_of(nccl& c, cudaStream_t compute, const std::
     for (std::size_t i = 0; i < k; ++i) mine[i] = static_cast<T>(r * 100) + static_cast<T>(i);
     std::vector<T> expected_all(un * k);
     for (int q = 0; q < n; ++q)
-        for (std::size_t i = 0; i < k; ++i) expected_all[static_cast<std::size_t>(q) * k + i] = static_cast<T>(q * 100) + static_cast<T>(i);
+        for (std::size_t i = 0; i < k; ++i)
+            expected_all[static_cast<std::size_t>(q) * k + i] = static_cast<T>(q * 100) + static_cast<T>(i);
     std::vector<T> all(un * k, T(-1));
     c.allgather(std::span<const T>(mine), std::span<T>(all));
     expect(all == expected_all, type + " allgather from and to host memory");
@@ -409,7 +412,8 @@ void check_host_memory_collectives_of(nccl& c, cudaStream_t compute, const std::
     std::vector<T> block(k, T(-1));
     c.reduce_scatter_sum(std::span<const T>(expected_all), std::span<T>(block));
     bool ok = true;
-    for (std::size_t i = 0; i < k; ++i) ok = ok && block[i] == expected_all[static_cast<std::size_t>(r) * k + i] * static_cast<T>(n);
+    for (std::size_t i = 0; i < k; ++i)
+        ok = ok && block[i] == expected_all[static_cast<std::size_t>(r) * k + i] * static_cast<T>(n);
     expect(ok, type + " reduce_scatter_sum from and to host memory");
 
     const int root = n - 1;

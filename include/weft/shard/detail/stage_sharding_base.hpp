@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/shard/stage_tensors.hpp"
 
 namespace weft::shard::detail {
@@ -56,7 +57,10 @@ protected:
     stage_tensors<Scalar>* tensors_;
     Comm* group_;
     bool reduce_started_ = false;
-    std::vector<Scalar> grad_range_;  // ZeRO, REDUCE_GRAD to step: this rank's range of the averaged gradients
+    // ZeRO, REDUCE_GRAD to step: this rank's range of the averaged gradients. In the state
+    // memory the sharding is made in (the backend's), so that a GPU's reduce-scatter writes
+    // it and its optimizer kernels read it where they run.
+    state_vector<Scalar> grad_range_;
     memory_figures peak_;
 };
 
