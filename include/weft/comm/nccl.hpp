@@ -154,12 +154,22 @@ inline void check_nccl_device(int device) {
                 (count == 0 ? " (there is no usable GPU)" : ""));
 }
 
-// NCCL reads and writes through device pointers; a host pointer would be a device fault
-// (which poisons the whole CUDA context), so it is refused here with a readable message.
-inline void check_device_memory(const void* pointer, std::size_t bytes, std::string_view parameter, int device) {
-    if (bytes == 0) return;
+// What the driver knows of `pointer`: host, device or managed memory, and whose device.
+inline cudaPointerAttributes attributes_of(const void* pointer) {
     cudaPointerAttributes attributes{};
     cuda_check(cudaPointerGetAttributes(&attributes, pointer), "cudaPointerGetAttributes");
+    return attributes;
+}
+
+// Host memory (pageable, or pinned with cudaHostAlloc) rather than device or managed memory.
+inline bool is_host_memory(const cudaPointerAttributes& attributes) {
+    return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+}
+
+// NCCL reads and writes through device pointers; a host pointer would be a device fault
+// (which poisons the whole CUDA context), so it is refused here with a readable message.
+inline void check_device_attributes(const cudaPointerAttributes& attributes, std::string_view parameter,
+                                    int device) {
     if (attributes.type == cudaMemoryTypeManaged) return;
     if (attributes.type != cudaMemoryTypeDevice) {
         throw error(std::string(parameter) + " is host memory; weft::comm::nccl needs device memory " +
@@ -171,12 +181,8 @@ inline void check_device_memory(const void* pointer, std::size_t bytes, std::str
     }
 }
 
-// Whether `pointer` is host memory (pageable, or pinned with cudaHostAlloc) rather than
-// device or managed memory: such a buffer of a collective is staged through the device.
-inline bool is_host_memory(const void* pointer) {
-    cudaPointerAttributes attributes{};
-    cuda_check(cudaPointerGetAttributes(&attributes, pointer), "cudaPointerGetAttributes");
-    return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+inline void check_device_memory(const void* pointer, std::size_t bytes, std::string_view parameter, int device) {
+    if (bytes != 0) check_device_attributes(attributes_of(pointer), parameter, device);
 }
 
 // A collective's buffer in memory NCCL can use: a device or managed buffer as it is, or a
@@ -184,15 +190,17 @@ inline bool is_host_memory(const void* pointer) {
 // collective reads it) and copied back by copy_back (if it writes it).
 class staged_buffer {
 public:
+    // One driver query per buffer decides both whether to stage it and whether NCCL may use it.
     staged_buffer(const void* data, std::size_t bytes, bool read, std::string_view parameter, int device,
                   cudaStream_t stream)
-        : host_(bytes > 0 && is_host_memory(data) ? const_cast<void*>(data) : nullptr),  // NOLINT
-          device_(const_cast<void*>(data)),                                             // NOLINT
-          bytes_(bytes) {
-        if (host_ == nullptr) {
-            check_device_memory(data, bytes, parameter, device);
+        : device_(const_cast<void*>(data)), bytes_(bytes) {  // NOLINT: NCCL's API is not const
+        if (bytes == 0) return;
+        const cudaPointerAttributes attributes = attributes_of(data);
+        if (!is_host_memory(attributes)) {
+            check_device_attributes(attributes, parameter, device);
             return;
         }
+        host_ = const_cast<void*>(data);  // NOLINT
         cuda_check(cudaMalloc(&device_, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes, " +
                                                     std::string(parameter) + " staged from host memory)");
         if (read) {
@@ -218,7 +226,7 @@ public:
     }
 
 private:
-    void* host_;
+    void* host_ = nullptr;  // the caller's host buffer when staged
     void* device_;
     std::size_t bytes_;
 };
