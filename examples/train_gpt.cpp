@@ -8,6 +8,7 @@
 //   mpirun -np 4 ./train_gpt --pp 4 --steps 60 --data data/train.bin --switch 20:pp=2,dp=2
 //                            --switch 40:dp=2,tp=2,zero=3 --switch 50:world=2,pp=2   (docs/elastic.md)
 //   mpirun -np 8 ./train_gpt --device cuda --pp 2 --dp 4 --data data/train.bin   (one GPU per rank)
+//   mpirun -np 8 ./train_gpt --device cuda --gpu-comm nccl --pp 2 --dp 4 --data data/train.bin
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -44,6 +45,10 @@ double measured_cpu_peak_tflops(Comm& world) {
 template <weft::communicator Comm>
 void train_on_device(Comm& world, const run_options& o) {
     weft::require(o.device == "cpu" || o.device == "cuda", "--device", o.device, "valid: cpu, cuda");
+    weft::require(o.gpu_comm == "host-staged" || o.gpu_comm == "nccl", "--gpu-comm", o.gpu_comm,
+                  "valid: host-staged, nccl");
+    weft::require(o.gpu_comm == "host-staged" || o.device == "cuda", "--gpu-comm", o.gpu_comm,
+                  "is for --device cuda (the CPU's ranks talk over MPI or threads)");
     if (o.device == "cuda") {
 #if WEFT_TRAIN_GPT_CUDA
         weft_examples::train_gpt::train_on_cuda(world, o);
@@ -113,6 +118,11 @@ int main(int argc, char** argv) {
     app.add_option("--device", o.device,
                    "cpu, or cuda: each rank computes on one GPU, the local rank's (ranks may share one; "
                    "docs/cuda.md)")
+        ->capture_default_str();
+    app.add_option("--gpu-comm", o.gpu_comm,
+                   "with --device cuda: host-staged (activations and reductions through host memory over MPI or "
+                   "threads), or nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go "
+                   "over MPI; docs/cuda.md)")
         ->capture_default_str();
     app.add_option("--partition", o.partition,
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "

@@ -1,7 +1,10 @@
-// train_gpt --device cuda (train_gpt_cuda_device.hpp). Each rank makes exec::cuda on its GPU
-// and talks to the others through comm::host_staged over the world it was given, which
-// carries activations between GPUs through host memory; the training state lives in CUDA
-// managed memory, which data parallelism and ZeRO reduce from the host. Ranks may share a GPU.
+// train_gpt --device cuda (train_gpt_cuda_device.hpp). Each rank makes exec::cuda on its GPU.
+// With --gpu-comm host-staged (the default) it talks to the others through comm::host_staged
+// over the world it was given, which carries activations between GPUs through host memory
+// (ranks may share a GPU). With --gpu-comm nccl (MPI ranks, one GPU each) activations and
+// reductions go over comm::nccl, paired with the MPI world (comm::with_host) for what moves
+// host memory point to point: checkpoints and --switch. The training state lives in CUDA
+// managed memory either way.
 #include "train_gpt_cuda_device.hpp"
 
 #include <cstdio>
@@ -12,6 +15,10 @@
 #include "weft/exec/cuda.hpp"
 #include "weft/exec/cuda/peak_flops.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#if WEFT_HAS_MPI && WEFT_HAS_NCCL
+#include "weft/comm/nccl.hpp"
+#include "weft/comm/with_host.hpp"
+#endif
 
 namespace weft_examples::train_gpt {
 
@@ -35,26 +42,28 @@ void check_cuda_model(const run_options& o) {
                       " must be 32, 64, 96 or 128 with --device cuda (its attention kernel's head sizes)");
 }
 
-template <weft::communicator World>
-void train_on_gpu(World& world, const run_options& o, int local_rank) {
+// The run on GPU local_rank % (GPUs here) over the communicator make_comm(device) returns,
+// whose kind `carried` names for the log.
+template <weft::communicator World, class MakeComm>
+void train_on_gpu(World& world, const run_options& o, int local_rank, const char* carried, MakeComm&& make_comm) {
     check_cuda_model(o);
     const int gpus = weft::cuda::device_count();
     const int device = gpus > 0 ? local_rank % gpus : 0;
-    // A communicator of its own (a split), wrapped to move device memory through the host.
-    weft::comm::host_staged<World> staged(world.split(0, world.rank()));
+    const auto no_gpu = [] {
+        return run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu", exit_no_gpu);
+    };
+    auto comm = make_comm(device, gpus > 0, no_gpu);
     const auto make_backend = [&] {
         // Every rank sees the same answer on one machine; on several, a node without a GPU
         // ends the job with a message from each of its ranks.
-        if (gpus == 0)
-            throw run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu",
-                              exit_no_gpu);
+        if (gpus == 0) throw no_gpu();
         if (world.rank() == 0)
             std::printf("device cuda | %d GPU(s) on this machine | rank 0 on GPU %d: %s | activations between "
-                        "ranks through host memory (comm::host_staged)\n",
-                        gpus, device, weft::cuda::device_name(device).c_str());
+                        "ranks %s\n",
+                        gpus, device, weft::cuda::device_name(device).c_str(), carried);
         return weft::exec::cuda(device);
     };
-    train(staged, o, make_backend, [device](auto& w) {
+    train(comm, o, make_backend, [device](auto& w) {
         const double peak = weft::cuda::bf16_peak_tflops(device);
         weft::require(peak > 0, "--peak-tflops", 0,
                       "must be given for GPU \"" + weft::cuda::device_name(device) +
@@ -64,14 +73,41 @@ void train_on_gpu(World& world, const run_options& o, int local_rank) {
     });
 }
 
+// --gpu-comm host-staged: a communicator of the world's own (a split), wrapped to move device
+// memory through the host.
+template <weft::communicator World>
+void train_host_staged(World& world, const run_options& o, int local_rank) {
+    train_on_gpu(world, o, local_rank, "through host memory (comm::host_staged)",
+                 [&](int, bool, const auto&) { return weft::comm::host_staged<World>(world.split(0, world.rank())); });
+}
+
 }  // namespace
 
-void train_on_cuda(weft::comm::local& world, const run_options& o) { train_on_gpu(world, o, world.rank()); }
+void train_on_cuda(weft::comm::local& world, const run_options& o) {
+    weft::require(o.gpu_comm == "host-staged", "--gpu-comm", o.gpu_comm,
+                  "needs one MPI process per GPU (mpirun); ranks as threads of one process use host-staged");
+    train_host_staged(world, o, world.rank());
+}
 
 #if WEFT_HAS_MPI
 void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
-    const int local_rank = launcher_local_rank();
-    train_on_gpu(world, o, local_rank >= 0 ? local_rank : world.rank());
+    const int launched = launcher_local_rank();
+    const int local_rank = launched >= 0 ? launched : world.rank();
+    if (o.gpu_comm == "host-staged") return train_host_staged(world, o, local_rank);
+#if WEFT_HAS_NCCL
+    using nccl_with_mpi = weft::comm::with_host<weft::comm::nccl, weft::comm::mpi>;
+    train_on_gpu(world, o, local_rank, "over NCCL (comm::nccl; checkpoints and switches over MPI)",
+                 [&](int device, bool has_gpu, const auto& no_gpu) {
+                     if (!has_gpu) throw no_gpu();  // before NCCL looks for the device
+                     // Both over the world's ranks in its order: the device side from the
+                     // world, the host side a split of it of its own.
+                     auto device_side = weft::comm::nccl::from_mpi(world, device);
+                     return nccl_with_mpi(std::move(device_side), world.split(0, world.rank()));
+                 });
+#else
+    throw weft::invalid_argument("--gpu-comm", o.gpu_comm,
+                                 "this train_gpt was built without NCCL (weft::nccl); valid: host-staged");
+#endif
 }
 #endif
 

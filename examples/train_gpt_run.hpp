@@ -50,6 +50,9 @@ struct run_options : weft_examples::gpt_run_options {
     std::string optimizer = "adamw";
     double peak_tflops = 0;  // 0: this CPU's measured GEMM rate, or the GPU's bf16 peak from weft's table
     std::string device = "cpu";  // cpu, or cuda: one GPU per rank (train_gpt_cuda_device.cpp)
+    // With --device cuda, what carries activations and reductions between GPUs: host-staged
+    // (the world's communicator, through host memory) or nccl (MPI ranks only).
+    std::string gpu_comm = "host-staged";
     std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
     int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
     long long warmup_steps = 0;
@@ -157,6 +160,9 @@ template <weft::communicator Comm, class MakeBackend, class DefaultPeak>
 void train(Comm& world, const run_options& o, MakeBackend&& make_backend, DefaultPeak&& default_peak_tflops) {
     using Backend = std::invoke_result_t<MakeBackend&>;
     world.set_timeout(std::chrono::duration<double>(o.comm_timeout));  // the engine's groups inherit it
+    // The run's own votes and reports (stops, memory) are host values: over the host side of
+    // a device communicator (comm::with_host), the world itself otherwise.
+    auto& host = weft::comm::host_side(world);
     // any_zero: the ZeRO stage is a run-time choice (--zero), like the schedule.
     using engine_t = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, Comm, Backend,
                                   weft::models::gpt>;
@@ -308,7 +314,7 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
     const auto stop_heard_from_rank_0 = [&](bool stop) {
         if (engine.config().world_size() == world.size()) return stop;
         int flag[1] = {stop ? 1 : 0};
-        world.broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
+        host.broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
         return flag[0] != 0;
     };
     int nonfinite_steps = 0;
@@ -320,7 +326,7 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
             ++steps_taken;
             if (stop_heard_from_rank_0(false))
                 throw weft_examples::run_stopped("the run stopped on rank 0", exit_nonfinite);
-            if (weft_examples::agreed_stop_signal(world) != 0)
+            if (weft_examples::agreed_stop_signal(host) != 0)
                 throw weft_examples::run_stopped("stopped by a signal", exit_stopped_by_signal);
             continue;
         }
@@ -356,7 +362,7 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         if (!o.checkpoint_dir.empty() && o.checkpoint_every > 0 && steps_done() % o.checkpoint_every == 0)
             checkpoint();
         // Every rank learns of a signal any rank got, and all stop after this same step.
-        if (const int signal = weft_examples::agreed_stop_signal(world); signal != 0) {
+        if (const int signal = weft_examples::agreed_stop_signal(host); signal != 0) {
             const bool save = !o.checkpoint_dir.empty();
             if (save && saved_step != steps_done()) checkpoint();
             throw weft_examples::run_stopped(
@@ -368,7 +374,7 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         }
     }
     if (val_tokens && validated_step != steps_done()) validate();
-    report_memory(world, engine);
+    report_memory(host, engine);
     if (!o.checkpoint_dir.empty() && saved_step != steps_done()) checkpoint();
     if (!o.save.empty() && !engine.is_spare()) {
         weft::train::save(engine, o.save);

@@ -38,8 +38,10 @@
 
 // comm: the communicator concept, the in-process (threads) communicator and the process grid.
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/host_side.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/comm/process_grid.hpp"
+#include "weft/comm/with_host.hpp"
 
 // exec: the compute-backend concept and the CPU backend.
 #include "weft/exec/compute_backend.hpp"

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "posting_order_comm.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/comm/process_grid.hpp"
 #include "weft/core/error.hpp"
@@ -101,40 +100,3 @@ TEST_CASE("process_grid rejects a factorization that does not match the world", 
     CHECK_THAT(message, Catch::Matchers::Contains("communicator size") && Catch::Matchers::Contains("4"));
 }
 
-// A communicator that pairs messages in posting order gets a second pipeline communicator
-// for the gradients going back, over the same ranks in the same order; one that pairs them
-// by tag carries both directions on one.
-TEST_CASE("process_grid gives the pipeline a backward channel of its own only where tags select nothing",
-          "[comm][grid]") {
-    using untagged = weft_test::posting_order<local>;
-    const weft::parallel_config cfg({.pp = 2, .dp = 2, .microbatches = 2, .world_size = 4});
-    std::mutex mutex;
-    std::vector<std::string> failures;
-    local::run(4, [&](local& comm) {
-        weft::comm::process_grid<local> tagged(comm, cfg);
-        untagged world(comm.split(0, comm.rank()));
-        weft::comm::process_grid<untagged> grid(world, cfg);
-        std::vector<std::string> mine;
-        if (&tagged.pipeline_backward() != &tagged.pipeline()) mine.emplace_back("tagged: two channels");
-        if (&grid.pipeline_backward() == &grid.pipeline()) mine.emplace_back("untagged: one channel");
-        if (grid.pipeline_backward().size() != 2 || grid.pipeline_backward().rank() != grid.pipeline().rank())
-            mine.emplace_back("untagged: backward channel is not the pipeline's ranks");
-        // A message on each channel, both with tag 0: each arrives on its own.
-        const int peer = 1 - grid.pipeline().rank();
-        float forward_out[1] = {float(10 + comm.rank())}, backward_out[1] = {float(20 + comm.rank())};
-        float forward_in[1] = {0}, backward_in[1] = {0};
-        auto sent_back = grid.pipeline_backward().isend(std::as_bytes(std::span(backward_out)), peer, 0);
-        auto sent_forward = grid.pipeline().isend(std::as_bytes(std::span(forward_out)), peer, 0);
-        auto got_forward = grid.pipeline().irecv(std::as_writable_bytes(std::span(forward_in)), peer, 0);
-        auto got_back = grid.pipeline_backward().irecv(std::as_writable_bytes(std::span(backward_in)), peer, 0);
-        got_forward.wait();
-        got_back.wait();
-        sent_back.wait();
-        sent_forward.wait();
-        if (forward_in[0] < 10 || forward_in[0] >= 20 || backward_in[0] < 20)
-            mine.emplace_back("a message arrived on the other channel");
-        const std::scoped_lock lock(mutex);
-        for (auto& m : mine) failures.push_back("rank " + std::to_string(comm.rank()) + ": " + m);
-    });
-    CHECK(failures == std::vector<std::string>{});
-}

@@ -90,7 +90,7 @@ TEST_CASE("a stage's flat buffers made in a scope live in its memory", "[core][s
     tensors->release_gradients();
     tensors->release_parameters();
     tensors->allocate_gradients();
-    tensors->allocate_parameters_lazily();
+    tensors->allocate_parameters();
     CHECK(counted::allocations == before + 4);
     CHECK(&tensors->parameter_storage().get_allocator().memory() == &counting);
 }

@@ -127,6 +127,13 @@ TEST_CASE("the optimizer kernels are the host's optimizer code", "[exec][cpu]") 
     CHECK(v == v2);
     CHECK(p[0] != 1.0f);
 
+    // The averaging: a multiplication, rounded as the host's.
+    std::vector<float> summed{3.0f, -1.5f, 0.1f, 7.0f}, expected = summed;
+    floats.scale(summed, 1.0f / 3.0f);
+    for (float& x : expected) x *= 1.0f / 3.0f;
+    CHECK(summed == expected);
+    CHECK(summed[0] == 1.0f);
+
     // Owned elements [10, 14) of a stage; counted runs [9, 11) and [12, 20): elements 10, 12, 13.
     const std::vector<weft::optim::flat_run> runs{{9, 11}, {12, 20}};
     std::vector<float> owned{1, 2, 3, 4};

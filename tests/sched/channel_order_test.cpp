@@ -1,8 +1,10 @@
 // check_channel_order(): every shipped schedule can run over a communicator without tags
-// (NCCL) once each direction has its own channel, and a program whose receives come in
-// another order than the sends is named, with both actions.
+// (NCCL) once each route (sender, receiver, direction) has its own channel, and a program whose receives come in
+// another order than the sends is named, with both actions. one_channel_per_route(): every
+// route gets a channel that carries no other route of its ranks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -10,8 +12,10 @@
 #include <vector>
 
 #include "weft/sched/channel_order.hpp"
+#include "weft/sched/message_channels.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/lower.hpp"
+#include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/schedule_list.hpp"
 #include "weft/sched/validate.hpp"
 
@@ -62,7 +66,7 @@ TEST_CASE("every shipped schedule keeps each direction's messages in order", "[s
                      << " whose two directions interleave differently on the two sides");
         CHECK(checked > 0);
         CHECK(failures.empty());
-        // Why the engine needs two channels, not one: these schedules would swap messages.
+        // Why one channel per pair of ranks is not enough: these schedules would swap messages.
         if (S::name == std::string_view("interleaved") || S::name == std::string_view("zbv") ||
             S::name == std::string_view("dualpipev"))
             CHECK(interleaving_directions > 0);
@@ -88,4 +92,51 @@ TEST_CASE("receives posted in another order than the sends are named", "[sched][
     CHECK_FALSE(ws::check_channel_order(p).ok);  // compute-only: nothing to check yet
     CHECK(ws::check_channel_order(p).message == "check_channel_order needs a lowered program (sched::lower)");
     CHECK(ws::check_channel_order(ws::lower(ws::gpipe::generate(2, 2))).ok);
+}
+
+// one_channel_per_route(): over a communicator whose sends wait for their receives on one
+// stream per rank (NCCL), each route needs a stream of its own at both ends. Every route of
+// every shipped schedule gets a channel, and no channel carries two routes of one rank.
+TEST_CASE("every route of every shipped schedule has a channel of its own at each of its ranks",
+          "[sched][channel_order]") {
+    weft::for_each_type(ws::schedule_list{}, []<class S>(std::type_identity<S>) {
+        int most_channels = 0;
+        std::string failures;
+        for (int p = 1; p <= 6; ++p)
+            for (int m = 1; m <= 16; ++m)
+                for (int v = 1; v <= 3; ++v) {
+                    ws::program generated;
+                    try {
+                        generated = S::generate({.ranks = p, .microbatches = m, .chunks = v});
+                    } catch (const weft::error&) {
+                        continue;
+                    }
+                    const auto lowered = ws::lower(generated);
+                    const auto routes = ws::routes_of(lowered);
+                    const auto channels = ws::one_channel_per_route(lowered);
+                    const std::string where = "p " + std::to_string(p) + " m " + std::to_string(m) + " v " +
+                                              std::to_string(v) + ": ";
+                    std::map<std::pair<int, int>, int> routes_at;  // (channel, rank) -> routes
+                    for (const auto& route : routes) {
+                        const int c = channels.of(route);
+                        if (c < 0 || c >= channels.count) failures += where + "channel out of range\n";
+                        ++routes_at[{c, route.sender}];
+                        ++routes_at[{c, route.receiver}];
+                    }
+                    for (const auto& [at, n] : routes_at)
+                        if (n > 1)
+                            failures += where + "channel " + std::to_string(at.first) + " carries " +
+                                        std::to_string(n) + " routes of rank " + std::to_string(at.second) + "\n";
+                    if (p == 1 && channels.count != 1) failures += where + "one rank needs one channel\n";
+                    most_channels = std::max(most_channels, channels.count);
+                }
+        INFO(S::name << ": at most " << most_channels << " channels");
+        CHECK(failures.empty());
+        CHECK(most_channels >= 2);  // a pipeline's routes share ranks
+        CHECK(most_channels <= 8);  // a rank has at most 8 routes: 2 neighbours x 2 ways x 2 directions
+    });
+    // A linear pipeline: rank r's four routes (activations in and out, gradients in and out).
+    const auto one_f_one_b = ws::lower(ws::generate(weft::sched::one_f_one_b::kind, {.ranks = 4, .microbatches = 8}));
+    CHECK(ws::routes_of(one_f_one_b).size() == 6);
+    CHECK(ws::one_channel_per_route(one_f_one_b).count <= 4);
 }

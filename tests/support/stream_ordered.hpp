@@ -190,6 +190,12 @@ public:
     [[nodiscard]] request irecv(std::span<std::byte> buffer, int source, int tag) {
         return passed_through(inner_.irecv(buffer, source, tag));
     }
+    // Where the inner communicator batches sends and receives (rendezvous_comm.hpp).
+    void flush()
+        requires requires(Inner& i) { i.flush(); }
+    {
+        inner_.flush();
+    }
 
     template <class T>
     [[nodiscard]] request iallreduce_sum(std::span<T> values) {
@@ -313,6 +319,7 @@ struct stream_ordered_cpu : weft::exec::cpu {
     WEFT_TEST_AFTER_STREAM(row_max)
     WEFT_TEST_AFTER_STREAM(softmax_partial_sums)
     WEFT_TEST_AFTER_STREAM(softmax_gradient)
+    WEFT_TEST_AFTER_STREAM(scale)
     WEFT_TEST_AFTER_STREAM(adamw_update)
     WEFT_TEST_AFTER_STREAM(summarize_gradients)
     WEFT_TEST_AFTER_STREAM(copy_to_host)

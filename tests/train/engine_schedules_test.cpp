@@ -4,8 +4,10 @@
 #include "training_run.hpp"
 
 #include "posting_order_comm.hpp"
+#include "rendezvous_comm.hpp"
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 
 #include "weft/sched/csv.hpp"
@@ -79,7 +81,7 @@ TEST_CASE("every schedule trains the same model as one process") {
 // NCCL pairs messages per peer in posting order, without tags. Between two ranks, ZB-V and
 // DualPipeV (and interleaved, when p does not divide m) post a gradient and an activation in
 // one order and receive them in the other, so over one channel they would swap (same-sized)
-// buffers and train wrongly; the engine gives each direction its own communicator.
+// buffers and train wrongly; the engine gives each route its own communicator.
 TEST_CASE("every schedule trains the same over a communicator that matches messages in posting order") {
     using untagged = weft_test::posting_order<weft::comm::local>;
     for (const auto& l : every_schedule()) {
@@ -96,6 +98,68 @@ TEST_CASE("every schedule trains the same over a communicator that matches messa
             }
         }
     }
+}
+
+// comm::nccl launches a rank's posted sends and receives as one group when one of them is
+// waited for, and an NCCL send waits for its receive to be launched on the peer. A program
+// whose ranks wait in an order that leaves each one's group needing a group the other has
+// not launched would hang the GPUs' streams; over rendezvous<local> it is a deadlock that
+// local::run reports. Every schedule must run, with data parallelism too, and train the same.
+TEST_CASE("every schedule runs without a deadlock under NCCL's batched rendezvous sends and receives") {
+    using nccl_like = weft_test::rendezvous<weft::comm::local>;
+    std::vector<parallel_config> configs;
+    for (const auto& l : every_schedule()) configs.push_back(config_of(l));
+    // Data parallelism: the gradients' all-reduces start on the data group beside the pipeline.
+    configs.push_back(parallel_config({.pp = 2, .dp = 2, .microbatches = 4, .schedule = weft::sched::one_f_one_b::kind,
+                                       .world_size = 4}));
+    configs.push_back(parallel_config(
+        {.pp = 2, .dp = 2, .microbatches = 4, .chunks = 2, .schedule = weft::sched::zbv::kind, .world_size = 4}));
+    for (const auto& config : configs) {
+        DYNAMIC_SECTION(weft::to_string(config.schedule()) << " pp " << config.pp() << " dp " << config.dp() << " m "
+                                                           << config.microbatches() << " v " << config.chunks()) {
+            const auto tagged = run_local(config);
+            std::vector<run_result> ranks(static_cast<std::size_t>(config.world_size()));
+            std::vector<long long> groups(ranks.size());
+            weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
+                // A group waits this long before it is called a deadlock: a run that works
+                // takes milliseconds.
+                nccl_like nccl_world(world.split(0, world.rank()), std::chrono::seconds(5));
+                ranks[static_cast<std::size_t>(world.rank())] = train_steps(nccl_world, config);
+                groups[static_cast<std::size_t>(world.rank())] = nccl_world.groups_launched();
+            });
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+                INFO("rank " << r);
+                require_same_training(ranks[r], tagged[r], 0);
+                CHECK(groups[r] >= steps);  // the pipeline's messages went in groups
+            }
+        }
+    }
+}
+
+// The model itself: an exchange whose two sends are each waited for alone deadlocks, as it
+// would on GPUs (each rank's group holds only its send); posted together with the receives,
+// it runs.
+TEST_CASE("the rendezvous model deadlocks where NCCL's streams would hang and only there") {
+    using nccl_like = weft_test::rendezvous<weft::comm::local>;
+    const auto exchange = [](bool post_both_first) {
+        std::array<std::array<float, 4>, 2> received{};
+        weft::comm::local::run(2, [&](weft::comm::local& world) {
+            nccl_like nccl_world(world.split(0, world.rank()), std::chrono::milliseconds(300));
+            const int peer = 1 - world.rank();
+            const std::array<float, 4> out{1.0f + static_cast<float>(world.rank()), 2, 3, 4};
+            auto& in = received[static_cast<std::size_t>(world.rank())];
+            auto send = nccl_world.isend(std::as_bytes(std::span<const float>(out)), peer, 0);
+            if (!post_both_first) send.wait();
+            auto receive = nccl_world.irecv(std::as_writable_bytes(std::span<float>(in)), peer, 0);
+            send.wait();
+            receive.wait();
+        });
+        return received;
+    };
+    const auto received = exchange(true);
+    CHECK(received[0][0] == 2.0f);  // from rank 1
+    CHECK(received[1][0] == 1.0f);
+    CHECK_THROWS_WITH(exchange(false), Catch::Contains("deadlock"));
 }
 
 TEST_CASE("the engine holds exactly the activations the simulator predicts") {

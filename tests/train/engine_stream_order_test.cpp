@@ -5,11 +5,18 @@
 // without completing it for the host first would read stale gradients or parameters here
 // and train differently. Every layout must train bit for bit as over comm::local, and
 // step() must return with nothing left in flight.
+//
+// Twice: with the model backend's optimizer kernels, the gradients' averaging is a
+// stream-ordered kernel behind the reduction's wait, as on a GPU; without them, the host
+// averages, sums and updates, and must complete the reductions for itself first. A third
+// time with NCCL's batched, rendezvous sends and receives under the stream model
+// (rendezvous_comm.hpp): the whole of comm::nccl's behaviour that threads can show.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
+#include "rendezvous_comm.hpp"
 #include "stream_ordered.hpp"
 #include "training_run.hpp"
 #include "weft/shard/any_zero.hpp"
@@ -18,6 +25,28 @@ using namespace weft_test;
 using weft::parallel_config;
 
 namespace {
+
+// stream_ordered_cpu without optimizer kernels (exec::optimizer_kernels): the step after
+// backward runs on the host. Declaring the names hides the base's kernels.
+struct stream_ordered_cpu_without_optimizer_kernels : stream_ordered_cpu {
+    void scale() = delete;
+    void adamw_update() = delete;
+    void summarize_gradients() = delete;
+};
+static_assert(weft::exec::optimizer_kernels<stream_ordered_cpu>);
+static_assert(!weft::exec::optimizer_kernels<stream_ordered_cpu_without_optimizer_kernels>);
+
+enum class run_on { cpu_reference, stream_ordered_kernels, stream_ordered_host_step, nccl_model };
+
+const char* name_of(run_on backend) {
+    switch (backend) {
+        case run_on::cpu_reference: return "comm::local";
+        case run_on::stream_ordered_kernels: return "optimizer kernels";
+        case run_on::stream_ordered_host_step: return "the step on the host";
+        case run_on::nccl_model: return "optimizer kernels, NCCL's sends and receives";
+    }
+    return "?";
+}
 
 struct rank_record {
     std::vector<double> losses;      // each step's loss, then its gradient norm
@@ -49,16 +78,26 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip) 
     return record;
 }
 
-std::vector<rank_record> run(const parallel_config& config, double grad_clip, bool stream_ordered_comm) {
+std::vector<rank_record> run(const parallel_config& config, double grad_clip, run_on backend) {
     std::vector<rank_record> ranks(static_cast<std::size_t>(config.world_size()));
     weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
         auto& mine = ranks[static_cast<std::size_t>(world.rank())];
-        if (stream_ordered_comm) {
-            stream_ordered<weft::comm::local> ordered(world.split(0, world.rank()));
-            mine = train<stream_ordered<weft::comm::local>, stream_ordered_cpu>(ordered, config, grad_clip);
-        } else {
+        using ordered_comm = stream_ordered<weft::comm::local>;
+        if (backend == run_on::cpu_reference) {
             mine = train<weft::comm::local, weft::exec::cpu>(world, config, grad_clip);
+            return;
         }
+        if (backend == run_on::nccl_model) {
+            using nccl_model = stream_ordered<rendezvous<weft::comm::local>>;
+            nccl_model ordered(rendezvous<weft::comm::local>(world.split(0, world.rank())));
+            mine = train<nccl_model, stream_ordered_cpu>(ordered, config, grad_clip);
+            return;
+        }
+        ordered_comm ordered(world.split(0, world.rank()));
+        if (backend == run_on::stream_ordered_kernels)
+            mine = train<ordered_comm, stream_ordered_cpu>(ordered, config, grad_clip);
+        else
+            mine = train<ordered_comm, stream_ordered_cpu_without_optimizer_kernels>(ordered, config, grad_clip);
     });
     return ranks;
 }
@@ -77,16 +116,20 @@ TEST_CASE("the engine reads communicated state on the host only after completing
             const parallel_config config({.pp = l.pp, .dp = l.dp, .zero_stage = l.zero, .microbatches = 2,
                                           .schedule = weft::sched::one_f_one_b::kind,
                                           .world_size = l.pp * l.dp});
-            const auto reference = run(config, l.grad_clip, false);
-            stream_model::writes_into_freed_memory() = 0;
-            const auto ordered = run(config, l.grad_clip, true);
-            CHECK(stream_model::writes_into_freed_memory() == 0);
-            for (std::size_t r = 0; r < reference.size(); ++r) {
-                INFO("rank " << r);
-                CHECK(ordered[r].losses == reference[r].losses);
-                CHECK(ordered[r].evaluation == reference[r].evaluation);
-                CHECK(ordered[r].parameters == reference[r].parameters);
-                CHECK(ordered[r].steps_left_in_flight == 0);
+            const auto reference = run(config, l.grad_clip, run_on::cpu_reference);
+            for (const run_on backend :
+                 {run_on::stream_ordered_kernels, run_on::stream_ordered_host_step, run_on::nccl_model}) {
+                INFO(name_of(backend));
+                stream_model::writes_into_freed_memory() = 0;
+                const auto ordered = run(config, l.grad_clip, backend);
+                CHECK(stream_model::writes_into_freed_memory() == 0);
+                for (std::size_t r = 0; r < reference.size(); ++r) {
+                    INFO("rank " << r);
+                    CHECK(ordered[r].losses == reference[r].losses);
+                    CHECK(ordered[r].evaluation == reference[r].evaluation);
+                    CHECK(ordered[r].parameters == reference[r].parameters);
+                    CHECK(ordered[r].steps_left_in_flight == 0);
+                }
             }
         }
     }

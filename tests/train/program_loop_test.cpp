@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <span>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -170,8 +171,9 @@ TEST_CASE("over a communicator without tags the loop refuses messages out of ord
                           Catch::Contains("the 1st send is rank 0, index 1 (0SEND_F0) but the 1st receive is rank 1, "
                                           "index 0 (1RECV_F1)"));
 
-    // Both directions on one such communicator: refused at run(), before any message.
-    std::string message;
+    // Two routes on one such communicator: refused at run(), before any message. So is a
+    // channel count other than the program's.
+    std::string message, count_message;
     local::run(2, [&](local& world) {
         weft_test::posting_order<local> pipeline(world.split(0, world.rank()));
         const int me = pipeline.rank();
@@ -183,12 +185,22 @@ TEST_CASE("over a communicator without tags the loop refuses messages out of ord
         untagged_loop loop(weft::sched::lower(weft::sched::gpipe::generate(2, 2)), me, test_model(), 2, 1);
         recorder actions;
         const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        // GPipe on 2 ranks has two routes (activations 0 -> 1, gradients 1 -> 0), which share
+        // both ranks: two channels.
+        const std::vector<weft_test::posting_order<local>*> twice(2, &pipeline);
         try {
-            loop.run(data.batch(0, 4), 0, runners, pipeline, pipeline, actions);
+            loop.run(data.batch(0, 4), 0, runners, std::span(twice), actions);
         } catch (const weft::error& e) {
             if (me == 0) message = e.what();
         }
+        try {
+            loop.run(data.batch(0, 4), 0, runners, std::span(twice).first(1), actions);
+        } catch (const weft::error& e) {
+            if (me == 0) count_message = e.what();
+        }
     });
-    CHECK_THAT(message, Catch::Matchers::StartsWith("weft: backward channel = \"the forward channel's communicator\" "
-                                                    "is invalid: must be a communicator of its own"));
+    CHECK_THAT(message, Catch::Matchers::StartsWith("weft: channel 1 = \"channel 0's communicator\" is invalid: must "
+                                                    "be a communicator of its own"));
+    CHECK_THAT(count_message, Catch::Matchers::StartsWith("weft: channels = 1 is invalid: must be this program's "
+                                                          "channel_count() = 2"));
 }

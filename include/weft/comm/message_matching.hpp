@@ -3,7 +3,8 @@
 // under one rule can be silently wrong under the other: two same-sized messages from one
 // peer, posted in one order and received in the other, swap buffers. So a communicator
 // that ignores tags says so, and what sends several streams of messages to one peer (the
-// pipeline's activations and gradients) gives each stream its own channel.
+// pipeline's activations and gradients) gives each stream its own channel
+// (sched/message_channels.hpp).
 #pragma once
 
 #include <string_view>

@@ -4,12 +4,10 @@
 // and pipeline stages are farthest apart (they exchange only activations).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "weft/comm/communicator.hpp"
-#include "weft/comm/message_matching.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/parallel_config.hpp"
 
@@ -39,7 +37,6 @@ public:
         : coordinates_(checked_coordinates(world, cfg)),
           pipeline_(world.split(coordinates_.dp_index * cfg.tp() + coordinates_.tp_index,
                                 coordinates_.pp_index)),
-          pipeline_backward_(backward_channel(pipeline_)),
           data_(world.split(coordinates_.pp_index * cfg.tp() + coordinates_.tp_index,
                             coordinates_.dp_index)),
           tensor_(world.split(coordinates_.pp_index * cfg.dp() + coordinates_.dp_index, coordinates_.tp_index)) {}
@@ -47,11 +44,6 @@ public:
     [[nodiscard]] const grid_coordinates& coordinates() const { return coordinates_; }
     // Ranks holding the successive stages of one model replica; rank i here is pp_index i.
     [[nodiscard]] Comm& pipeline() { return pipeline_; }
-    // The channel the pipeline's gradients go back on: pipeline() itself for a communicator
-    // that pairs messages by tag, a second communicator over the same ranks for one that
-    // pairs them in posting order (NCCL), so that activations and gradients between two
-    // ranks cannot take each other's place (sched/channel_order.hpp).
-    [[nodiscard]] Comm& pipeline_backward() { return pipeline_backward_ ? *pipeline_backward_ : pipeline_; }
     // Ranks holding the same stage in different replicas; rank i here is dp_index i.
     [[nodiscard]] Comm& data() { return data_; }
     // Ranks holding slices of the same stage of the same replica; rank i here is tp_index i.
@@ -65,17 +57,8 @@ private:
         return grid_coordinates_of(world.rank(), cfg);
     }
 
-    // Collective over `pipeline` when it makes a communicator.
-    static std::optional<Comm> backward_channel(Comm& pipeline) {
-        if constexpr (matching_of<Comm> == message_matching::in_posting_order)
-            return pipeline.split(0, pipeline.rank());
-        else
-            return std::nullopt;
-    }
-
     grid_coordinates coordinates_;
     Comm pipeline_;
-    std::optional<Comm> pipeline_backward_;  // declared after pipeline_, which it splits
     Comm data_;
     Comm tensor_;
 };

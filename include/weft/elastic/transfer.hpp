@@ -318,7 +318,7 @@ private:
                     s.parameter_range = lazy_zeros<Scalar>(parameter_elements(to_, s.holding),
                                                            s.parameter_range.get_allocator().memory());
                 else
-                    s.full.allocate_parameters_lazily();
+                    s.full.allocate_parameters();
             } else {
                 if (s.optimizer.size() <= w.tensor) s.optimizer.resize(w.tensor + 1);
                 s.optimizer[w.tensor] = lazy_zeros<Scalar>(moment_elements(to_, s.holding));

@@ -163,6 +163,8 @@ concept vocab_parallel_loss_kernels = backend_matrices<B> &&
 // buffers where they live (exec::cuda: on the GPU, so that an optimizer step moves no pages
 // of managed memory to the host). The engine calls them where a backend has them and the
 // host's code otherwise; exec::cpu has them as that host code, so its numbers do not change.
+//  - scale(values, factor): optim::scale_on_host (optim/gradient_scale.hpp), values *=
+//    factor: the averaging of the data-parallel group's summed gradients.
 //  - adamw_update(params, grads, m, v, factors, decays): optim::adamw_update_on_host
 //    (optim/adamw_update.hpp), one range of a stage's buffers.
 //  - summarize_gradients(owned, offset, counted): optim::summarize_gradients_on_host
@@ -173,6 +175,7 @@ concept optimizer_kernels = backend_identity<B> &&
     requires(B& b, std::span<typename B::scalar> x, std::span<const typename B::scalar> cx,
              const optim::adamw_factors<typename B::scalar>& f, std::span<const optim::flat_run> runs, bool flag,
              std::size_t offset) {
+        b.scale(x, f.grad_scale);
         b.adamw_update(x, cx, x, x, f, flag);
         { b.summarize_gradients(cx, offset, runs) } -> std::same_as<optim::gradient_summary>;
     };

@@ -22,6 +22,7 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/optim/adamw_update.hpp"
+#include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
 
 namespace weft::exec {
@@ -164,6 +165,7 @@ public:
     }
 
     // The optimizer kernels of exec::optimizer_kernels: the host's code, which they are.
+    void scale(std::span<Scalar> values, Scalar factor) const { optim::scale_on_host<Scalar>(values, factor); }
     void adamw_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> m,
                       std::span<Scalar> v, const optim::adamw_factors<Scalar>& f, bool decays) const {
         optim::adamw_update_on_host<Scalar>(params, grads, m, v, f, decays);

@@ -47,6 +47,7 @@
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/optim/adamw_update.hpp"
+#include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
 
 namespace weft::exec {
@@ -462,6 +463,15 @@ public:
     // over the training state's managed buffers, so that no page of it moves to the host. A
     // buffer in host memory (state made outside the backend's state memory) takes the host's
     // code instead, with the same result.
+    // Stream-ordered, like the reduction it follows: the host need not wait for either.
+    void scale(std::span<float> values, float factor) {
+        if (!on_device(values)) {
+            synchronize();
+            optim::scale_on_host<float>(values, factor);
+            return;
+        }
+        weft::cuda::launch::scale(values.data(), values.size(), factor, stream());
+    }
     void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
                       const optim::adamw_factors<float>& f, bool decays) {
         require_size(grads.size(), params.size(), "adamw_update: grads.size()");

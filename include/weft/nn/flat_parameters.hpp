@@ -74,12 +74,13 @@ public:
     // lands where the rest of the state is, whichever scope is in force then.
     void release_parameters() { state_vector<Scalar>(params_.get_allocator()).swap(params_); }
     void release_gradients() { state_vector<Scalar>(grads_.get_allocator()).swap(grads_); }
-    // Zero-filled, padded; the caller fills the parameters (e.g. by an all-gather).
-    void allocate_parameters() { params_.assign(padded_size_, Scalar(0)); }
-    void allocate_gradients() { grads_.assign(padded_size_, Scalar(0)); }
-    // Zeros that take memory only as they are written (core/state_vector.hpp): a layout
-    // switch fills them as the data arrives.
-    void allocate_parameters_lazily() { params_ = lazy_zeros<Scalar>(padded_size_, params_.get_allocator().memory()); }
+    // Zero-filled, padded; the caller fills the parameters (e.g. by an all-gather). The zeros
+    // are the ones the state memory allocates (core/state_vector.hpp's lazy_zeros), not
+    // written by the host: on a GPU the buffers stay on the device (ZeRO-2/3 allocate them
+    // every step), and in host memory a page takes memory only once written (a layout switch
+    // fills the parameters as the data arrives).
+    void allocate_parameters() { params_ = lazy_zeros<Scalar>(padded_size_, params_.get_allocator().memory()); }
+    void allocate_gradients() { grads_ = lazy_zeros<Scalar>(padded_size_, grads_.get_allocator().memory()); }
     // The parameters' buffer itself, for a layout switch to give its pages back as it empties it.
     [[nodiscard]] state_vector<Scalar>& parameter_storage() { return params_; }
     [[nodiscard]] const state_vector<Scalar>& parameter_storage() const { return params_; }

@@ -7,8 +7,9 @@
 // gradients backward (SEND_B/RECV_B). Every schedule weft ships keeps each channel in order,
 // but not the two directions together: interleaved 1F1B with a micro-batch count that is
 // not a multiple of the ranks, ZB-V and DualPipeV send a gradient before an activation
-// that the peer receives first. So the engine gives each direction its own communicator,
-// and runs a program over an untagged communicator only if this check passes.
+// that the peer receives first. So the engine gives each route (sender, receiver,
+// direction) its own communicator (sched/message_channels.hpp), and runs a program over an
+// untagged communicator only if this check passes.
 #pragma once
 
 #include <cstddef>

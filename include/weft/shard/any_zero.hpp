@@ -55,7 +55,10 @@ public:
     void finish_unshard() { std::visit([](auto& s) { s.finish_unshard(); }, impl_); }
     void reshard() { std::visit([](auto& s) { s.reshard(); }, impl_); }
     void start_reduce() { std::visit([](auto& s) { s.start_reduce(); }, impl_); }
-    void finish_reduce() { std::visit([](auto& s) { s.finish_reduce(); }, impl_); }
+    template <class Averaging = host_averaging>
+    void finish_reduce(Averaging&& averaging = {}) {
+        std::visit([&](auto& s) { s.finish_reduce(averaging); }, impl_);
+    }
     template <class StepFn>
     void step(StepFn&& step_fn) {
         std::visit([&](auto& s) { s.step(step_fn); }, impl_);

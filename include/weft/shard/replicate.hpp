@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "weft/comm/host_completion.hpp"
 #include "weft/core/error.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/sharding.hpp"
@@ -61,15 +60,13 @@ public:
     }
 
     // Waits for the reduction and averages: each replica computed the mean loss of its share
-    // of the batch, so the mean of the replicas' gradients is the global one. The average is
-    // taken on the host, so the reduction is completed for the host (comm/host_completion.hpp).
-    void finish_reduce() {
+    // of the batch, so the mean of the replicas' gradients is the global one. On the host, or
+    // by the compute backend's kernel that `averaging` names (see host_averaging).
+    template <class Averaging = host_averaging>
+    void finish_reduce(Averaging&& averaging = {}) {
         if (!this->reduce_started_) start_reduce();
-        for (auto& r : pending_) comm::complete_on_host(r);
+        this->complete_and_average(std::span(pending_), this->tensors_->full.gradients(), averaging);
         pending_.clear();
-        if (this->group_->size() == 1) return;
-        const Scalar scale = Scalar{1} / static_cast<Scalar>(this->group_->size());
-        for (Scalar& g : this->tensors_->full.gradients()) g *= scale;
     }
 
     // The reduced gradients step() applies: all of them, the same on every replica.

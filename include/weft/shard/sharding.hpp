@@ -30,6 +30,14 @@ struct sharding_options {
     std::size_t bucket_elements = default_bucket_elements;
 };
 
+// How finish_reduce averages the group's summed gradients (values *= 1 / group size). The
+// default, host_averaging, completes the reduction for the host and multiplies there. The
+// engine passes instead its compute backend's scale kernel, scale(values, factor), when the
+// backend has one (exec::optimizer_kernels): then the reduction's wait() only orders the
+// backend's stream after it (comm::nccl's wait), the kernel multiplies where the gradients
+// live, and the host waits for neither.
+struct host_averaging {};
+
 // One stage's sharding under `Policy`, over the ranks of a data-parallel group. Every
 // specialization takes (stage_tensors<Scalar>&, Comm& data_group, const sharding_options&),
 // brings the tensors into its between-steps form, and provides the operations that

@@ -134,22 +134,22 @@ public:
         require(full.holds_gradients(), "REDUCE_GRAD", "without gradients",
                 "the stage's full gradient buffer must exist (begin_step allocates it)");
         // The averaged range lives from here to the optimizer step.
-        this->grad_range_.assign(this->tensors_->range.size, Scalar(0));
+        // Zeros from the state memory, not written by the host (see flat_parameters).
+        this->grad_range_ = lazy_zeros<Scalar>(this->tensors_->range.size, this->grad_range_.get_allocator().memory());
         this->note_peak();
         pending_reduce_ = this->group_->ireduce_scatter_sum(std::span<const Scalar>(full.padded_gradients()),
                                                             std::span<Scalar>(this->grad_range_));
         reducing_ = true;
     }
 
-    // Waits for the reduction and averages it over the replicas (see replicate).
-    void finish_reduce() {
+    // Waits for the reduction and averages it over the replicas (see replicate), on the host
+    // or by the kernel `averaging` names (see host_averaging).
+    template <class Averaging = host_averaging>
+    void finish_reduce(Averaging&& averaging = {}) {
         if (!this->reduce_started_) start_reduce();
-        if (reducing_) {
-            comm::complete_on_host(pending_reduce_);  // averaged on the host below
-            reducing_ = false;
-        }
-        const Scalar scale = Scalar{1} / static_cast<Scalar>(this->group_->size());
-        for (Scalar& g : this->grad_range_) g *= scale;
+        const std::span<typename Comm::request> reductions(&pending_reduce_, reducing_ ? 1 : 0);
+        this->complete_and_average(reductions, std::span<Scalar>(this->grad_range_), averaging);
+        reducing_ = false;
         if constexpr (Stage >= 2) this->tensors_->full.release_gradients();
     }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/comm/host_side.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
@@ -206,7 +207,9 @@ void save(Engine& engine, const std::filesystem::path& path, const std::filesyst
     std::vector<full_stage_state> local = gather_full_stages(engine);
     // Replica 0's tensor-parallel rank 0 ranks now hold whole stages; they write.
     if (engine.coordinates().dp_index != 0 || engine.coordinates().tp_index != 0) return;
-    auto& pipeline = engine.pipeline_group();
+    // Host memory point to point, read on the host: the pipeline group's host side
+    // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
+    auto& pipeline = comm::host_side(engine.pipeline_group());
     const auto& program = engine.program();
     const bool writer = pipeline.rank() == 0;
     const auto& optimizer = engine.stage_optimizer(engine.local_stages().front());

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/host_side.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/parallel_config.hpp"
@@ -216,9 +217,11 @@ public:
         const state_memory_scope memory(backend->state_memory());
         const double before_move = since(start);
         elastic::transfer_figures figures;
-        state_type moved = elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, *world_,
-                                                       next_options.optimizer, scalars,
-                                                       {.staging_bytes = how.staging_bytes}, figures);
+        // The state moves as host memory, point to point: over the world's host side
+        // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
+        state_type moved =
+            elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, comm::host_side(*world_),
+                                        next_options.optimizer, scalars, {.staging_bytes = how.staging_bytes}, figures);
         phases.move = since(start) - before_move;
         const std::string from = layout_->describe();
         options_ = next_options;

@@ -109,13 +109,13 @@ public:
         for (auto& [index, sharding] : shardings_) sharding.begin_step();
         sharding_actions actions{this};
         last_program_ =
-            loop_.run(batch, replica_first_row(), runners_, grid_.pipeline(), grid_.pipeline_backward(), actions);
+            loop_.run(batch, replica_first_row(), runners_, std::span<Comm* const>(channels_), actions);
         // Everything below reads the gradients on the host: the backend's queued work first.
         backend_.synchronize();
         // Tied copies are summed before their stages' data-parallel reduction (which their
         // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
-        for (auto& [index, sharding] : shardings_) sharding.finish_reduce();
+        for (auto& [index, sharding] : shardings_) finish_reduce(sharding);
 
         // One reduction carries the loss, every rank's idle fraction of the program, its part
         // of the squared global gradient norm and, per stage, whether its reduced gradients
@@ -173,13 +173,14 @@ public:
             // Built on first use: a run that never evaluates pays nothing.
             const sched::shard_action_options shard_actions{
                 .reduce_grad = false, .unshard = config_.zero_stage() == 3, .prefetch = options_.unshard_prefetch};
+            // On the training program's channels: its forwards' routes are among them.
             eval_loop_.emplace(
                 sched::add_shard_actions(sched::forward_only(loop_.program()), shard_actions),
-                grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead);
+                grid_.coordinates().pp_index, model_, rows_per_microbatch_, options_.recv_lookahead, loop_.routes());
         }
         sharding_actions actions{this};
         const program_report report =
-            eval_loop_->run(batch, replica_first_row(), runners_, grid_.pipeline(), grid_.pipeline_backward(), actions);
+            eval_loop_->run(batch, replica_first_row(), runners_, std::span<Comm* const>(channels_), actions);
         double loss[1] = {loss_contribution(report)};
         world_->allreduce_sum(std::span<double>(loss));
         return loss[0];
@@ -340,6 +341,8 @@ private:
           grid_(ordered_after_backend(world), config),
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
+          extra_channels_(more_channels(grid_.pipeline(), loop_.channel_count())),
+          channels_(channel_pointers(grid_.pipeline(), extra_channels_)),
           units_(stage_units_of(model, options, loop_.program().num_stages)),
           state_(in_state_memory([&] { return state ? adopted(std::move(*state)) : initial_state(); })),
           ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
@@ -363,6 +366,19 @@ private:
         }
     }
 
+    // The pipeline's channels beyond the pipeline group itself (program_loop): one split of
+    // it each, made by every pipeline rank alike (the count is the program's, the same on all).
+    static std::vector<Comm> more_channels(Comm& pipeline, int count) {
+        std::vector<Comm> extra;
+        for (int c = 1; c < count; ++c) extra.push_back(pipeline.split(0, pipeline.rank()));
+        return extra;
+    }
+    static std::vector<Comm*> channel_pointers(Comm& pipeline, std::vector<Comm>& extra) {
+        std::vector<Comm*> out{&pipeline};
+        for (Comm& c : extra) out.push_back(&c);
+        return out;
+    }
+
     // A communicator whose waits are stream-ordered (comm::nccl) is set to order its work
     // after the backend's compute stream, and its waits before the kernels queued next; the
     // grid's groups, split from it, inherit that. The caller's communicator keeps the setting.
@@ -377,6 +393,21 @@ private:
     [[nodiscard]] state_type in_state_memory(Make&& make) const {
         const state_memory_scope memory(backend_.state_memory());
         return std::forward<Make>(make)();
+    }
+
+    // A stage's end of REDUCE_GRAD: the averaging by the backend's kernel where it has one
+    // (exec::optimizer_kernels) and the sharding takes it, after waits that order the kernel
+    // behind the reduction; completed and averaged on the host otherwise.
+    template <class StageSharding>
+    void finish_reduce(StageSharding& sharding) {
+        if constexpr (exec::optimizer_kernels<Backend>) {
+            const auto scale = [this](std::span<scalar> values, scalar factor) { backend_.scale(values, factor); };
+            if constexpr (requires { sharding.finish_reduce(scale); }) {
+                sharding.finish_reduce(scale);
+                return;
+            }
+        }
+        sharding.finish_reduce();
     }
 
     // The step's summary of a stage's reduced gradients (owned: the flat buffer's elements
@@ -397,6 +428,9 @@ private:
                         std::span<const scalar> grads, const nn::parameter_registry& registry, std::size_t offset,
                         scalar grad_scale) {
         if constexpr (exec::optimizer_kernels<Backend>) {
+            // The gradients were averaged by a stream-ordered kernel, and an optimizer without
+            // a kernel (SGD) reads them on the host.
+            backend_.synchronize();
             optimizer.step(params, grads, registry, offset, grad_scale,
                            [this](std::span<scalar> p, std::span<const scalar> g, std::span<scalar> m,
                                   std::span<scalar> v, const optim::adamw_factors<scalar>& f,
@@ -554,6 +588,8 @@ private:
     int rows_per_microbatch_;
     comm::process_grid<Comm> grid_;
     program_loop<Model, Backend, Comm> loop_;
+    std::vector<Comm> extra_channels_;  // the pipeline's channels after the first (grid_.pipeline())
+    std::vector<Comm*> channels_;       // all of them, as loop_.run takes them
     std::vector<nn::unit_range> units_;  // per stage: the model units it holds
     state_type state_;
     tied_gradients<scalar, Comm> ties_;

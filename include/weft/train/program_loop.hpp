@@ -5,10 +5,12 @@
 // no training state: a step's messages live in it only while run() runs, and its activations
 // in the runners.
 //
-// Messages: activations go forward and gradients backward on two channels, which may be one
-// communicator (one that pairs messages by tag) or two (one that pairs them per peer in
-// posting order, as NCCL does: then each direction must keep its order, which the
-// constructor checks with sched::check_channel_order).
+// Messages go on channels: communicators over the same pipeline ranks. A communicator that
+// pairs messages by tag carries them all on one. One that pairs them per peer in posting
+// order and runs them on one stream (NCCL) needs a channel per route, (sender, receiver,
+// direction), at each rank (sched/message_channels.hpp): then each route must keep its
+// order, which the constructor checks with sched::check_channel_order, and each send and
+// receive is launched as it is posted (launch_now).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <concepts>
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -29,6 +32,7 @@
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/channel_order.hpp"
+#include "weft/sched/message_channels.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/train/stage_runner.hpp"
 
@@ -64,8 +68,10 @@ public:
 
     // `lowered`: a checked program with communication actions; this rank is `pipeline_rank`
     // of it. Micro-batches hold `rows_per_microbatch` batch rows each.
+    // `routes`: the channel of each route, when given (a forward-only program run on the
+    // channels of the training program it came from); otherwise the program's own.
     program_loop(sched::program lowered, int pipeline_rank, const model_config& model, int rows_per_microbatch,
-                 int recv_lookahead)
+                 int recv_lookahead, std::optional<sched::message_channels> routes = std::nullopt)
         : program_(std::move(lowered)),
           pipeline_rank_(pipeline_rank),
           model_(model),
@@ -90,7 +96,20 @@ public:
                             "order, without tags (" + std::string(comm::to_string(comm::matching_of<Comm>)) +
                             "): " + order.message);
         }
+        if (routes) {
+            for (const auto& route : sched::routes_of(program_)) static_cast<void>(routes->of(route));
+            routes_ = std::move(*routes);
+        } else if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order) {
+            routes_ = sched::one_channel_per_route(program_);
+        } else {
+            routes_ = sched::one_channel(program_);
+        }
     }
+
+    // How many communicators run() takes: one for a communicator that pairs messages by tag,
+    // one per route at a rank for one that pairs them in posting order.
+    [[nodiscard]] int channel_count() const { return routes_.count; }
+    [[nodiscard]] const sched::message_channels& routes() const { return routes_; }
 
     [[nodiscard]] const sched::program& program() const { return program_; }
     // A program of forwards only (evaluation, sched::forward_only): each forward's activations
@@ -101,24 +120,31 @@ public:
     // Runs this rank's row on `batch`. Micro-batch j takes batch rows [first_row + j * rows,
     // ...), rows = rows_per_microbatch. `runners` holds this rank's stages by index; `actions`
     // takes the stage-wide actions. Collective over `pipeline` (one rank per pipeline rank),
-    // which carries both directions: only for a communicator that matches by tag.
+    // which carries every message: only for a communicator that matches by tag.
     template <stage_actions Actions>
         requires(comm::matching_of<Comm> == comm::message_matching::by_tag)
     program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners, Comm& pipeline,
                        Actions& actions) {
-        return run(batch, first_row, runners, pipeline, pipeline, actions);
+        Comm* const one[] = {&pipeline};
+        return run(batch, first_row, runners, std::span<Comm* const>(one), actions);
     }
 
-    // As above, with activations sent over `forward` and gradients over `backward`: two
-    // communicators over the same pipeline ranks (or one, twice, if it matches by tag).
+    // As above, with the messages of each route on its channel (routes()): `channels` holds
+    // channel_count() communicators over the same pipeline ranks, each a communicator of its
+    // own where they pair messages in posting order.
     template <stage_actions Actions>
-    program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners, Comm& forward,
-                       Comm& backward, Actions& actions) {
+    program_report run(const batch_type& batch, int first_row, std::map<int, runner>& runners,
+                       std::span<Comm* const> channels, Actions& actions) {
+        require(channels.size() == static_cast<std::size_t>(channel_count()), "channels", channels.size(),
+                "must be this program's channel_count() = " + std::to_string(channel_count()));
         if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order)
-            require(&forward != &backward, "backward channel", "the forward channel's communicator",
-                    "must be a communicator of its own: this one pairs messages in posting order, so the two "
-                    "directions would take each other's data (split the pipeline group once more)");
-        const channels pipeline{&forward, &backward};
+            for (std::size_t i = 0; i < channels.size(); ++i)
+                for (std::size_t j = 0; j < i; ++j)
+                    require(channels[i] != channels[j], "channel " + std::to_string(i), "channel " + std::to_string(j) +
+                            "'s communicator", "must be a communicator of its own: this one pairs messages in "
+                            "posting order, so routes sharing it would take each other's data and wait for each "
+                            "other (split the pipeline group once per channel)");
+        const routed pipeline{channels, &routes_};
         step_messages messages;
         program_report report;
         const auto start = std::chrono::steady_clock::now();
@@ -158,11 +184,14 @@ public:
 
 private:
     enum class direction { forward = 0, backward = 1 };
-    // The communicator of each direction.
-    struct channels {
-        Comm* forward;
-        Comm* backward;
-        [[nodiscard]] Comm& of(direction dir) const { return dir == direction::forward ? *forward : *backward; }
+    // The communicator of each route.
+    struct routed {
+        std::span<Comm* const> channels;
+        const sched::message_channels* routes;
+        [[nodiscard]] Comm& of(direction dir, int sender, int receiver) const {
+            const int c = routes->of({sender, receiver, dir == direction::backward});
+            return *channels[static_cast<std::size_t>(c)];
+        }
     };
     struct in_flight {
         matrix buffer;
@@ -189,7 +218,7 @@ private:
         return it->second;
     }
 
-    void post_recv(const sched::action& a, std::map<int, runner>& runners, const channels& pipeline,
+    void post_recv(const sched::action& a, std::map<int, runner>& runners, const routed& pipeline,
                    step_messages& m) {
         using sched::action_kind;
         if (a.kind != action_kind::RECV_F && a.kind != action_kind::RECV_B) return;
@@ -201,13 +230,15 @@ private:
                        {}};
         const direction dir = forward ? direction::forward : direction::backward;
         const int source = program_.stage_rank[std::size_t(peer_stage)];
-        recv.request = pipeline.of(dir).irecv(as_writable_bytes(recv.buffer), source, tag(dir, a.stage, a.microbatch));
+        Comm& channel = pipeline.of(dir, source, pipeline_rank_);
+        recv.request = channel.irecv(as_writable_bytes(recv.buffer), source, tag(dir, a.stage, a.microbatch));
+        launch_now(channel);
         m.recvs.emplace(std::tuple{forward ? 0 : 1, a.stage, a.microbatch}, std::move(recv));
     }
 
     template <class Actions>
     void execute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
-                 const channels& pipeline, Actions& actions, step_messages& m, program_report& report) {
+                 const routed& pipeline, Actions& actions, step_messages& m, program_report& report) {
         using sched::action_kind;
         switch (a.kind) {
             case action_kind::F:
@@ -291,12 +322,24 @@ private:
     }
 
     void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source,
-              const channels& pipeline, step_messages& m) {
+              const routed& pipeline, step_messages& m) {
         const int peer_stage = dir == direction::forward ? a.stage + 1 : a.stage - 1;
         in_flight out{take(source, a.stage, a.microbatch, "SEND needs the data its compute produced"), {}};
-        out.request = pipeline.of(dir).isend(as_bytes(out.buffer), program_.stage_rank[std::size_t(peer_stage)],
-                                             tag(dir, peer_stage, a.microbatch));
+        const int dest = program_.stage_rank[std::size_t(peer_stage)];
+        Comm& channel = pipeline.of(dir, pipeline_rank_, dest);
+        out.request = channel.isend(as_bytes(out.buffer), dest, tag(dir, peer_stage, a.microbatch));
+        launch_now(channel);
         m.sends.push_back(std::move(out));
+    }
+
+    // A communicator that batches what is posted until a wait (comm::nccl) launches the batch
+    // now, so that every send and receive is a group of its own on its route's stream. A send
+    // left unlaunched while this rank blocks elsewhere never reaches the peer waiting for it;
+    // a receive posted ahead, launched in one group with the one waited for, makes that wait
+    // last until the later message comes, which may need this rank first
+    // (tests/support/rendezvous_comm.hpp shows both deadlocks).
+    static void launch_now(Comm& channel) {
+        if constexpr (requires { channel.flush(); }) channel.flush();
     }
 
     // Completes a posted RECV and files the data where the compute that needs it looks.
@@ -382,6 +425,7 @@ private:
     model_config model_;
     int rows_per_microbatch_;
     int recv_lookahead_;
+    sched::message_channels routes_;
     bool forward_only_ = true;  // no backward action anywhere in the program
 };
 

@@ -340,6 +340,16 @@ void test_optimizer_kernels(gpu_backend& gpu, cpu_backend& cpu) {
         }
     }
 
+    for (const float factor : {1.0f / 3.0f, 0.125f}) {
+        auto g = random();
+        device_values dg(g);
+        gpu.scale(dg.span(), factor);
+        gpu.synchronize();
+        cpu.scale(g, factor);
+        expect(dg.host() == g,
+               "scale on the GPU equals the host's bit for bit (factor " + std::to_string(factor) + ")");
+    }
+
     const std::vector<weft::optim::flat_run> runs{{5, 300}, {1000, 50000}, {60000, 200000}};
     constexpr std::size_t offset = 100;  // owned: elements [100, 100100) of the flat buffer
     auto grads = random();

@@ -91,6 +91,9 @@ void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, cons
     flash_attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
 }
 
+void scale(float* values, std::size_t n, float factor, cudaStream_t stream) {
+    scale_exact(values, n, factor, stream);
+}
 void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n,
                   const optim::adamw_factors<float>& f, bool decays, cudaStream_t stream) {
     adamw_update_exact(params, grads, m, v, n, f, decays, stream);

@@ -67,8 +67,10 @@ void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int se
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
                         int batch, int seq, int heads, int head_dim, cudaStream_t stream);
 
-// The optimizer step on fp32 state (kernels/optimizer_step.cuh): AdamW's update of [0, n),
-// bit for bit optim::adamw_update_on_host; and the summary of gradients by segments.
+// The optimizer step on fp32 state (kernels/optimizer_step.cuh): values [0, n) *= factor;
+// AdamW's update of [0, n), bit for bit optim::adamw_update_on_host; and the summary of
+// gradients by segments.
+void scale(float* values, std::size_t n, float factor, cudaStream_t stream);
 void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n,
                   const optim::adamw_factors<float>& f, bool decays, cudaStream_t stream);
 // Blocks per segment for the longest segment (the size of `partials`: segments x blocks).

@@ -6,11 +6,17 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "weft/comm/host_completion.hpp"
 
 #include "weft/core/error.hpp"
 #include "weft/core/state_vector.hpp"
+#include "weft/optim/gradient_scale.hpp"
+#include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
 
 namespace weft::shard::detail {
@@ -43,6 +49,26 @@ protected:
         const auto now = held_now();
         peak_.parameters = std::max(peak_.parameters, now.parameters);
         peak_.gradients = std::max(peak_.gradients, now.gradients);
+    }
+
+    // finish_reduce's end: completes the group's reductions into `summed` and averages it
+    // (shard::host_averaging on the host; otherwise `averaging`, a backend's stream-ordered
+    // scale kernel, after waits that only order its stream: see sharding.hpp).
+    template <class Request, class Averaging>
+    void complete_and_average(std::span<Request> reductions, std::span<Scalar> summed, Averaging& averaging) {
+        constexpr bool on_host = std::is_same_v<std::remove_cvref_t<Averaging>, host_averaging>;
+        for (Request& r : reductions) {
+            if constexpr (on_host)
+                comm::complete_on_host(r);
+            else
+                r.wait();
+        }
+        if (group_->size() == 1) return;  // the sum of one is the mean
+        const Scalar factor = Scalar{1} / static_cast<Scalar>(group_->size());
+        if constexpr (on_host)
+            optim::scale_on_host(summed, factor);
+        else
+            averaging(summed, factor);
     }
 
     // Tensors built whole (a fresh stage) are in form 0; tensors a policy already holds are

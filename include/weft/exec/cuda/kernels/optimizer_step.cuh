@@ -1,7 +1,7 @@
 // The step after backward on the GPU, over the training state's fp32 flat buffers where
-// they live (exec::optimizer_kernels): AdamW's update of one range, and the summary of a
-// stage's reduced gradients (the counted sum of squares for the global norm, and whether
-// every element is finite).
+// they live (exec::optimizer_kernels): the averaging of reduced gradients, AdamW's update of
+// one range, and the summary of a stage's reduced gradients (the counted sum of squares for
+// the global norm, and whether every element is finite).
 //
 // The update repeats optim::adamw_update_on_host bit for bit: every operation is an
 // IEEE-rounded intrinsic (__fmul_rn and friends, which nvcc never contracts into an FMA)
@@ -55,6 +55,14 @@ __device__ inline void adamw_grid_stride(float* params, const float* grads, floa
         params[i] = p;
         if (params_bf16 != nullptr) params_bf16[i] = __float2bfloat16_rn(p);
     }
+}
+
+template <class Scalar>
+__global__ void scale_kernel(Scalar* values, std::size_t n, Scalar factor) {
+    static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x)
+        values[i] = __fmul_rn(values[i], factor);
 }
 
 template <class Scalar>
@@ -123,6 +131,16 @@ __global__ void summary_total_kernel(const double* partials, const gradient_segm
 }
 
 }  // namespace detail
+
+// Stream-ordered: values [0, n) *= factor, each product IEEE-rounded as the host's.
+template <class Scalar>
+void scale_exact(Scalar* values, std::size_t n, Scalar factor, cudaStream_t stream) {
+    if (n == 0) return;
+    require(values != nullptr, "scale_exact: values", "a null pointer", "must be a device or managed pointer");
+    constexpr unsigned int threads = 256;
+    detail::scale_kernel<Scalar><<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(values, n, factor);
+    check(cudaGetLastError(), "scale_exact kernel launch");
+}
 
 // Stream-ordered: params, m and v [0, n) updated from grads (optim::adamw_update_on_host).
 template <class Scalar>
