@@ -40,28 +40,36 @@ bool both_directions_out_of_order(const ws::program& p) {
     return sends != recvs;
 }
 
+// fn(lowered program, "p P m M v V: ") for every layout of schedule S over p 1..6, m 1..16,
+// v 1..3 that meets its preconditions.
+template <class S, class Fn>
+void for_each_layout(Fn&& fn) {
+    for (int p = 1; p <= 6; ++p)
+        for (int m = 1; m <= 16; ++m)
+            for (int v = 1; v <= 3; ++v) {
+                ws::program generated;
+                try {
+                    generated = S::generate({.ranks = p, .microbatches = m, .chunks = v});
+                } catch (const weft::error&) {
+                    continue;  // sizes outside this schedule's preconditions
+                }
+                fn(ws::lower(generated),
+                   "p " + std::to_string(p) + " m " + std::to_string(m) + " v " + std::to_string(v) + ": ");
+            }
+}
+
 }  // namespace
 
 TEST_CASE("every shipped schedule keeps each direction's messages in order", "[sched][channel_order]") {
     weft::for_each_type(ws::schedule_list{}, []<class S>(std::type_identity<S>) {
         int checked = 0, interleaving_directions = 0;
         std::string failures;
-        for (int p = 1; p <= 6; ++p)
-            for (int m = 1; m <= 16; ++m)
-                for (int v = 1; v <= 3; ++v) {
-                    ws::program generated;
-                    try {
-                        generated = S::generate({.ranks = p, .microbatches = m, .chunks = v});
-                    } catch (const weft::error&) {
-                        continue;  // sizes outside this schedule's preconditions
-                    }
-                    const auto lowered = ws::lower(generated);
-                    ++checked;
-                    if (const auto order = ws::check_channel_order(lowered); !order.ok)
-                        failures += "p " + std::to_string(p) + " m " + std::to_string(m) + " v " +
-                                    std::to_string(v) + ": " + order.message + "\n";
-                    if (both_directions_out_of_order(lowered)) ++interleaving_directions;
-                }
+        for_each_layout<S>([&](const ws::program& lowered, const std::string& where) {
+            ++checked;
+            if (const auto order = ws::check_channel_order(lowered); !order.ok)
+                failures += where + order.message + "\n";
+            if (both_directions_out_of_order(lowered)) ++interleaving_directions;
+        });
         INFO(S::name << ": " << checked << " layouts, " << interleaving_directions
                      << " whose two directions interleave differently on the two sides");
         CHECK(checked > 0);
@@ -102,34 +110,23 @@ TEST_CASE("every route of every shipped schedule has a channel of its own at eac
     weft::for_each_type(ws::schedule_list{}, []<class S>(std::type_identity<S>) {
         int most_channels = 0;
         std::string failures;
-        for (int p = 1; p <= 6; ++p)
-            for (int m = 1; m <= 16; ++m)
-                for (int v = 1; v <= 3; ++v) {
-                    ws::program generated;
-                    try {
-                        generated = S::generate({.ranks = p, .microbatches = m, .chunks = v});
-                    } catch (const weft::error&) {
-                        continue;
-                    }
-                    const auto lowered = ws::lower(generated);
-                    const auto routes = ws::routes_of(lowered);
-                    const auto channels = ws::one_channel_per_route(lowered);
-                    const std::string where = "p " + std::to_string(p) + " m " + std::to_string(m) + " v " +
-                                              std::to_string(v) + ": ";
-                    std::map<std::pair<int, int>, int> routes_at;  // (channel, rank) -> routes
-                    for (const auto& route : routes) {
-                        const int c = channels.of(route);
-                        if (c < 0 || c >= channels.count) failures += where + "channel out of range\n";
-                        ++routes_at[{c, route.sender}];
-                        ++routes_at[{c, route.receiver}];
-                    }
-                    for (const auto& [at, n] : routes_at)
-                        if (n > 1)
-                            failures += where + "channel " + std::to_string(at.first) + " carries " +
-                                        std::to_string(n) + " routes of rank " + std::to_string(at.second) + "\n";
-                    if (p == 1 && channels.count != 1) failures += where + "one rank needs one channel\n";
-                    most_channels = std::max(most_channels, channels.count);
-                }
+        for_each_layout<S>([&](const ws::program& lowered, const std::string& where) {
+            const auto routes = ws::routes_of(lowered);
+            const auto channels = ws::one_channel_per_route(lowered);
+            std::map<std::pair<int, int>, int> routes_at;  // (channel, rank) -> routes
+            for (const auto& route : routes) {
+                const int c = channels.of(route);
+                if (c < 0 || c >= channels.count) failures += where + "channel out of range\n";
+                ++routes_at[{c, route.sender}];
+                ++routes_at[{c, route.receiver}];
+            }
+            for (const auto& [at, n] : routes_at)
+                if (n > 1)
+                    failures += where + "channel " + std::to_string(at.first) + " carries " + std::to_string(n) +
+                                " routes of rank " + std::to_string(at.second) + "\n";
+            if (lowered.num_ranks == 1 && channels.count != 1) failures += where + "one rank needs one channel\n";
+            most_channels = std::max(most_channels, channels.count);
+        });
         INFO(S::name << ": at most " << most_channels << " channels");
         CHECK(failures.empty());
         CHECK(most_channels >= 2);  // a pipeline's routes share ranks
