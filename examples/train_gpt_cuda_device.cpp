@@ -42,6 +42,11 @@ void check_cuda_model(const run_options& o) {
                       " must be 32, 64, 96 or 128 with --device cuda (its attention kernel's head sizes)");
 }
 
+// What a rank reports when its machine has no GPU: ctest reads the exit code as "skipped".
+run_stopped no_gpu() {
+    return run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu", exit_no_gpu);
+}
+
 // The run on GPU local_rank % (GPUs here) over the communicator make_comm(device) returns,
 // whose kind `carried` names for the log.
 template <weft::communicator World, class MakeComm>
@@ -49,10 +54,7 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
     check_cuda_model(o);
     const int gpus = weft::cuda::device_count();
     const int device = gpus > 0 ? local_rank % gpus : 0;
-    const auto no_gpu = [] {
-        return run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu", exit_no_gpu);
-    };
-    auto comm = make_comm(device, gpus > 0, no_gpu);
+    auto comm = make_comm(device);
     const auto make_backend = [&] {
         // Every rank sees the same answer on one machine; on several, a node without a GPU
         // ends the job with a message from each of its ranks.
@@ -78,7 +80,7 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
 template <weft::communicator World>
 void train_host_staged(World& world, const run_options& o, int local_rank) {
     train_on_gpu(world, o, local_rank, "through host memory (comm::host_staged)",
-                 [&](int, bool, const auto&) { return weft::comm::host_staged<World>(world.split(0, world.rank())); });
+                 [&](int) { return weft::comm::host_staged<World>(world.split(0, world.rank())); });
 }
 
 }  // namespace
@@ -97,8 +99,8 @@ void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
 #if WEFT_HAS_NCCL
     using nccl_with_mpi = weft::comm::with_host<weft::comm::nccl, weft::comm::mpi>;
     train_on_gpu(world, o, local_rank, "over NCCL (comm::nccl; checkpoints and switches over MPI)",
-                 [&](int device, bool has_gpu, const auto& no_gpu) {
-                     if (!has_gpu) throw no_gpu();  // before NCCL looks for the device
+                 [&](int device) {
+                     if (weft::cuda::device_count() == 0) throw no_gpu();  // before NCCL looks for it
                      // Both over the world's ranks in its order: the device side from the
                      // world, the host side a split of it of its own.
                      auto device_side = weft::comm::nccl::from_mpi(world, device);
