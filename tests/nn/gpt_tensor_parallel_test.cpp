@@ -87,6 +87,36 @@ struct copying_cpu_without_loss_kernels : copying_cpu {
 static_assert(weft::exec::vocab_parallel_loss_kernels<copying_cpu> &&
               !weft::exec::vocab_parallel_loss_kernels<copying_cpu_without_loss_kernels>);
 
+// A copying backend with exec::matrix_reduction_kernels, as exec::cuda has them: over a group
+// whose communicator moves device memory, the layers' sums go through reduce_matrix, which
+// it counts, and not through host copies. Its "device memory" is the host's, so the sum
+// must still be exec::cpu's, bit for bit.
+struct reducing_cpu : copying_cpu {
+    static constexpr std::string_view name = "reducing_cpu";
+    int reductions = 0;
+    template <class Reduce>
+    void reduce_matrix(matrix& m, std::span<const float> bias, Reduce&& reduce) {
+        ++reductions;
+        std::vector<float> wide(m.data(), m.data() + m.size());  // the fp32 buffer exec::cuda widens into
+        reduce(std::span<float>(wide));
+        for (std::size_t i = 0; i < wide.size() && !bias.empty(); i += bias.size())
+            for (std::size_t c = 0; c < bias.size(); ++c) wide[i + c] += bias[c];
+        std::copy(wide.begin(), wide.end(), m.data());
+    }
+};
+static_assert(weft::exec::matrix_reduction_kernels<reducing_cpu> && !weft::exec::matrix_reduction_kernels<copying_cpu>);
+
+// comm::local as a device communicator would look to make_tp_group (its memory space is not
+// the host's); it moves the same host memory.
+struct device_memory_local : weft::comm::local {
+    using memory_space = weft::device_space;
+    explicit device_memory_local(weft::comm::local inner) : weft::comm::local(std::move(inner)) {}
+    [[nodiscard]] device_memory_local split(int color, int key) {
+        return device_memory_local(weft::comm::local::split(color, key));
+    }
+};
+static_assert(weft::comm::communicator<device_memory_local>);
+
 // Moves the parameters away from their initial values (LayerNorm 1, biases 0), each element
 // by its GLOBAL index, so that every tp split perturbs the same model the same way.
 template <class Backend>
@@ -162,6 +192,26 @@ std::vector<rank_result> run_tp_copying(int tp, unit_range units, std::vector<in
         gpt_stage<Copying> stage(rank_backend, config, units, weft::nn::make_tp_group<float>(comm));
         results[std::size_t(comm.rank())] = run_stage(stage);
         copies[std::size_t(comm.rank())] = rank_backend.copies;
+    });
+    return results;
+}
+
+// The same over reducing_cpu, its tp group made over device_memory_local (or, with
+// `device_group` false, over comm::local itself); reductions[r] counts rank r's reduce_matrix.
+std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_group, std::vector<int>& copies,
+                                         std::vector<int>& reductions) {
+    std::vector<rank_result> results(static_cast<std::size_t>(tp));
+    copies.assign(std::size_t(tp), 0);
+    reductions.assign(std::size_t(tp), 0);
+    weft::comm::local::run(tp, [&](weft::comm::local& comm) {
+        device_memory_local device_comm(comm.split(0, comm.rank()));
+        const auto group =
+            device_group ? weft::nn::make_tp_group<float>(device_comm) : weft::nn::make_tp_group<float>(comm);
+        reducing_cpu rank_backend;
+        gpt_stage<reducing_cpu> stage(rank_backend, config, units, group);
+        results[std::size_t(comm.rank())] = run_stage(stage);
+        copies[std::size_t(comm.rank())] = rank_backend.copies;
+        reductions[std::size_t(comm.rank())] = rank_backend.reductions;
     });
     return results;
 }
@@ -363,6 +413,45 @@ TEST_CASE("tensor-parallel gpt stages on a backend the host copies compute what 
                 INFO((got == &without ? "without" : "with") << " the loss kernels");
                 check_same_bits((*got)[std::size_t(r)], want[std::size_t(r)], copies[std::size_t(r)]);
             }
+        }
+    }
+}
+
+TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device communicator", "[nn][gpt][tp]") {
+    // exec::cuda over comm::nccl: the row-parallel outputs (with their bias), the
+    // column-parallel input gradients and the head's input gradient are summed by the
+    // backend's reduce_matrix, each saving the two host copies of the portable path.
+    const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
+    for (const unit_range units : stages) {
+        const int tp = 2;
+        INFO("units [" << units.first << ", " << units.last << "), tp = " << tp);
+        const auto want = run_tp(tp, units);
+        std::vector<int> host_copies;
+        static_cast<void>(run_tp_copying<copying_cpu>(tp, units, host_copies));
+        std::vector<int> copies, reductions, copies_host_group, reductions_host_group;
+        const auto on_device = run_tp_reducing(tp, units, true, copies, reductions);
+        const auto host_group = run_tp_reducing(tp, units, false, copies_host_group, reductions_host_group);
+        // Per block: the attention's and the MLP's row-parallel outputs forward, their
+        // column-parallel inputs' gradients backward; the head's input gradient on the last.
+        const int blocks = std::max(0, std::min(units.last, config.num_layers + 1) - std::max(units.first, 1));
+        const bool last = units.last == config.num_units();
+        const int expected = 4 * blocks + (last ? 1 : 0);
+        REQUIRE(expected > 0);
+        for (int r = 0; r < tp; ++r) {
+            INFO("tp rank " << r);
+            const auto i = std::size_t(r);
+            CHECK(reductions[i] == expected);
+            CHECK(copies[i] == host_copies[i] - 2 * expected);
+            // A group of host memory keeps the host path, which a device pointer would break.
+            CHECK(reductions_host_group[i] == 0);
+            CHECK(copies_host_group[i] == host_copies[i]);
+            check_same_bits(host_group[i], want[i], copies_host_group[i]);
+            // The first stage's embedding still builds its rows on the host.
+            CHECK(std::memcmp(&on_device[i].loss, &want[i].loss, sizeof(float)) == 0);
+            CHECK(bit_equal(on_device[i].output, want[i].output));
+            CHECK(bit_equal(on_device[i].dx, want[i].dx));
+            CHECK(bit_equal(on_device[i].grads, want[i].grads));
+            CHECK(bit_equal(on_device[i].params, want[i].params));
         }
     }
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 
 #include "training_run.hpp"
 #include "weft/core/state_memory.hpp"
@@ -17,6 +18,7 @@ namespace {
 struct counted_memory {
     static inline std::size_t live_bytes = 0;
     static inline int allocations = 0;
+    static inline int copies = 0;
     static void* allocate(std::size_t bytes) {
         ++allocations;
         live_bytes += bytes;
@@ -26,8 +28,13 @@ struct counted_memory {
         live_bytes -= bytes;
         std::free(p);
     }
+    static void copy(void* to, const void* from, std::size_t bytes) {
+        ++copies;
+        std::memcpy(to, from, bytes);
+    }
 };
-const weft::state_memory counted{"counted", &counted_memory::allocate, &counted_memory::deallocate, false};
+const weft::state_memory counted{"counted", &counted_memory::allocate, &counted_memory::deallocate, false, nullptr,
+                                 &counted_memory::copy};
 
 // exec::cpu, with its state in `counted` memory and its waits counted: what a GPU backend
 // looks like to the engine.
@@ -79,7 +86,11 @@ TEST_CASE("the engine's training state lives in its backend's state memory", "[t
             CHECK(counted_memory::allocations > before_switch);
             auto& switched = engine.state().stages.at(0).tensors.full;
             CHECK(&memory_of(switched.parameter_storage()) == &counted);
+            // ZeRO-1's gather sends this rank's updated range out of a copy made by the state
+            // memory (a GPU's: on the device), not by the host.
+            const int copies_before = counted_memory::copies;
             static_cast<void>(engine.step(data.batch(1, weft_test::batch_size)));
+            CHECK(counted_memory::copies == copies_before + 1);
         }
         CHECK(counted_memory::live_bytes == 0);  // all of it given back where it came from
     });

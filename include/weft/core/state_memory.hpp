@@ -34,6 +34,10 @@ struct state_memory {
     // GPU's managed memory: on the GPU, so that clearing gradients moves no page to the
     // host). Null: the host's memset.
     void (*zero)(void* pointer, std::size_t bytes) = nullptr;
+    // Copies `bytes` bytes from `from` to `to`, both in this memory, finished when it returns
+    // (a GPU's managed memory: on the GPU, so that the copy moves no page to the host). Null:
+    // the host's memcpy.
+    void (*copy)(void* to, const void* from, std::size_t bytes) = nullptr;
 
     // All-zero bytes are +0 in IEEE floating point: what clearing a gradient buffer writes.
     void fill_zero(void* pointer, std::size_t bytes) const {
@@ -42,6 +46,13 @@ struct state_memory {
             zero(pointer, bytes);
         else
             std::memset(pointer, 0, bytes);
+    }
+    void copy_bytes(void* to, const void* from, std::size_t bytes) const {
+        if (bytes == 0) return;
+        if (copy != nullptr)
+            copy(to, from, bytes);
+        else
+            std::memcpy(to, from, bytes);
     }
 };
 

@@ -159,6 +159,20 @@ concept vocab_parallel_loss_kernels = backend_matrices<B> &&
         { b.softmax_gradient(x, s, s, labels, first_column, row_scale) } -> std::same_as<typename B::matrix>;
     };
 
+// A kernel a backend whose matrices are not host memory of its scalar may add for tensor
+// parallelism's sums (nn/tensor_parallel.hpp), so that they stay in the backend's memory
+// when the group's communicator moves that memory (comm::nccl):
+//  - reduce_matrix(m, bias, reduce): widens m's elements to B::scalar in the backend's
+//    memory, calls reduce(span) on them (the group's sum, in place), adds bias to every row
+//    (an empty bias: none; else of m's width) and writes the result back into m, rounded
+//    once. What a host copy of m does (copy_to_host, the sum, the bias, copy_from_host),
+//    without the copies.
+// Without it, or over a communicator of host memory, the sums run on a host copy.
+template <class B>
+concept matrix_reduction_kernels = backend_matrices<B> &&
+    requires(B& b, typename B::matrix& m, std::span<const typename B::scalar> bias,
+             void (*reduce)(std::span<typename B::scalar>)) { b.reduce_matrix(m, bias, reduce); };
+
 // Kernels a backend may add for the step after backward, over the training state's flat
 // buffers where they live (exec::cuda: on the GPU, so that an optimizer step moves no pages
 // of managed memory to the host). The engine calls them where a backend has them and the

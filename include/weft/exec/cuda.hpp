@@ -99,6 +99,27 @@ public:
         synchronize();
     }
 
+    // Tensor parallelism's sum (exec::matrix_reduction_kernels): m widened to fp32 in device
+    // memory, summed there by `reduce` (a device communicator's all-reduce; comm::nccl's wait
+    // orders this stream after it), the bias added in fp32 and the result rounded back into
+    // m: a host copy's arithmetic, without the copies or a wait of the host. `reduce` is
+    // called even for an empty m, since it is collective over the group.
+    template <class Reduce>
+    void reduce_matrix(matrix& m, std::span<const float> bias, Reduce&& reduce) {
+        if (!bias.empty()) {
+            require_size(bias.size(), std::size_t(m.cols()), "reduce_matrix: bias size");
+            require_device(bias, "reduce_matrix: bias");
+        }
+        scratch<float> wide(m.size(), stream());
+        weft::cuda::launch::to_float(m.data(), wide.data(), m.size(), stream());
+        std::forward<Reduce>(reduce)(std::span<float>(wide.data(), wide.size()));
+        if (bias.empty())
+            weft::cuda::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
+        else
+            weft::cuda::launch::to_bf16_adding_row_bias(wide.data(), bias.data(), m.data(), std::size_t(m.rows()),
+                                                        std::size_t(m.cols()), stream());
+    }
+
     [[nodiscard]] int rows(const matrix& x) const { return x.rows(); }
     [[nodiscard]] int cols(const matrix& x) const { return x.cols(); }
 
@@ -673,6 +694,6 @@ using cuda = cuda_backend;
 
 static_assert(compute_backend<cuda_backend>);
 static_assert(fused_kernels<cuda_backend> && optimizer_kernels<cuda_backend> &&
-              vocab_parallel_loss_kernels<cuda_backend>);
+              vocab_parallel_loss_kernels<cuda_backend> && matrix_reduction_kernels<cuda_backend>);
 
 }  // namespace weft::exec

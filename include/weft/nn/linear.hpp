@@ -83,12 +83,7 @@ public:
         // Partial products of this rank's input columns, summed over the group, then the
         // (replicated) bias once: adding it on every rank before the sum would count it tp times.
         matrix y = backend.linear_forward(x, weight(params), std::span<const scalar>(), in_, out_);
-        const auto b = bias(params);
-        update_on_host(backend, y, [&](std::span<scalar> values) {
-            tp_.allreduce_sum(values);
-            for (std::size_t i = 0; i < values.size(); i += b.size())
-                for (std::size_t c = 0; c < b.size(); ++c) values[i + c] += b[c];
-        });
+        allreduce_sum(backend, tp_, y, bias(params));
         return y;
     }
     // gelu(x W + b), keeping x W + b in pre_act (what GELU's backward reads): one GEMM where the

@@ -34,6 +34,10 @@ struct tp_group {
     // describe a layout without communicating).
     std::function<void(std::span<Scalar>)> allreduce_sum_fn;
     std::function<void(std::span<const Scalar>, std::span<Scalar>)> allgather_fn;
+    // Whether the communicator behind the functions moves device memory (comm::nccl, or a
+    // host-staged one): then a device backend's matrices are summed where they are
+    // (allreduce_sum below), not on a host copy.
+    bool moves_device_memory = false;
 
     // A group that only says where this rank sits (rank of size) and never communicates:
     // enough to build a stage's layout or registry, not to run it.
@@ -75,6 +79,7 @@ template <class Scalar, communicator Comm>
     if (tp.size == 1) return tp;
     tp.allreduce_sum_fn = [&group](std::span<Scalar> values) { group.allreduce_sum(values); };
     tp.allgather_fn = [&group](std::span<const Scalar> mine, std::span<Scalar> all) { group.allgather(mine, all); };
+    tp.moves_device_memory = std::same_as<typename Comm::memory_space, device_space>;
     return tp;
 }
 
@@ -147,11 +152,32 @@ template <compute_backend Backend, class Fill>
     return m;
 }
 
-// Sums m over the group in place (every rank ends with the same values, bit for bit).
+// Sums m over the group in place, then adds `bias` to each of its rows (none where empty: a
+// row-parallel layer's bias, added once after the sum). Every rank ends with the same values,
+// bit for bit. On a device backend with exec::matrix_reduction_kernels whose group moves
+// device memory, in the backend's memory: the same arithmetic (fp32 sum, fp32 bias, one
+// rounding) without the host copy and the waits it costs. On a host copy otherwise.
 template <compute_backend Backend>
-void allreduce_sum(Backend& backend, const tp_group<typename Backend::scalar>& tp, typename Backend::matrix& m) {
-    if (tp.size == 1) return;
-    update_on_host(backend, m, [&](std::span<typename Backend::scalar> values) { tp.allreduce_sum(values); });
+void allreduce_sum(Backend& backend, const tp_group<typename Backend::scalar>& tp, typename Backend::matrix& m,
+                   std::span<const typename Backend::scalar> bias = {}) {
+    using scalar = typename Backend::scalar;
+    if (tp.size == 1 && bias.empty()) return;
+    if (!bias.empty())
+        require(std::size_t(backend.cols(m)) == bias.size(), "allreduce_sum: bias.size()", bias.size(),
+                "must equal the matrix's width " + std::to_string(backend.cols(m)));
+    if constexpr (std::same_as<typename Backend::memory_space, device_space> &&
+                  exec::matrix_reduction_kernels<Backend>) {
+        if (tp.moves_device_memory) {
+            backend.reduce_matrix(m, bias, [&tp](std::span<scalar> values) { tp.allreduce_sum(values); });
+            return;
+        }
+    }
+    update_on_host(backend, m, [&](std::span<scalar> values) {
+        tp.allreduce_sum(values);
+        if (bias.empty()) return;
+        for (std::size_t i = 0; i < values.size(); i += bias.size())
+            for (std::size_t c = 0; c < bias.size(); ++c) values[i + c] += bias[c];
+    });
 }
 
 }  // namespace weft::nn

@@ -17,10 +17,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "weft/comm/host_completion.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/state_memory.hpp"
+#include "weft/core/state_vector.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/flat_shard.hpp"
 #include "weft/shard/sharding.hpp"
@@ -173,9 +174,12 @@ public:
         } else {
             const auto all = t.full.padded_parameters();
             step_fn(all.subspan(t.range.offset, valid), grads, t.range.offset);
-            // MPI forbids a send buffer inside the receive buffer; the range goes out of a copy.
-            std::vector<Scalar> mine(all.begin() + static_cast<std::ptrdiff_t>(t.range.offset),
-                                     all.begin() + static_cast<std::ptrdiff_t>(t.range.offset + t.range.size));
+            // MPI forbids a send buffer inside the receive buffer; the range goes out of a copy,
+            // made where the state lives (a GPU's: the copy and the gather move no page to the
+            // host, and NCCL reads it where it is).
+            const state_memory& memory = this->grad_range_.get_allocator().memory();
+            state_vector<Scalar> mine = lazy_zeros<Scalar>(t.range.size, memory);
+            memory.copy_bytes(mine.data(), all.data() + t.range.offset, t.range.size * sizeof(Scalar));
             this->group_->allgather(std::span<const Scalar>(mine), all);
             if constexpr (Stage == 1) t.full.zero_gradients();
         }

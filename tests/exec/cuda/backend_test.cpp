@@ -376,6 +376,41 @@ void test_optimizer_kernels(gpu_backend& gpu, cpu_backend& cpu) {
            "summarize_gradients over host memory is the host's");
 }
 
+// Tensor parallelism's sum in device memory (exec::matrix_reduction_kernels): with `reduce`
+// standing in for a group of two equal ranks (values doubled), m must end as the host path
+// leaves it, bit for bit: the fp32 sum, the bias added in fp32, one rounding to bf16.
+void test_reduce_matrix(gpu_backend& gpu) {
+    constexpr int rows = 37, cols = 80;
+    const cpu_matrix x = random_matrix(rows, cols, 41);
+    const auto bias = random_values(std::size_t(cols), 42, 0.5f);
+    const device_values device_bias(bias);
+    for (const bool with_bias : {false, true}) {
+        const std::string tag = with_bias ? " (with a bias)" : " (no bias)";
+        std::vector<float> want = values(x);
+        for (std::size_t i = 0; i < want.size(); ++i)
+            want[i] = bf16_value(2.0f * want[i] + (with_bias ? bias[i % std::size_t(cols)] : 0.0f));
+        gpu_matrix d = upload(gpu, x);
+        int calls = 0;
+        gpu.reduce_matrix(d, with_bias ? device_bias.view() : std::span<const float>(),
+                          [&](std::span<float> wide) {
+                              ++calls;
+                              expect(wide.size() == std::size_t(rows * cols),
+                                     "reduce_matrix: reduce sees every element");
+                              weft::cuda::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
+                          });
+        expect(calls == 1, "reduce_matrix calls reduce once" + tag);
+        expect(download(gpu, d) == want, "reduce_matrix equals the host copy's sum and bias, bit for bit" + tag);
+    }
+    gpu_matrix d = upload(gpu, x);
+    bool refused = false;
+    try {
+        gpu.reduce_matrix(d, std::span<const float>(bias), [](std::span<float>) {});
+    } catch (const weft::error& e) {
+        refused = std::string(e.what()).find("reduce_matrix: bias") != std::string::npos;
+    }
+    expect(refused, "reduce_matrix refuses a bias in host memory, by name");
+}
+
 // No GPU: making the backend is an error that names the device and says why.
 void host_checks() {
     if (weft::cuda::device_count() > 0) return;
@@ -411,6 +446,7 @@ int main(int argc, char** argv) {
         test_attention(gpu, cpu, 1, 200, 1, 128);
         test_host_memory_refused(gpu);
         test_optimizer_kernels(gpu, cpu);
+        test_reduce_matrix(gpu);
         test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
     });
 }

@@ -21,6 +21,10 @@ void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream) {
 void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream) {
     convert(in, out, n, stream);
 }
+void to_bf16_adding_row_bias(const float* in, const float* bias, bf16* out, std::size_t rows, std::size_t cols,
+                             cudaStream_t stream) {
+    convert_adding_row_bias(in, bias, out, rows, cols, stream);
+}
 void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream) {
     residual_add(a, b, out, n, stream);
 }

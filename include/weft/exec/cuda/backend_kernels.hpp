@@ -25,6 +25,9 @@ using bf16 = __nv_bfloat16;
 // Rounds to nearest even (the GEMMs' bf16 weights, a host matrix going up); widens exactly.
 void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream);
 void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream);
+// out[r, c] = bias[c] + in[r, c] in fp32, rounded to nearest even; in and out [rows, cols].
+void to_bf16_adding_row_bias(const float* in, const float* bias, bf16* out, std::size_t rows, std::size_t cols,
+                             cudaStream_t stream);
 
 void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream);
 void gelu_forward(const bf16* x, bf16* y, std::size_t n, cudaStream_t stream);

@@ -38,6 +38,12 @@ inline void managed_zero(void* pointer, std::size_t bytes) {
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
 }
 
+// On the GPU, as managed_zero: the caller has waited for the kernels that wrote `from`.
+inline void managed_copy(void* to, const void* from, std::size_t bytes) {
+    check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, nullptr), "cudaMemcpyAsync (training state)");
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after copying training state)");
+}
+
 inline void managed_deallocate(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
     static_cast<void>(cudaFree(pointer));
@@ -47,7 +53,7 @@ inline void managed_deallocate(void* pointer, std::size_t /*bytes*/) noexcept {
 
 [[nodiscard]] inline const state_memory& managed_state_memory() {
     static constexpr state_memory managed{"CUDA managed", &detail::managed_allocate, &detail::managed_deallocate,
-                                          false, &detail::managed_zero};
+                                          false, &detail::managed_zero, &detail::managed_copy};
     return managed;
 }
 

@@ -43,6 +43,14 @@ __global__ void convert_kernel(const From* in, To* out, std::size_t n) {
         out[i] = from_float<To>(to_float(in[i]));
 }
 
+template <class To>
+__global__ void convert_adding_row_bias_kernel(const float* in, const float* bias, To* out, std::size_t n,
+                                               std::size_t cols) {
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x)
+        out[i] = from_float<To>(in[i] + bias[i % cols]);
+}
+
 }  // namespace detail
 
 // out[i] = in[i] rounded to To (round to nearest even for bf16), for float and bf16 in any pairing.
@@ -53,6 +61,21 @@ void convert(const From* in, To* out, std::size_t n, cudaStream_t stream) {
     constexpr unsigned int threads = 256;
     detail::convert_kernel<From, To><<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, out, n);
     check(cudaGetLastError(), "convert kernel launch");
+}
+
+// out[r, c] = in[r, c] + bias[c], added in fp32 and then rounded to To: a row-parallel
+// layer's summed output and its bias, as the host adds them before one rounding.
+template <class To>
+void convert_adding_row_bias(const float* in, const float* bias, To* out, std::size_t rows, std::size_t cols,
+                             cudaStream_t stream) {
+    const std::size_t n = rows * cols;
+    if (n == 0) return;
+    require(in != nullptr && bias != nullptr && out != nullptr, "convert_adding_row_bias: in, bias, out",
+            "a null pointer", "must be device pointers");
+    constexpr unsigned int threads = 256;
+    detail::convert_adding_row_bias_kernel<To>
+        <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, bias, out, n, cols);
+    check(cudaGetLastError(), "convert_adding_row_bias kernel launch");
 }
 
 }  // namespace weft::cuda
