@@ -127,6 +127,20 @@ TEST_CASE("the optimizer kernels are the host's optimizer code", "[exec][cpu]") 
     CHECK(v == v2);
     CHECK(p[0] != 1.0f);
 
+    // SGD with momentum: a first step (the buffer takes the gradient) and a later one.
+    for (const bool first : {true, false}) {
+        std::vector<float> q{1.0f, -0.5f, 0.25f, 2.0f}, buffer{0.3f, 0, -0.1f, 1.0f};
+        auto q2 = q, buffer2 = buffer;
+        const weft::optim::sgd_factors<float> s{
+            .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f, .use_momentum = true,
+            .first_step = first};
+        floats.sgd_update(q, g, buffer, s, true);
+        weft::optim::sgd_update_on_host<float>(q2, g, buffer2, s, true);
+        CHECK(q == q2);
+        CHECK(buffer == buffer2);
+        CHECK(q[0] != 1.0f);
+    }
+
     // The averaging: a multiplication, rounded as the host's.
     std::vector<float> summed{3.0f, -1.5f, 0.1f, 7.0f}, expected = summed;
     floats.scale(summed, 1.0f / 3.0f);

@@ -321,6 +321,7 @@ struct stream_ordered_cpu : weft::exec::cpu {
     WEFT_TEST_AFTER_STREAM(softmax_gradient)
     WEFT_TEST_AFTER_STREAM(scale)
     WEFT_TEST_AFTER_STREAM(adamw_update)
+    WEFT_TEST_AFTER_STREAM(sgd_update)
     WEFT_TEST_AFTER_STREAM(summarize_gradients)
     WEFT_TEST_AFTER_STREAM(copy_to_host)
     WEFT_TEST_AFTER_STREAM(copy_from_host)

@@ -2,6 +2,7 @@
 // model one process trains, frees activations as the schedule allows, and rejects
 // bad configurations with clear errors instead of crashing or hanging.
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <utility>
 
@@ -181,6 +182,22 @@ struct host_step_cpu : weft::exec::cpu {
 static_assert(weft::exec::optimizer_kernels<weft::exec::cpu>);
 static_assert(weft::compute_backend<host_step_cpu> && !weft::exec::optimizer_kernels<host_step_cpu>);
 
+// exec::cpu counting its optimizer kernels' calls (over all rank threads).
+struct counting_optimizer_cpu : weft::exec::cpu {
+    static inline std::atomic<int> adamw_calls{0}, sgd_calls{0};
+    template <class... Args>
+    void adamw_update(Args&&... args) const {
+        ++adamw_calls;
+        weft::exec::cpu::adamw_update(std::forward<Args>(args)...);
+    }
+    template <class... Args>
+    void sgd_update(Args&&... args) const {
+        ++sgd_calls;
+        weft::exec::cpu::sgd_update(std::forward<Args>(args)...);
+    }
+};
+static_assert(weft::exec::optimizer_kernels<counting_optimizer_cpu>);
+
 // Losses, gradient norms and final parameters of every rank of a pp=2 x dp=2 ZeRO-1 run with
 // clipping (the gradient scale), on Backend.
 template <class Backend>
@@ -220,5 +237,33 @@ TEST_CASE("a backend without optimizer kernels steps on the host with the same n
         CHECK(with_kernels[r].first == on_host[r].first);
         CHECK(with_kernels[r].second == on_host[r].second);
         CHECK(with_kernels[r].first[1] > 0.05);  // the first step's norm is clipped
+    }
+}
+
+TEST_CASE("the engine steps each optimizer through the backend's kernel") {
+    // Both optimizers' updates run where the backend keeps the state (exec::cuda: on the
+    // GPU), one call per decay range of each stage: none of them falls back to the host.
+    using weft::optim::optimizer_kind;
+    for (const optimizer_kind kind : {optimizer_kind::adamw, optimizer_kind::sgd}) {
+        INFO(weft::optim::to_string(kind));
+        counting_optimizer_cpu::adamw_calls = 0;
+        counting_optimizer_cpu::sgd_calls = 0;
+        auto options = test_options();
+        options.optimizer = {.kind = kind, .lr = 1e-2, .weight_decay = 0.1, .momentum = 0.9};
+        weft::comm::local::run(2, [&](weft::comm::local& world) {
+            weft::train::engine<all_schedules, weft::shard::any_zero, weft::comm::local, counting_optimizer_cpu> engine(
+                world,
+                parallel_config({.pp = 1, .dp = 2, .zero_stage = 1, .microbatches = 2,
+                                 .schedule = weft::sched::gpipe::kind, .world_size = 2}),
+                test_model(), options, counting_optimizer_cpu{});
+            const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+            for (int step = 0; step < 2; ++step) static_cast<void>(engine.step(data.batch(step, batch_size)));
+        });
+        const int used = kind == optimizer_kind::adamw ? counting_optimizer_cpu::adamw_calls.load()
+                                                       : counting_optimizer_cpu::sgd_calls.load();
+        const int other = kind == optimizer_kind::adamw ? counting_optimizer_cpu::sgd_calls.load()
+                                                        : counting_optimizer_cpu::adamw_calls.load();
+        CHECK(used >= 2 * 2);  // two ranks, two steps, at least one range each
+        CHECK(other == 0);
     }
 }

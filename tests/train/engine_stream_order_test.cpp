@@ -10,7 +10,9 @@
 // stream-ordered kernel behind the reduction's wait, as on a GPU; without them, the host
 // averages, sums and updates, and must complete the reductions for itself first. A third
 // time with NCCL's batched, rendezvous sends and receives under the stream model
-// (rendezvous_comm.hpp): the whole of comm::nccl's behaviour that threads can show.
+// (rendezvous_comm.hpp): the whole of comm::nccl's behaviour that threads can show. Most
+// layouts train with AdamW; two with SGD (momentum, weight decay), whose kernel follows the
+// averaging kernel on the stream as AdamW's does.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -31,6 +33,7 @@ namespace {
 struct stream_ordered_cpu_without_optimizer_kernels : stream_ordered_cpu {
     void scale() = delete;
     void adamw_update() = delete;
+    void sgd_update() = delete;
     void summarize_gradients() = delete;
 };
 static_assert(weft::exec::optimizer_kernels<stream_ordered_cpu>);
@@ -55,10 +58,13 @@ struct rank_record {
     int steps_left_in_flight = 0;    // steps after which the compute stream still held work
 };
 
+// AdamW (test_options'), or SGD with momentum and weight decay: each has its own kernel.
 template <class Comm, class Backend>
-rank_record train(Comm& world, const parallel_config& config, double grad_clip) {
+rank_record train(Comm& world, const parallel_config& config, double grad_clip, weft::optim::optimizer_kind kind) {
     auto options = test_options();
     options.grad_clip = grad_clip;
+    if (kind == weft::optim::optimizer_kind::sgd)
+        options.optimizer = {.kind = kind, .lr = 1e-2, .weight_decay = 0.1, .momentum = 0.9};
     options.bucket_elements = 100;  // several buckets per stage: several waits
     weft::train::engine<all_schedules, weft::shard::any_zero, Comm, Backend> engine(world, config, test_model(),
                                                                                    options, Backend{});
@@ -78,26 +84,27 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip) 
     return record;
 }
 
-std::vector<rank_record> run(const parallel_config& config, double grad_clip, run_on backend) {
+std::vector<rank_record> run(const parallel_config& config, double grad_clip, weft::optim::optimizer_kind kind,
+                             run_on backend) {
     std::vector<rank_record> ranks(static_cast<std::size_t>(config.world_size()));
     weft::comm::local::run(config.world_size(), [&](weft::comm::local& world) {
         auto& mine = ranks[static_cast<std::size_t>(world.rank())];
         using ordered_comm = stream_ordered<weft::comm::local>;
         if (backend == run_on::cpu_reference) {
-            mine = train<weft::comm::local, weft::exec::cpu>(world, config, grad_clip);
+            mine = train<weft::comm::local, weft::exec::cpu>(world, config, grad_clip, kind);
             return;
         }
         if (backend == run_on::nccl_model) {
             using nccl_model = stream_ordered<rendezvous<weft::comm::local>>;
             nccl_model ordered(rendezvous<weft::comm::local>(world.split(0, world.rank())));
-            mine = train<nccl_model, stream_ordered_cpu>(ordered, config, grad_clip);
+            mine = train<nccl_model, stream_ordered_cpu>(ordered, config, grad_clip, kind);
             return;
         }
         ordered_comm ordered(world.split(0, world.rank()));
         if (backend == run_on::stream_ordered_kernels)
-            mine = train<ordered_comm, stream_ordered_cpu>(ordered, config, grad_clip);
+            mine = train<ordered_comm, stream_ordered_cpu>(ordered, config, grad_clip, kind);
         else
-            mine = train<ordered_comm, stream_ordered_cpu_without_optimizer_kernels>(ordered, config, grad_clip);
+            mine = train<ordered_comm, stream_ordered_cpu_without_optimizer_kernels>(ordered, config, grad_clip, kind);
     });
     return ranks;
 }
@@ -105,23 +112,33 @@ std::vector<rank_record> run(const parallel_config& config, double grad_clip, ru
 }  // namespace
 
 TEST_CASE("the engine reads communicated state on the host only after completing it there") {
+    using weft::optim::optimizer_kind;
     struct layout {
         int pp, dp, zero;
         double grad_clip;
+        optimizer_kind optimizer = optimizer_kind::adamw;
     };
-    const layout layouts[] = {{1, 2, 0, 0}, {1, 2, 1, 0}, {1, 2, 2, 0}, {1, 2, 3, 0},
-                              {2, 2, 0, 0.05}, {2, 2, 1, 0.05}, {2, 2, 3, 0.05}};
+    const layout layouts[] = {{1, 2, 0, 0},
+                              {1, 2, 1, 0},
+                              {1, 2, 2, 0},
+                              {1, 2, 3, 0},
+                              {2, 2, 0, 0.05},
+                              {2, 2, 1, 0.05},
+                              {2, 2, 3, 0.05},
+                              {1, 2, 0, 0, optimizer_kind::sgd},
+                              {2, 2, 2, 0.05, optimizer_kind::sgd}};
     for (const auto& l : layouts) {
-        DYNAMIC_SECTION("pp " << l.pp << " dp " << l.dp << " ZeRO-" << l.zero << " clip " << l.grad_clip) {
+        DYNAMIC_SECTION("pp " << l.pp << " dp " << l.dp << " ZeRO-" << l.zero << " clip " << l.grad_clip << " "
+                              << weft::optim::to_string(l.optimizer)) {
             const parallel_config config({.pp = l.pp, .dp = l.dp, .zero_stage = l.zero, .microbatches = 2,
                                           .schedule = weft::sched::one_f_one_b::kind,
                                           .world_size = l.pp * l.dp});
-            const auto reference = run(config, l.grad_clip, run_on::cpu_reference);
+            const auto reference = run(config, l.grad_clip, l.optimizer, run_on::cpu_reference);
             for (const run_on backend :
                  {run_on::stream_ordered_kernels, run_on::stream_ordered_host_step, run_on::nccl_model}) {
                 INFO(name_of(backend));
                 stream_model::writes_into_freed_memory() = 0;
-                const auto ordered = run(config, l.grad_clip, backend);
+                const auto ordered = run(config, l.grad_clip, l.optimizer, backend);
                 CHECK(stream_model::writes_into_freed_memory() == 0);
                 for (std::size_t r = 0; r < reference.size(); ++r) {
                     INFO("rank " << r);

@@ -17,6 +17,7 @@
 #include "weft/core/state_memory.hpp"
 #include "weft/optim/adamw_factors.hpp"
 #include "weft/optim/gradient_summary.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::exec {
 
@@ -181,16 +182,19 @@ concept matrix_reduction_kernels = backend_matrices<B> &&
 //    factor: the averaging of the data-parallel group's summed gradients.
 //  - adamw_update(params, grads, m, v, factors, decays): optim::adamw_update_on_host
 //    (optim/adamw_update.hpp), one range of a stage's buffers.
+//  - sgd_update(params, grads, momentum_buffer, factors, decays): optim::sgd_update_on_host
+//    (optim/sgd_update.hpp), likewise.
 //  - summarize_gradients(owned, offset, counted): optim::summarize_gradients_on_host
 //    (optim/gradient_summary.hpp): the sum of squares over the counted runs and whether
 //    every owned element is finite.
 template <class B>
 concept optimizer_kernels = backend_identity<B> &&
     requires(B& b, std::span<typename B::scalar> x, std::span<const typename B::scalar> cx,
-             const optim::adamw_factors<typename B::scalar>& f, std::span<const optim::flat_run> runs, bool flag,
-             std::size_t offset) {
+             const optim::adamw_factors<typename B::scalar>& f, const optim::sgd_factors<typename B::scalar>& sf,
+             std::span<const optim::flat_run> runs, bool flag, std::size_t offset) {
         b.scale(x, f.grad_scale);
         b.adamw_update(x, cx, x, x, f, flag);
+        b.sgd_update(x, cx, x, sf, flag);
         { b.summarize_gradients(cx, offset, runs) } -> std::same_as<optim::gradient_summary>;
     };
 

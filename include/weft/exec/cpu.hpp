@@ -22,6 +22,7 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/optim/adamw_update.hpp"
+#include "weft/optim/sgd_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
 
@@ -169,6 +170,10 @@ public:
     void adamw_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> m,
                       std::span<Scalar> v, const optim::adamw_factors<Scalar>& f, bool decays) const {
         optim::adamw_update_on_host<Scalar>(params, grads, m, v, f, decays);
+    }
+    void sgd_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> momentum_buffer,
+                    const optim::sgd_factors<Scalar>& f, bool decays) const {
+        optim::sgd_update_on_host<Scalar>(params, grads, momentum_buffer, f, decays);
     }
     [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const Scalar> owned, std::size_t offset,
                                                               std::span<const optim::flat_run> counted) const {

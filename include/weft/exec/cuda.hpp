@@ -49,6 +49,7 @@
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::exec {
 
@@ -505,6 +506,19 @@ public:
         }
         weft::cuda::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), f, decays,
                                          stream());
+    }
+    void sgd_update(std::span<float> params, std::span<const float> grads, std::span<float> momentum_buffer,
+                    const optim::sgd_factors<float>& f, bool decays) {
+        require_size(grads.size(), params.size(), "sgd_update: grads.size()");
+        require_size(momentum_buffer.size(), f.use_momentum ? params.size() : 0, "sgd_update: momentum_buffer.size()");
+        if (!on_device(params) || !on_device(grads) || !on_device(momentum_buffer)) {
+            synchronize();
+            optim::sgd_update_on_host<float>(params, grads, momentum_buffer, f, decays);
+            return;
+        }
+        weft::cuda::launch::sgd_update(params.data(), grads.data(),
+                                       momentum_buffer.empty() ? nullptr : momentum_buffer.data(), params.size(), f,
+                                       decays, stream());
     }
     // Waits for the result (the engine reduces it over the world on the host).
     [[nodiscard]] optim::gradient_summary summarize_gradients(std::span<const float> owned, std::size_t offset,

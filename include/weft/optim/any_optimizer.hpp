@@ -68,15 +68,16 @@ public:
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
         std::visit([&](auto& o) { o.step(parameters, gradients, registry, offset, grad_scale); }, impl_);
     }
-    // The same, AdamW's ranges updated by adamw_update(params, grads, m, v, factors, decays)
-    // (basic_adamw::step): a backend's optimizer kernel. SGD steps on the host.
-    template <class AdamwUpdate>
+    // The same, each range updated by a backend's optimizer kernel: AdamW's by
+    // adamw_update(params, grads, m, v, factors, decays) (basic_adamw::step), SGD's by
+    // sgd_update(params, grads, momentum_buffer, factors, decays) (basic_sgd::step).
+    template <class AdamwUpdate, class SgdUpdate>
     void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const nn::parameter_registry& registry,
-              std::size_t offset, Scalar grad_scale, AdamwUpdate&& adamw_update) {
+              std::size_t offset, Scalar grad_scale, AdamwUpdate&& adamw_update, SgdUpdate&& sgd_update) {
         if (auto* adamw = std::get_if<basic_adamw<Scalar>>(&impl_))
             adamw->step(parameters, gradients, registry, offset, grad_scale, adamw_update);
         else
-            std::get<basic_sgd<Scalar>>(impl_).step(parameters, gradients, registry, offset, grad_scale);
+            std::get<basic_sgd<Scalar>>(impl_).step(parameters, gradients, registry, offset, grad_scale, sgd_update);
     }
 
     [[nodiscard]] std::uint64_t step_count() const {

@@ -19,6 +19,7 @@
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
 #include "weft/optim/optimizer_state.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::optim {
 
@@ -52,32 +53,37 @@ public:
     // sized on the first step; later steps must match it.
     void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
+        step(params, grads, registry, offset, grad_scale,
+             [](std::span<Scalar> p, std::span<const Scalar> g, std::span<Scalar> buffer,
+                const sgd_factors<Scalar>& f, bool decays) { sgd_update_on_host<Scalar>(p, g, buffer, f, decays); });
+    }
+    // The same, each range updated by update(params, grads, buffer, factors, decays): the
+    // host's sgd_update_on_host, or a backend's kernel that computes it where the buffers live.
+    template <class Update>
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+              std::size_t offset, Scalar grad_scale, Update&& update) {
         require(grads.size() == params.size(), "sgd step: grads.size()", grads.size(),
                 "must equal params.size() = " + std::to_string(params.size()));
         require(std::isfinite(grad_scale) && grad_scale >= 0, "sgd step: grad_scale", grad_scale,
                 "must be finite and >= 0");
         const bool use_momentum = options_.momentum > 0;
         if (use_momentum) {
-            if (steps_ == 0) momentum_buffer_.assign(params.size(), Scalar(0));
+            // Zeros from the state memory (a GPU's: set there); the first step overwrites them.
+            if (steps_ == 0)
+                momentum_buffer_ = lazy_zeros<Scalar>(params.size(), momentum_buffer_.get_allocator().memory());
             require(momentum_buffer_.size() == params.size(), "sgd step: params.size()", params.size(),
                     "must equal the size of earlier steps " + std::to_string(momentum_buffer_.size()));
         }
-        const Scalar lr = Scalar(options_.lr);
-        const Scalar momentum = Scalar(options_.momentum);
-        const Scalar decay = Scalar(options_.weight_decay);
-        const bool first = steps_ == 0;
+        const sgd_factors<Scalar> factors{.lr = Scalar(options_.lr),
+                                          .momentum = Scalar(options_.momentum),
+                                          .weight_decay = Scalar(options_.weight_decay),
+                                          .grad_scale = grad_scale,
+                                          .use_momentum = use_momentum,
+                                          .first_step = steps_ == 0};
         for_each_decay_range(registry, offset, params.size(), [&](std::size_t lo, std::size_t hi, bool decays) {
-            for (std::size_t i = lo; i < hi; ++i) {
-                Scalar g = grads[i];
-                if (grad_scale != Scalar(1)) g *= grad_scale;
-                if (decays && decay != Scalar(0)) g += decay * params[i];
-                if (use_momentum) {
-                    // PyTorch starts the buffer at the first gradient, not at zero.
-                    momentum_buffer_[i] = first ? g : momentum * momentum_buffer_[i] + g;
-                    g = momentum_buffer_[i];
-                }
-                params[i] -= lr * g;
-            }
+            const std::span<Scalar> buffer =
+                use_momentum ? std::span<Scalar>(momentum_buffer_).subspan(lo, hi - lo) : std::span<Scalar>();
+            update(params.subspan(lo, hi - lo), grads.subspan(lo, hi - lo), buffer, factors, decays);
         });
         ++steps_;
     }

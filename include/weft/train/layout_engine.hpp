@@ -35,6 +35,7 @@
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/optim/any_optimizer.hpp"
+#include "weft/optim/sgd_update.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/schedule_params.hpp"
@@ -421,20 +422,22 @@ private:
             return optim::summarize_gradients_on_host(owned, offset, counted);
     }
 
-    // The optimizer's update, gradients scaled by `grad_scale` (clipping): AdamW's ranges by the
-    // backend's kernel where it has one, finished before the sharding's collectives and the
-    // reset of the gradients touch the buffers from the host.
+    // The optimizer's update, gradients scaled by `grad_scale` (clipping): AdamW's or SGD's
+    // ranges by the backend's kernels where it has them, stream-ordered after the averaging
+    // kernel, and finished before the sharding's collectives and the reset of the gradients
+    // touch the buffers from the host.
     void optimizer_step(optim::any_optimizer<scalar>& optimizer, std::span<scalar> params,
                         std::span<const scalar> grads, const nn::parameter_registry& registry, std::size_t offset,
                         scalar grad_scale) {
         if constexpr (exec::optimizer_kernels<Backend>) {
-            // The gradients were averaged by a stream-ordered kernel, and an optimizer without
-            // a kernel (SGD) reads them on the host.
-            backend_.synchronize();
-            optimizer.step(params, grads, registry, offset, grad_scale,
-                           [this](std::span<scalar> p, std::span<const scalar> g, std::span<scalar> m,
-                                  std::span<scalar> v, const optim::adamw_factors<scalar>& f,
-                                  bool decays) { backend_.adamw_update(p, g, m, v, f, decays); });
+            optimizer.step(
+                params, grads, registry, offset, grad_scale,
+                [this](std::span<scalar> p, std::span<const scalar> g, std::span<scalar> m, std::span<scalar> v,
+                       const optim::adamw_factors<scalar>& f,
+                       bool decays) { backend_.adamw_update(p, g, m, v, f, decays); },
+                [this](std::span<scalar> p, std::span<const scalar> g, std::span<scalar> momentum_buffer,
+                       const optim::sgd_factors<scalar>& f,
+                       bool decays) { backend_.sgd_update(p, g, momentum_buffer, f, decays); });
             backend_.synchronize();
         } else {
             optimizer.step(params, grads, registry, offset, grad_scale);

@@ -311,7 +311,8 @@ void test_vocab_parallel_loss(gpu_backend& gpu, cpu_backend& cpu, int rows, int 
 // exec::optimizer_kernels: AdamW's update is the host's bit for bit (IEEE intrinsics in the
 // host's order), under both of torch.lerp's forms, with and without decay and a gradient
 // scale; the gradient summary matches the host's sum within double rounding and finds a NaN
-// or an infinity anywhere in the owned gradients, counted or not.
+// or an infinity anywhere in the owned gradients, counted or not. SGD's update is the host's
+// bit for bit too, with and without momentum, decay and a gradient scale.
 void test_optimizer_kernels(gpu_backend& gpu, cpu_backend& cpu) {
     constexpr std::size_t n = 100000;
     std::mt19937 generator(29);
@@ -336,6 +337,26 @@ void test_optimizer_kernels(gpu_backend& gpu, cpu_backend& cpu) {
                 cpu.adamw_update(p, g, m, v, f, decays);
                 expect(dp.host() == p && dm.host() == m && dv.host() == v,
                        "adamw_update on the GPU equals the host's bit for bit" + tag);
+            }
+        }
+    }
+
+    for (const bool momentum : {true, false}) {
+        for (const bool first : {true, false}) {
+            for (const bool decays : {true, false}) {
+                const std::string tag = std::string(" (") + (momentum ? "momentum" : "no momentum") +
+                                        (first ? ", first step" : ", later step") + (decays ? ", decays)" : ")");
+                const weft::optim::sgd_factors<float> f{.lr = 0.05f, .momentum = momentum ? 0.9f : 0.0f,
+                                                        .weight_decay = 0.01f, .grad_scale = 0.75f,
+                                                        .use_momentum = momentum, .first_step = first};
+                auto p = random(), g = random(), buffer = momentum ? random() : std::vector<float>();
+                device_values dp(p), dg(g), dbuffer(momentum ? buffer : std::vector<float>{0.0f});
+                const std::span<float> device_buffer = momentum ? dbuffer.span() : std::span<float>();
+                gpu.sgd_update(dp.span(), dg.view(), device_buffer, f, decays);
+                gpu.synchronize();
+                cpu.sgd_update(p, g, buffer, f, decays);
+                expect(dp.host() == p && (!momentum || dbuffer.host() == buffer),
+                       "sgd_update on the GPU equals the host's bit for bit" + tag);
             }
         }
     }

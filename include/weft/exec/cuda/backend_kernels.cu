@@ -102,6 +102,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::si
                   const optim::adamw_factors<float>& f, bool decays, cudaStream_t stream) {
     adamw_update_exact(params, grads, m, v, n, f, decays, stream);
 }
+void sgd_update(float* params, const float* grads, float* momentum_buffer, std::size_t n,
+                const optim::sgd_factors<float>& f, bool decays, cudaStream_t stream) {
+    sgd_update_exact(params, grads, momentum_buffer, n, f, decays, stream);
+}
 int summary_blocks_per_segment(std::size_t longest_segment) {
     return weft::cuda::summary_blocks_per_segment(longest_segment);
 }

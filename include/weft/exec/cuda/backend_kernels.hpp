@@ -17,6 +17,7 @@
 
 #include "weft/exec/cuda/optimizer_step_types.hpp"
 #include "weft/optim/adamw_factors.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::cuda::launch {
 
@@ -71,11 +72,14 @@ void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, cons
                         int batch, int seq, int heads, int head_dim, cudaStream_t stream);
 
 // The optimizer step on fp32 state (kernels/optimizer_step.cuh): values [0, n) *= factor;
-// AdamW's update of [0, n), bit for bit optim::adamw_update_on_host; and the summary of
+// AdamW's update of [0, n), bit for bit optim::adamw_update_on_host; SGD's, bit for bit
+// optim::sgd_update_on_host (momentum_buffer: null without momentum); and the summary of
 // gradients by segments.
 void scale(float* values, std::size_t n, float factor, cudaStream_t stream);
 void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n,
                   const optim::adamw_factors<float>& f, bool decays, cudaStream_t stream);
+void sgd_update(float* params, const float* grads, float* momentum_buffer, std::size_t n,
+                const optim::sgd_factors<float>& f, bool decays, cudaStream_t stream);
 // Blocks per segment for the longest segment (the size of `partials`: segments x blocks).
 [[nodiscard]] int summary_blocks_per_segment(std::size_t longest_segment);
 void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,

@@ -1,9 +1,9 @@
 // The step after backward on the GPU, over the training state's fp32 flat buffers where
-// they live (exec::optimizer_kernels): the averaging of reduced gradients, AdamW's update of
-// one range, and the summary of a stage's reduced gradients (the counted sum of squares for
+// they live (exec::optimizer_kernels): the averaging of reduced gradients, AdamW's or SGD's
+// update of one range, and the summary of a stage's reduced gradients (the counted sum of squares for
 // the global norm, and whether every element is finite).
 //
-// The update repeats optim::adamw_update_on_host bit for bit: every operation is an
+// The updates repeat optim::adamw_update_on_host and optim::sgd_update_on_host bit for bit: every operation is an
 // IEEE-rounded intrinsic (__fmul_rn and friends, which nvcc never contracts into an FMA)
 // in PyTorch's order, as the host's vectorised loop computes it. The summary sums in a
 // fixed order (per-block trees, then one block over the partials in index order), so a run
@@ -21,6 +21,7 @@
 #include "weft/exec/cuda/optimizer_step_types.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/optim/adamw_factors.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::cuda {
 
@@ -70,6 +71,26 @@ __global__ void adamw_exact_kernel(Scalar* params, const Scalar* grads, Scalar* 
                                    adamw_step_factors f, bool decays) {
     static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
     adamw_grid_stride(params, grads, m, v, nullptr, n, f, decays);
+}
+
+// SGD's update, in the host's order of IEEE-rounded operations (optim::sgd_update_on_host).
+template <class Scalar>
+__global__ void sgd_exact_kernel(Scalar* params, const Scalar* grads, Scalar* buffer, std::size_t n,
+                                 optim::sgd_factors<float> f, bool decays) {
+    static_assert(std::is_same_v<Scalar, float>, "the optimizer kernels update fp32 state");
+    const bool decay = decays && f.weight_decay != 0.0f;
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x) {
+        float g = grads[i];
+        float p = params[i];
+        if (f.grad_scale != 1.0f) g = __fmul_rn(g, f.grad_scale);
+        if (decay) g = __fadd_rn(g, __fmul_rn(f.weight_decay, p));
+        if (f.use_momentum) {
+            g = f.first_step ? g : __fadd_rn(__fmul_rn(f.momentum, buffer[i]), g);
+            buffer[i] = g;
+        }
+        params[i] = __fsub_rn(p, __fmul_rn(f.lr, g));
+    }
 }
 
 __device__ inline double warp_sum_double(double v) {
@@ -153,6 +174,21 @@ void adamw_update_exact(Scalar* params, const Scalar* grads, Scalar* m, Scalar* 
     detail::adamw_exact_kernel<Scalar>
         <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(params, grads, m, v, n, f, decays);
     check(cudaGetLastError(), "adamw_update_exact kernel launch");
+}
+
+// Stream-ordered: params (and the momentum buffer, where f.use_momentum) [0, n) updated from
+// grads (optim::sgd_update_on_host).
+template <class Scalar>
+void sgd_update_exact(Scalar* params, const Scalar* grads, Scalar* buffer, std::size_t n,
+                      const optim::sgd_factors<float>& f, bool decays, cudaStream_t stream) {
+    if (n == 0) return;
+    require(params != nullptr && grads != nullptr && (buffer != nullptr || !f.use_momentum),
+            "sgd_update_exact: params, grads, momentum buffer", "a null pointer",
+            "must be device or managed pointers");
+    constexpr unsigned int threads = 256;
+    detail::sgd_exact_kernel<Scalar>
+        <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(params, grads, buffer, n, f, decays);
+    check(cudaGetLastError(), "sgd_update_exact kernel launch");
 }
 
 // Blocks per segment for a summary whose longest segment has this many elements (1 to 64).
