@@ -22,9 +22,9 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/optim/adamw_update.hpp"
-#include "weft/optim/sgd_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace weft::exec {
 

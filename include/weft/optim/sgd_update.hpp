@@ -2,7 +2,7 @@
 // flat buffers updated on the host with a step's factors. optim::sgd calls it for each range
 // of a step; a compute backend with optimizer kernels (exec/compute_backend.hpp) applies the
 // same update where its buffers live (exec::cuda: one kernel on the GPU, bit for bit this).
-// Plain C++ with no dependencies, so that nvcc can compile the factors into a kernel.
+// Plain C++ without Eigen, so that nvcc compiles the factors into exec::cuda's kernel.
 #pragma once
 
 #include <cstddef>

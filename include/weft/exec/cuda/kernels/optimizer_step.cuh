@@ -1,13 +1,14 @@
 // The step after backward on the GPU, over the training state's fp32 flat buffers where
 // they live (exec::optimizer_kernels): the averaging of reduced gradients, AdamW's or SGD's
-// update of one range, and the summary of a stage's reduced gradients (the counted sum of squares for
-// the global norm, and whether every element is finite).
+// update of one range, and the summary of a stage's reduced gradients (the counted sum of
+// squares for the global norm, and whether every element is finite).
 //
-// The updates repeat optim::adamw_update_on_host and optim::sgd_update_on_host bit for bit: every operation is an
-// IEEE-rounded intrinsic (__fmul_rn and friends, which nvcc never contracts into an FMA)
-// in PyTorch's order, as the host's vectorised loop computes it. The summary sums in a
-// fixed order (per-block trees, then one block over the partials in index order), so a run
-// repeats bit for bit; it differs from the host's sequential double sum only by rounding.
+// The updates repeat optim::adamw_update_on_host and optim::sgd_update_on_host bit for bit:
+// every operation is an IEEE-rounded intrinsic (__fmul_rn and friends, which nvcc never
+// contracts into an FMA) in PyTorch's order, as the host's loops compute it. The summary
+// sums in a fixed order (per-block trees, then one block over the partials in index order),
+// so a run repeats bit for bit; it differs from the host's sequential double sum only by
+// rounding.
 #pragma once
 
 #include <cuda_runtime_api.h>
