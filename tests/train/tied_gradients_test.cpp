@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "stream_ordered.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/train/tied_gradients.hpp"
@@ -15,12 +16,12 @@ namespace {
 
 using weft::comm::local;
 
-// A stage's tensors: "wte" (the tied one) on stages 0 and 3, "w<s>" on every stage, gradients
-// filled with stage-distinct values.
-weft::nn::flat_parameters<float> stage_tensors(int s) {
+// A stage's tensors: "wte" (the tied one) on stages 0 and 3 (and 2 where `tied_on_2`), "w<s>"
+// on every stage, gradients filled with stage-distinct values.
+weft::nn::flat_parameters<float> stage_tensors(int s, bool tied_on_2 = false) {
     weft::nn::parameter_registry registry;
     registry.add("w" + std::to_string(s), {2});
-    if (s == 0 || s == 3) registry.add("wte", {3});
+    if (s == 0 || s == 3 || (tied_on_2 && s == 2)) registry.add("wte", {3});
     weft::nn::flat_parameters<float> t(std::move(registry));
     auto g = t.gradients();
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = float(10 * (s + 1) + int(i));
@@ -75,4 +76,40 @@ TEST_CASE("tied copies on one rank or on several end with the sum of all copies"
         CHECK(second.gradients.at(1) == std::vector<float>{20, 21});
         CHECK_FALSE(second.defers.at(1));
     }
+}
+
+TEST_CASE("a tied sum over a stream-ordered communicator is complete on the host before it is copied",
+          "[train][tied]") {
+    // As over comm::nccl: the state in device memory, and the sum's wait() ordering only the
+    // compute stream (stream_ordered.hpp). Rank 0 holds two copies (stages 0 and 2), which
+    // take the summed first copy on the host's word; rank 1 holds one (stage 3), summed in place.
+    using ordered = weft_test::stream_ordered<local>;
+    const std::vector<weft::nn::unit_range> units{{0, 1}, {1, 2}, {2, 3}, {3, 4}};
+    const std::vector<int> stage_rank{0, 1, 0, 1};
+    const std::vector<weft::models::tied_parameter> tied{{"wte", {0, 2, 3}}};
+    std::map<int, std::vector<float>> wte;  // by stage
+    std::mutex lock;
+    local::run(2, [&](local& world) {
+        ordered pipeline(world.split(0, world.rank()));
+        const weft::state_memory_scope device(weft_test::stream_model::device_state_memory());
+        std::map<int, weft::nn::flat_parameters<float>> mine;
+        for (int s = 0; s < 4; ++s)
+            if (stage_rank[std::size_t(s)] == pipeline.rank()) mine.emplace(s, stage_tensors(s, true));
+        weft::train::tied_gradients<float, ordered> ties(tied, units, stage_rank, pipeline);
+        ties.sum([&](int s) -> weft::nn::flat_parameters<float>& { return mine.at(s); });
+        weft_test::stream_model::drain();  // what the engine's next kernel or synchronize() does
+        const std::lock_guard guard(lock);
+        for (auto& [s, t] : mine) {
+            if (s == 1) continue;  // no copy
+            const auto& info = t.registry().find("wte");
+            wte[s].assign(t.gradients().begin() + info.offset, t.gradients().begin() + info.offset + 3);
+        }
+    });
+    // wte's gradients: 12, 13, 14 on stage 0; 32, 33, 34 on stage 2; 42, 43, 44 on stage 3.
+    const std::vector<float> sum{12 + 32 + 42, 13 + 33 + 43, 14 + 34 + 44};
+    for (const int s : {0, 2, 3}) {
+        INFO("stage " << s);
+        CHECK(wte.at(s) == sum);
+    }
+    CHECK(weft_test::stream_model::writes_into_freed_memory() == 0);
 }

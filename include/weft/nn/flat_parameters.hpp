@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/state_memory.hpp"
 #include "weft/core/state_vector.hpp"
 #include "weft/nn/parameter_registry.hpp"
 
@@ -51,6 +52,8 @@ public:
     }
     // Where the buffer lives (a GPU's managed memory: on the GPU; core/state_memory.hpp).
     void zero_gradients() { grads_.get_allocator().memory().fill_zero(grads_.data(), grads_.size() * sizeof(Scalar)); }
+    // The memory the gradients live in, which copies them where they are.
+    [[nodiscard]] const state_memory& gradient_memory() const { return grads_.get_allocator().memory(); }
     [[nodiscard]] const parameter_registry& registry() const { return registry_; }
 
     // For sharding (shard/): the buffers padded with zeros to a multiple of the number of

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/host_completion.hpp"
+#include "weft/core/state_memory.hpp"
 #include "weft/models/pipeline_model.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/partition.hpp"
@@ -57,26 +59,37 @@ public:
 
     // Sums every tied tensor's gradients over its copies on this rank, then over the holding
     // ranks, and writes the sum into every local copy. `tensors_of(stage)` gives a stage's
-    // flat_parameters. Collective over the holding ranks.
+    // flat_parameters, whose gradients the host may read (the engine has synchronized its
+    // backend). Collective over the holding ranks.
+    //
+    // The first local copy carries the sum: the others are added into it on the host, it is
+    // all-reduced in place, and it is copied into them by the state memory. With one local
+    // copy (any layout but a V-shaped one) the tensor stays where it is: over NCCL the sum
+    // moves no page of it to the host, and only the compute stream waits for it.
     template <class TensorsOf>
     void sum(TensorsOf&& tensors_of) {
         for (auto& t : ties_) {
-            std::vector<Scalar> total;
-            for (const int s : t.local_stages) {
-                nn::flat_parameters<Scalar>& stage = tensors_of(s);
-                const auto& info = stage.registry().find(t.name);
-                const auto grads = stage.gradients().subspan(info.offset, info.size);
-                if (total.empty())
-                    total.assign(grads.begin(), grads.end());
+            const auto copy_of = [&](int stage) {
+                nn::flat_parameters<Scalar>& tensors = tensors_of(stage);
+                const auto& info = tensors.registry().find(t.name);
+                return tensors.gradients().subspan(info.offset, info.size);
+            };
+            const std::span<Scalar> total = copy_of(t.local_stages.front());
+            for (std::size_t k = 1; k < t.local_stages.size(); ++k) {
+                const std::span<const Scalar> more = copy_of(t.local_stages[k]);
+                for (std::size_t i = 0; i < total.size(); ++i) total[i] += more[i];
+            }
+            if (t.holders) {
+                auto reduction = t.holders->iallreduce_sum(total);
+                // The copies below are made on the host's word: the sum must be complete there.
+                if (t.local_stages.size() > 1)
+                    comm::complete_on_host(reduction);
                 else
-                    for (std::size_t i = 0; i < total.size(); ++i) total[i] += grads[i];
+                    reduction.wait();
             }
-            if (t.holders) t.holders->allreduce_sum(std::span<Scalar>(total));
-            for (const int s : t.local_stages) {
-                nn::flat_parameters<Scalar>& stage = tensors_of(s);
-                const auto& info = stage.registry().find(t.name);
-                std::copy(total.begin(), total.end(), stage.gradients().subspan(info.offset, info.size).begin());
-            }
+            const state_memory& memory = tensors_of(t.local_stages.front()).gradient_memory();
+            for (std::size_t k = 1; k < t.local_stages.size(); ++k)
+                memory.copy_bytes(copy_of(t.local_stages[k]).data(), total.data(), total.size_bytes());
         }
     }
 
