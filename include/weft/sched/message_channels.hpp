@@ -28,6 +28,7 @@
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/program.hpp"
+#include "weft/sched/validate.hpp"  // comm_peer_stage
 
 namespace weft::sched {
 
@@ -60,9 +61,9 @@ struct message_channels {
     for (std::size_t r = 0; r < p.ranks.size(); ++r)
         for (const action& a : p.ranks[r]) {
             if (a.kind != action_kind::SEND_F && a.kind != action_kind::SEND_B) continue;
-            const bool backward = a.kind == action_kind::SEND_B;
-            const int peer_stage = backward ? a.stage - 1 : a.stage + 1;
-            routes.insert({static_cast<int>(r), p.stage_rank[static_cast<std::size_t>(peer_stage)], backward});
+            const int peer_stage = detail::comm_peer_stage(a, p.num_stages);  // a checked program's: in range
+            routes.insert({static_cast<int>(r), p.stage_rank[static_cast<std::size_t>(peer_stage)],
+                           a.kind == action_kind::SEND_B});
         }
     return routes;
 }
