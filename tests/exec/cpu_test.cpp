@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "weft/exec/cpu.hpp"
@@ -161,4 +163,65 @@ TEST_CASE("the optimizer kernels are the host's optimizer code", "[exec][cpu]") 
     owned[1] = 2;
     owned[3] = -INFINITY;
     CHECK_FALSE(floats.summarize_gradients(owned, 10, runs).finite);
+}
+
+TEST_CASE("the vocabulary-parallel embedding kernels are the whole-vocabulary ones over a slice of rows",
+          "[exec][cpu]") {
+    constexpr int vocab = 5, width = 3, seq_len = 2;
+    const std::vector<std::int32_t> tokens{4, 1, 1, 3, 0, 4};  // three sequences
+    std::vector<double> wte(vocab * width), wpe(seq_len * width);
+    for (std::size_t i = 0; i < wte.size(); ++i) wte[i] = 0.1 * double(i) - 0.7;
+    for (std::size_t i = 0; i < wpe.size(); ++i) wpe[i] = 0.01 * double(i * i) + 0.3;
+    const matrix whole = backend.embedding_forward(tokens, wte, wpe, vocab, width, seq_len);
+
+    // Rows [1, 4) of 5: tokens 1, 1 and 3 are held, 4, 0 and 4 are another rank's.
+    constexpr int first_row = 1, held = 3;
+    const std::span<const double> slice(wte.data() + first_row * width, held * width);
+    int sums = 0;
+    matrix before_sum;
+    const auto record = [&](std::span<double> v) {
+        ++sums;
+        before_sum = Eigen::Map<const matrix>(v.data(), Eigen::Index(tokens.size()), width);
+    };
+    const matrix mine = backend.vocab_parallel_embedding_forward(tokens, slice, first_row, wpe, width, seq_len, record);
+    CHECK(sums == 1);
+    for (std::size_t n = 0; n < tokens.size(); ++n) {
+        INFO("row " << n << ", token " << tokens[n]);
+        const bool held_row = tokens[n] >= first_row && tokens[n] < first_row + held;
+        for (int c = 0; c < width; ++c) {
+            const double lookup = held_row ? wte[std::size_t(tokens[n]) * width + std::size_t(c)] : 0.0;
+            CHECK(before_sum(Eigen::Index(n), c) == lookup);
+            // Without the other rank's rows (a sum that leaves its input), wpe is added to zeros.
+            CHECK(mine(Eigen::Index(n), c) == lookup + wpe[(n % seq_len) * width + std::size_t(c)]);
+        }
+    }
+    // One slice of all the rows, summed over a group of one: the whole lookup, exactly.
+    const matrix all = backend.vocab_parallel_embedding_forward(tokens, wte, 0, wpe, width, seq_len,
+                                                                [](std::span<double>) {});
+    CHECK(all == whole);
+
+    // Backward over slices [0, 2) and [2, 5): each writes its rows of the whole gradient and
+    // the whole position gradient, bit for bit.
+    matrix dy(Eigen::Index(tokens.size()), width);
+    for (Eigen::Index i = 0; i < dy.size(); ++i) dy.data()[i] = 0.25 * double(i % 7) - 0.5;
+    std::vector<double> dwte(wte.size(), 1.0), dwpe(wpe.size(), 2.0);
+    backend.embedding_backward_weight(tokens, dy, dwte, dwpe, vocab, seq_len);
+    std::vector<double> parts(wte.size(), 1.0);
+    for (const auto& [first, last] : {std::pair{0, 2}, std::pair{2, 5}}) {
+        INFO("rows [" << first << ", " << last << ")");
+        std::vector<double> part_dwpe(wpe.size(), 2.0);
+        backend.vocab_parallel_embedding_backward_weight(
+            tokens, dy, std::span<double>(parts.data() + first * width, std::size_t(last - first) * width), first,
+            part_dwpe, seq_len);
+        CHECK(part_dwpe == dwpe);
+    }
+    CHECK(parts == dwte);
+    CHECK(dwte[0] != 1.0);  // token 0 was seen
+
+    CHECK_THROWS_WITH(backend.vocab_parallel_embedding_forward(tokens, slice.first(4), first_row, wpe, width, seq_len,
+                                                               [](std::span<double>) {}),
+                      Catch::Contains("vocab_parallel_embedding_forward: wte size") &&
+                          Catch::Contains("whole number of rows of width 3"));
+    CHECK_THROWS_WITH(backend.vocab_parallel_embedding_backward_weight(tokens, dy, parts, -1, dwpe, seq_len),
+                      Catch::Contains("embedding_backward_weight: first_row") && Catch::Contains("-1"));
 }

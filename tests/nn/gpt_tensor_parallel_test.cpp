@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -87,13 +88,31 @@ struct copying_cpu_without_loss_kernels : copying_cpu {
 static_assert(weft::exec::vocab_parallel_loss_kernels<copying_cpu> &&
               !weft::exec::vocab_parallel_loss_kernels<copying_cpu_without_loss_kernels>);
 
+// The same without the vocabulary-parallel embedding's kernels: the first stage's rows are
+// then built, and its wte gradient summed, on host copies.
+struct copying_cpu_without_embedding_kernels : copying_cpu {
+    void vocab_parallel_embedding_forward() = delete;
+    void vocab_parallel_embedding_backward_weight() = delete;
+};
+static_assert(weft::exec::vocab_parallel_embedding_kernels<copying_cpu> &&
+              !weft::exec::vocab_parallel_embedding_kernels<copying_cpu_without_embedding_kernels>);
+
 // A copying backend with exec::matrix_reduction_kernels, as exec::cuda has them: over a group
-// whose communicator moves device memory, the layers' sums go through reduce_matrix, which
-// it counts, and not through host copies. Its "device memory" is the host's, so the sum
-// must still be exec::cpu's, bit for bit.
+// whose communicator moves device memory, the layers' sums go through reduce_matrix, and the
+// embedding's through vocab_parallel_embedding_forward, which it counts, and not through host
+// copies. Its "device memory" is the host's, so the sum must still be exec::cpu's, bit for bit.
 struct reducing_cpu : copying_cpu {
     static constexpr std::string_view name = "reducing_cpu";
     int reductions = 0;
+    int embedding_sums = 0;
+    template <class Reduce>
+    matrix vocab_parallel_embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte_rows,
+                                            int first_row, std::span<const float> wpe, int width, int seq_len,
+                                            Reduce&& reduce) {
+        ++embedding_sums;
+        return copying_cpu::vocab_parallel_embedding_forward(tokens, wte_rows, first_row, wpe, width, seq_len,
+                                                             std::forward<Reduce>(reduce));
+    }
     template <class Reduce>
     void reduce_matrix(matrix& m, std::span<const float> bias, Reduce&& reduce) {
         ++reductions;
@@ -197,12 +216,14 @@ std::vector<rank_result> run_tp_copying(int tp, unit_range units, std::vector<in
 }
 
 // The same over reducing_cpu, its tp group made over device_memory_local (or, with
-// `device_group` false, over comm::local itself); reductions[r] counts rank r's reduce_matrix.
+// `device_group` false, over comm::local itself); reductions[r] counts rank r's reduce_matrix,
+// embedding_sums[r] its vocab_parallel_embedding_forward.
 std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_group, std::vector<int>& copies,
-                                         std::vector<int>& reductions) {
+                                         std::vector<int>& reductions, std::vector<int>& embedding_sums) {
     std::vector<rank_result> results(static_cast<std::size_t>(tp));
     copies.assign(std::size_t(tp), 0);
     reductions.assign(std::size_t(tp), 0);
+    embedding_sums.assign(std::size_t(tp), 0);
     weft::comm::local::run(tp, [&](weft::comm::local& comm) {
         device_memory_local device_comm(comm.split(0, comm.rank()));
         const auto group =
@@ -212,6 +233,7 @@ std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_g
         results[std::size_t(comm.rank())] = run_stage(stage);
         copies[std::size_t(comm.rank())] = rank_backend.copies;
         reductions[std::size_t(comm.rank())] = rank_backend.reductions;
+        embedding_sums[std::size_t(comm.rank())] = rank_backend.embedding_sums;
     });
     return results;
 }
@@ -394,24 +416,38 @@ TEST_CASE("tensor-parallel gpt stages equal the tp = 1 stage", "[nn][gpt][tp]") 
 
 TEST_CASE("tensor-parallel gpt stages on a backend the host copies compute what exec::cpu does, bit for bit",
           "[nn][gpt][tp]") {
-    // What exec::cuda's tensor parallelism runs: the steps between kernels on host copies, and
-    // the vocabulary-parallel loss through the backend's kernels (or, without them, on a copy).
+    // What exec::cuda's tensor parallelism runs over a group of host memory: the steps
+    // between kernels on host copies, and the vocabulary-parallel loss and embedding gradient
+    // through the backend's kernels (or, without them, on copies).
     const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
     for (const unit_range units : stages) {
         const int tp = 2;
         INFO("units [" << units.first << ", " << units.last << "), tp = " << tp);
         const auto want = run_tp(tp, units);
-        std::vector<int> copies, copies_without;
-        const auto with_loss_kernels = run_tp_copying<copying_cpu>(tp, units, copies);
-        const auto without = run_tp_copying<copying_cpu_without_loss_kernels>(tp, units, copies_without);
+        std::vector<int> copies, copies_without_loss, copies_without_embedding;
+        const auto with_kernels = run_tp_copying<copying_cpu>(tp, units, copies);
+        const auto without_loss = run_tp_copying<copying_cpu_without_loss_kernels>(tp, units, copies_without_loss);
+        const auto without_embedding =
+            run_tp_copying<copying_cpu_without_embedding_kernels>(tp, units, copies_without_embedding);
+        const bool first = units.first == 0;
         const bool last = units.last == config.num_units();
         for (int r = 0; r < tp; ++r) {
             INFO("tp rank " << r);
-            // The last stage's loss copies its logits and gradient only without the kernels.
-            if (last) CHECK(copies_without[std::size_t(r)] == copies[std::size_t(r)] + 2);
-            for (const auto* got : {&with_loss_kernels, &without}) {
-                INFO((got == &without ? "without" : "with") << " the loss kernels");
-                check_same_bits((*got)[std::size_t(r)], want[std::size_t(r)], copies[std::size_t(r)]);
+            const auto i = std::size_t(r);
+            // The last stage's loss copies its logits and gradient only without the loss kernels;
+            // the first stage's embedding copies dy for its gradient only without its kernels.
+            CHECK(copies_without_loss[i] == copies[i] + (last ? 2 : 0));
+            CHECK(copies_without_embedding[i] == copies[i] + (first ? 1 : 0));
+            const struct {
+                const char* kernels;
+                const std::vector<rank_result>& results;
+                int copies;
+            } runs[] = {{"with the kernels", with_kernels, copies[i]},
+                        {"without the loss kernels", without_loss, copies_without_loss[i]},
+                        {"without the embedding kernels", without_embedding, copies_without_embedding[i]}};
+            for (const auto& run : runs) {
+                INFO(run.kernels);
+                check_same_bits(run.results[i], want[i], run.copies);
             }
         }
     }
@@ -420,7 +456,8 @@ TEST_CASE("tensor-parallel gpt stages on a backend the host copies compute what 
 TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device communicator", "[nn][gpt][tp]") {
     // exec::cuda over comm::nccl: the row-parallel outputs (with their bias), the
     // column-parallel input gradients and the head's input gradient are summed by the
-    // backend's reduce_matrix, each saving the two host copies of the portable path.
+    // backend's reduce_matrix, each saving the two host copies of the portable path, and the
+    // embedding's rows by its vocab_parallel_embedding_forward, saving the one copy up.
     const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
     for (const unit_range units : stages) {
         const int tp = 2;
@@ -428,12 +465,15 @@ TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device 
         const auto want = run_tp(tp, units);
         std::vector<int> host_copies;
         static_cast<void>(run_tp_copying<copying_cpu>(tp, units, host_copies));
-        std::vector<int> copies, reductions, copies_host_group, reductions_host_group;
-        const auto on_device = run_tp_reducing(tp, units, true, copies, reductions);
-        const auto host_group = run_tp_reducing(tp, units, false, copies_host_group, reductions_host_group);
+        std::vector<int> copies, reductions, embedding_sums, copies_host_group, reductions_host_group,
+            embedding_sums_host_group;
+        const auto on_device = run_tp_reducing(tp, units, true, copies, reductions, embedding_sums);
+        const auto host_group = run_tp_reducing(tp, units, false, copies_host_group, reductions_host_group,
+                                                embedding_sums_host_group);
         // Per block: the attention's and the MLP's row-parallel outputs forward, their
         // column-parallel inputs' gradients backward; the head's input gradient on the last.
         const int blocks = std::max(0, std::min(units.last, config.num_layers + 1) - std::max(units.first, 1));
+        const bool first = units.first == 0;
         const bool last = units.last == config.num_units();
         const int expected = 4 * blocks + (last ? 1 : 0);
         REQUIRE(expected > 0);
@@ -441,12 +481,13 @@ TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device 
             INFO("tp rank " << r);
             const auto i = std::size_t(r);
             CHECK(reductions[i] == expected);
-            CHECK(copies[i] == host_copies[i] - 2 * expected);
+            CHECK(embedding_sums[i] == (first ? 1 : 0));
+            CHECK(copies[i] == host_copies[i] - 2 * expected - (first ? 1 : 0));
             // A group of host memory keeps the host path, which a device pointer would break.
             CHECK(reductions_host_group[i] == 0);
+            CHECK(embedding_sums_host_group[i] == 0);
             CHECK(copies_host_group[i] == host_copies[i]);
             check_same_bits(host_group[i], want[i], copies_host_group[i]);
-            // The first stage's embedding still builds its rows on the host.
             CHECK(std::memcmp(&on_device[i].loss, &want[i].loss, sizeof(float)) == 0);
             CHECK(bit_equal(on_device[i].output, want[i].output));
             CHECK(bit_equal(on_device[i].dx, want[i].dx));

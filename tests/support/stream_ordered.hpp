@@ -314,6 +314,8 @@ struct stream_ordered_cpu : weft::exec::cpu {
     WEFT_TEST_AFTER_STREAM(cross_entropy)
     WEFT_TEST_AFTER_STREAM(embedding_forward)
     WEFT_TEST_AFTER_STREAM(embedding_backward_weight)
+    WEFT_TEST_AFTER_STREAM(vocab_parallel_embedding_forward)
+    WEFT_TEST_AFTER_STREAM(vocab_parallel_embedding_backward_weight)
     WEFT_TEST_AFTER_STREAM(causal_attention_forward)
     WEFT_TEST_AFTER_STREAM(causal_attention_backward)
     WEFT_TEST_AFTER_STREAM(row_max)

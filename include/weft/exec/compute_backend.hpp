@@ -160,6 +160,28 @@ concept vocab_parallel_loss_kernels = backend_matrices<B> &&
         { b.softmax_gradient(x, s, s, labels, first_column, row_scale) } -> std::same_as<typename B::matrix>;
     };
 
+// Kernels a backend may add for the vocabulary-parallel embedding (nn/embedding.hpp under
+// tensor parallelism), over the wte rows [first_row, first_row + wte_rows.size() / width) a
+// rank holds, so that its rows and gradients stay in the backend's memory:
+//  - vocab_parallel_embedding_forward(tokens, wte_rows, first_row, wpe, width, seq_len,
+//    reduce): the rows of the tokens this rank holds and zeros for the others, as B::scalar
+//    in the backend's memory, summed over the group in place by reduce(span), then wpe added
+//    to each row by position and the result rounded once into a matrix: over the group,
+//    embedding_forward's arithmetic (x + 0 == x).
+//  - vocab_parallel_embedding_backward_weight(tokens, dy, dwte_rows, first_row, dwpe,
+//    seq_len): embedding_backward_weight restricted to the held rows of dwte (dwpe whole); dy
+//    is the same on every rank, so it needs no communication.
+// Without them the layer builds its rows and sums its gradients on a host copy; exec::cpu
+// has them as that host code.
+template <class B>
+concept vocab_parallel_embedding_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& dy, std::span<const std::int32_t> tokens,
+             std::span<const typename B::scalar> w, std::span<typename B::scalar> dw, int n,
+             void (*reduce)(std::span<typename B::scalar>)) {
+        { b.vocab_parallel_embedding_forward(tokens, w, n, w, n, n, reduce) } -> std::same_as<typename B::matrix>;
+        b.vocab_parallel_embedding_backward_weight(tokens, dy, dw, n, dw, n);
+    };
+
 // A kernel a backend whose matrices are not host memory of its scalar may add for tensor
 // parallelism's sums (nn/tensor_parallel.hpp), so that they stay in the backend's memory
 // when the group's communicator moves that memory (comm::nccl):

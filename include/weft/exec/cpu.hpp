@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -322,8 +322,50 @@ public:
         require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width),
                      "embedding_backward_weight: wpe size");
         require_tokens(tokens, vocab, "embedding_backward_weight");
-        std::vector<std::size_t> order(tokens.size());
-        std::iota(order.begin(), order.end(), std::size_t(0));
+        vocab_parallel_embedding_backward_weight(tokens, dy, dwte, 0, dwpe, seq_len);
+    }
+
+    // The vocabulary-parallel embedding (exec::vocab_parallel_embedding_kernels) over the wte
+    // rows [first_row, first_row + wte_rows.size() / width) this rank holds. Forward: those
+    // tokens' rows and zeros for the rest, summed over the group in place by `reduce`, then
+    // wpe added by position: over the whole group, embedding_forward's values bit for bit
+    // (x + 0 == x). Token ids are the caller's to check against the vocabulary; one outside
+    // the held rows only gets zeros here.
+    template <class Reduce>
+    [[nodiscard]] matrix vocab_parallel_embedding_forward(std::span<const std::int32_t> tokens,
+                                                          std::span<const Scalar> wte_rows, int first_row,
+                                                          std::span<const Scalar> wpe, int width, int seq_len,
+                                                          Reduce&& reduce) const {
+        const std::int64_t held = held_embedding_rows(tokens, wte_rows.size(), first_row, width, seq_len,
+                                                      "vocab_parallel_embedding_forward");
+        require_size(wpe.size(), std::size_t(seq_len) * std::size_t(width),
+                     "vocab_parallel_embedding_forward: wpe size");
+        matrix y = matrix::Zero(Eigen::Index(tokens.size()), width);
+        for (std::size_t n = 0; n < tokens.size(); ++n) {
+            const std::int64_t row = std::int64_t(tokens[n]) - first_row;
+            if (row >= 0 && row < held)
+                y.row(Eigen::Index(n)) = const_row_map(wte_rows.data() + std::size_t(row) * std::size_t(width), width);
+        }
+        std::forward<Reduce>(reduce)(std::span<Scalar>(y.data(), std::size_t(y.size())));
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            y.row(Eigen::Index(n)) +=
+                const_row_map(wpe.data() + (n % std::size_t(seq_len)) * std::size_t(width), width);
+        return y;
+    }
+    // Backward: embedding_backward_weight restricted to the held rows of dwte (dwpe whole).
+    // dy is replicated over the group, so each rank takes its rows with no communication.
+    void vocab_parallel_embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
+                                                  std::span<Scalar> dwte_rows, int first_row, std::span<Scalar> dwpe,
+                                                  int seq_len) const {
+        const auto width = dy.cols();
+        require_shape(dy, Eigen::Index(tokens.size()), width, "embedding_backward_weight: dy");
+        const std::int64_t held = held_embedding_rows(tokens, dwte_rows.size(), first_row, int(width), seq_len,
+                                                      "embedding_backward_weight");
+        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_backward_weight: wpe size");
+        std::vector<std::size_t> order;
+        for (std::size_t n = 0; n < tokens.size(); ++n)
+            if (std::int64_t(tokens[n]) - first_row >= 0 && std::int64_t(tokens[n]) - first_row < held)
+                order.push_back(n);
         std::stable_sort(order.begin(), order.end(),
                          [&](std::size_t a, std::size_t b) { return tokens[a] < tokens[b]; });
         row_vector sum(width);
@@ -331,7 +373,7 @@ public:
             const std::int32_t token = tokens[order[i]];
             sum = dy.row(Eigen::Index(order[i]));
             for (++i; i < order.size() && tokens[order[i]] == token; ++i) sum += dy.row(Eigen::Index(order[i]));
-            row_map(dwte.data() + std::size_t(token) * std::size_t(width), width) += sum;
+            row_map(dwte_rows.data() + std::size_t(token - first_row) * std::size_t(width), width) += sum;
         }
         const Eigen::Index t = seq_len;
         matrix dpos = dy.topRows(t);
@@ -436,6 +478,20 @@ public:
 private:
     static constexpr Scalar gelu_k = Scalar(0.7978845608028654);  // sqrt(2 / pi)
     static constexpr Scalar gelu_c = Scalar(0.044715);
+
+    // How many wte rows a vocabulary-parallel embedding kernel holds (its wte slice's size over
+    // width), after the checks of the arguments it shares with the whole-vocabulary kernels.
+    static std::int64_t held_embedding_rows(std::span<const std::int32_t> tokens, std::size_t wte_size, int first_row,
+                                            int width, int seq_len, std::string_view kernel) {
+        const std::string name(kernel);
+        require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0, name + ": tokens.size()", tokens.size(),
+                "must be a positive multiple of seq_len = " + std::to_string(seq_len));
+        require(width >= 1, name + ": width", width, "must be positive");
+        require(first_row >= 0, name + ": first_row", first_row, "must be a vocabulary row (>= 0)");
+        require(wte_size % std::size_t(width) == 0, name + ": wte size", wte_size,
+                "must be a whole number of rows of width " + std::to_string(width));
+        return std::int64_t(wte_size / std::size_t(width));
+    }
 
     static void require_tokens(std::span<const std::int32_t> tokens, int vocab, std::string_view kernel) {
         for (std::size_t n = 0; n < tokens.size(); ++n)

@@ -117,8 +117,8 @@ public:
         if (bias.empty())
             weft::cuda::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
         else
-            weft::cuda::launch::to_bf16_adding_row_bias(wide.data(), bias.data(), m.data(), std::size_t(m.rows()),
-                                                        std::size_t(m.cols()), stream());
+            weft::cuda::launch::to_bf16_adding_periodic(wide.data(), bias.data(), bias.size(), m.data(), m.size(),
+                                                        stream());
     }
 
     [[nodiscard]] int rows(const matrix& x) const { return x.rows(); }
@@ -369,6 +369,53 @@ public:
         const auto device_tokens = upload(tokens);
         weft::cuda::launch::embedding_backward(device_tokens.data(), dy.data(), dwte.data(), dwpe.data(), sequences,
                                                seq_len, width, vocab, stream());
+    }
+
+    // The vocabulary-parallel embedding (exec::vocab_parallel_embedding_kernels) over the wte
+    // rows [first_row, first_row + wte_rows.size() / width) this rank holds. Forward: their
+    // lookup into fp32 device memory (zeros for the other ranks' tokens), summed there by
+    // `reduce` (a device communicator's all-reduce, ordered on this stream), then wpe added
+    // in fp32 and the result rounded once: embedding_forward's arithmetic without a host
+    // copy. Token ids are the caller's to check against the vocabulary (the layer knows it).
+    template <class Reduce>
+    [[nodiscard]] matrix vocab_parallel_embedding_forward(std::span<const std::int32_t> tokens,
+                                                          std::span<const float> wte_rows, int first_row,
+                                                          std::span<const float> wpe, int width, int seq_len,
+                                                          Reduce&& reduce) {
+        const int sequences = checked_sequences(tokens, seq_len, "vocab_parallel_embedding_forward");
+        const int held = held_rows(wte_rows.size(), first_row, width, "vocab_parallel_embedding_forward");
+        require_size(wpe.size(), std::size_t(seq_len) * std::size_t(width),
+                     "vocab_parallel_embedding_forward: wpe size");
+        if (held > 0) require_device(wte_rows, "vocab_parallel_embedding_forward: wte");
+        require_device(wpe, "vocab_parallel_embedding_forward: wpe");
+        matrix y(static_cast<int>(tokens.size()), width);
+        scratch<float> wide(y.size(), stream());
+        if (y.size() > 0) {
+            const auto device_tokens = upload(tokens);
+            weft::cuda::launch::vocab_slice_lookup(device_tokens.data(), wte_rows.data(), first_row, held,
+                                                   wide.data(), sequences, seq_len, width, stream());
+        }
+        // Called even with no tokens: the sum is collective over the group.
+        std::forward<Reduce>(reduce)(std::span<float>(wide.data(), wide.size()));
+        weft::cuda::launch::to_bf16_adding_periodic(wide.data(), wpe.data(), wpe.size(), y.data(), y.size(),
+                                                    stream());
+        return y;
+    }
+    // Backward: embedding_backward_weight restricted to the held rows of dwte (dwpe whole).
+    void vocab_parallel_embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
+                                                  std::span<float> dwte_rows, int first_row, std::span<float> dwpe,
+                                                  int seq_len) {
+        const int width = dy.cols();
+        require_shape(dy, static_cast<int>(tokens.size()), width, "embedding_backward_weight: dy");
+        const int sequences = checked_sequences(tokens, seq_len, "embedding_backward_weight");
+        const int held = held_rows(dwte_rows.size(), first_row, width, "embedding_backward_weight");
+        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_backward_weight: wpe size");
+        if (held > 0) require_device(dwte_rows, "embedding_backward_weight: wte gradient");
+        require_device(dwpe, "embedding_backward_weight: wpe gradient");
+        if (dy.size() == 0) return;
+        const auto device_tokens = upload(tokens);
+        weft::cuda::launch::embedding_backward_rows(device_tokens.data(), dy.data(), dwte_rows.data(), first_row, held,
+                                                    dwpe.data(), sequences, seq_len, width, stream());
     }
 
     // y = x W^T with W stored [out, in] (the LM head tied to the [vocab, width] embedding).
@@ -638,6 +685,15 @@ private:
         require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0, std::string(kernel) + ": tokens.size()",
                 tokens.size(), "must be a positive multiple of seq_len = " + std::to_string(seq_len));
         return static_cast<int>(tokens.size() / std::size_t(seq_len));
+    }
+    // How many wte rows a vocabulary-parallel embedding kernel holds (its slice's size over width).
+    static int held_rows(std::size_t wte_size, int first_row, int width, std::string_view kernel) {
+        const std::string k(kernel);
+        require(width >= 1, k + ": width", width, "must be positive");
+        require(first_row >= 0, k + ": first_row", first_row, "must be a vocabulary row (>= 0)");
+        require(wte_size % std::size_t(width) == 0 && wte_size / std::size_t(width) <= std::size_t(0x7fffffff),
+                k + ": wte size", wte_size, "must be a whole number of rows of width " + std::to_string(width));
+        return static_cast<int>(wte_size / std::size_t(width));
     }
 
     struct attention_shape {

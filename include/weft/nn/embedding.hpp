@@ -1,10 +1,13 @@
 // GPT's input layer: token embedding wte [vocab, width] plus learned position
 // embedding wpe [seq_len, width]. Its input is token ids, so it has no input gradient;
 // its whole backward is the weight half (a scatter-add into wte and wpe).
-// Tensor parallelism splits wte by vocabulary rows (Megatron's VocabParallelEmbedding).
+// Tensor parallelism splits wte by vocabulary rows (Megatron's VocabParallelEmbedding): through
+// the backend's exec::vocab_parallel_embedding_kernels where it has them and its matrices
+// can be summed where they are, on a host copy otherwise.
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
@@ -53,7 +57,15 @@ public:
         s.tokens.assign(tokens.begin(), tokens.end());
         if (tp_.size == 1)
             return backend.embedding_forward(tokens, wte(params), wpe(params), vocab_, width_, seq_len_);
-        return parallel_forward(backend, params, tokens);
+        check_tokens(tokens, "embedding forward");
+        if constexpr (exec::vocab_parallel_embedding_kernels<Backend>) {
+            // The group's sum of the backend's memory: host memory, or a device communicator's.
+            if (std::same_as<typename Backend::memory_space, host_space> || tp_.moves_device_memory)
+                return backend.vocab_parallel_embedding_forward(tokens, wte(params), rows_.first, wpe(params), width_,
+                                                                seq_len_,
+                                                                [this](std::span<scalar> v) { tp_.allreduce_sum(v); });
+        }
+        return parallel_forward_on_host(backend, params, tokens);
     }
     // Nothing upstream of token ids: only keeps dy for backward_weight.
     void backward_input(Backend& /*backend*/, matrix dy, saved& s) const { s.d_out = std::move(dy); }
@@ -62,7 +74,13 @@ public:
             backend.embedding_backward_weight(s.tokens, s.d_out, wte(grads), wpe(grads), vocab_, seq_len_);
             return;
         }
-        parallel_backward_weight(backend, grads, s);
+        check_tokens(s.tokens, "embedding backward_weight");
+        if constexpr (exec::vocab_parallel_embedding_kernels<Backend>) {
+            backend.vocab_parallel_embedding_backward_weight(s.tokens, s.d_out, wte(grads), rows_.first, wpe(grads),
+                                                             seq_len_);
+        } else {
+            parallel_backward_weight_on_host(backend, grads, s);
+        }
     }
 
 private:
@@ -84,14 +102,15 @@ private:
                                        "must be a token id in [0, vocab_size = " + std::to_string(vocab_) + ")");
     }
 
-    // Each rank writes the rows of the tokens in its vocabulary range and zeros elsewhere;
-    // the sum over the group is then exactly wte[token] (x + 0 == x), to which wpe is added
-    // once: the same values, bit for bit, as without tensor parallelism.
-    // The rows are built on the host (parameters in a GPU's managed state memory included)
-    // and reach a device backend as one copy (nn/tensor_parallel.hpp).
-    matrix parallel_forward(Backend& backend, std::span<const scalar> params,
-                            std::span<const std::int32_t> tokens) const {
-        check_tokens(tokens, "embedding forward");
+    // The portable path (a backend without the vocabulary-parallel kernels, or a device
+    // backend over a group of host memory). Each rank writes the rows of the tokens in its
+    // vocabulary range and zeros elsewhere; the sum over the group is then exactly
+    // wte[token] (x + 0 == x), to which wpe is added once: the same values, bit for bit, as
+    // without tensor parallelism. The rows are built on the host (parameters in a GPU's
+    // managed state memory included) and reach a device backend as one copy
+    // (nn/tensor_parallel.hpp).
+    matrix parallel_forward_on_host(Backend& backend, std::span<const scalar> params,
+                                    std::span<const std::int32_t> tokens) const {
         const auto w = std::size_t(width_);
         return make_on_host(backend, static_cast<int>(tokens.size()), width_, [&](std::span<scalar> out) {
             std::fill(out.begin(), out.end(), scalar(0));
@@ -109,11 +128,10 @@ private:
         });
     }
 
-    // The gradient rows are summed on the host from dy (a host copy on a device backend) into
-    // the gradients (host-writable: a GPU's state is in managed memory).
-    void parallel_backward_weight(Backend& backend, std::span<scalar> grads, const saved& s) const {
+    // Without the kernels: the gradient rows are summed on the host from dy (a host copy on a
+    // device backend) into the gradients (host-writable: a GPU's state is in managed memory).
+    void parallel_backward_weight_on_host(Backend& backend, std::span<scalar> grads, const saved& s) const {
         const auto& tokens = s.tokens;
-        check_tokens(tokens, "embedding backward_weight");
         require(std::size_t(backend.rows(s.d_out)) == tokens.size() && backend.cols(s.d_out) == width_,
                 "embedding backward_weight: dy", std::to_string(backend.rows(s.d_out)) + "x" +
                 std::to_string(backend.cols(s.d_out)),

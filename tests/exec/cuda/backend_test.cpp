@@ -5,7 +5,9 @@
 // gradients, saved statistics, the loss), by summation order (fp32 tolerances). Host checks
 // (no GPU needed) first: exec::cuda models the concept, and making one without a GPU is an
 // error naming `device`. Exit 77 (skipped) without a GPU.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -262,6 +264,57 @@ void test_embedding(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_l
     expect_close("embedding_backward_weight: wpe", dg_wpe.host(), g_wpe, 1e-4f, 1e-5f);
 }
 
+// exec::vocab_parallel_embedding_kernels over the wte rows [first_row, first_row + held): with
+// `reduce` standing in for a group of two equal ranks (values doubled), the forward equals the
+// host's arithmetic bit for bit (fp32 lookup and sum, wpe added in fp32, one rounding to
+// bf16); the backward adds into exactly the held rows what the whole-vocabulary kernel adds
+// there, and into dwpe what it adds there.
+void test_vocab_parallel_embedding(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_len, int width,
+                                   int vocab, int first_row, int held) {
+    const std::string shape = " (rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + held) +
+                              ") of " + std::to_string(vocab) + ")";
+    std::vector<std::int32_t> tokens(std::size_t(sequences) * seq_len);
+    for (std::size_t n = 0; n < tokens.size(); ++n) tokens[n] = std::int32_t((n * 31 + 7) % std::size_t(vocab));
+    const auto wte = random_values(std::size_t(vocab) * width, 51);
+    const auto wpe = random_values(std::size_t(seq_len) * width, 52);
+    const std::size_t first = std::size_t(first_row) * width, count = std::size_t(held) * width;
+    const device_values d_wte(wte), d_wpe(wpe);
+    int calls = 0;
+    const auto double_on_device = [&](std::span<float> wide) {  // a group of two equal ranks
+        ++calls;
+        weft::cuda::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
+    };
+    const gpu_matrix y = gpu.vocab_parallel_embedding_forward(tokens, d_wte.view().subspan(first, count), first_row,
+                                                              d_wpe.view(), width, seq_len, double_on_device);
+    std::vector<float> want = values(cpu.vocab_parallel_embedding_forward(
+        tokens, std::span<const float>(wte).subspan(first, count), first_row, wpe, width, seq_len,
+        [](std::span<float> v) {
+            for (float& x : v) x *= 2.0f;
+        }));
+    for (float& x : want) x = bf16_value(x);
+    expect(calls == 1, "vocab_parallel_embedding_forward calls reduce once" + shape);
+    expect(download(gpu, y) == want,
+           "vocab_parallel_embedding_forward equals the host's sum, bit for bit" + shape);
+
+    const cpu_matrix dy = random_matrix(static_cast<int>(tokens.size()), width, 53);
+    const auto g_wte0 = random_values(wte.size(), 54), g_wpe0 = random_values(wpe.size(), 55);
+    auto g_wte = g_wte0, g_wpe = g_wpe0;
+    cpu.embedding_backward_weight(tokens, dy, g_wte, g_wpe, vocab, seq_len);
+    device_values dg_wte(g_wte0), dg_wpe(g_wpe0);
+    gpu.vocab_parallel_embedding_backward_weight(tokens, upload(gpu, dy), dg_wte.span().subspan(first, count),
+                                                 first_row, dg_wpe.span(), seq_len);
+    const auto got = dg_wte.host();
+    auto want_wte = g_wte0;  // rows outside the slice untouched
+    std::copy(g_wte.begin() + std::ptrdiff_t(first), g_wte.begin() + std::ptrdiff_t(first + count),
+              want_wte.begin() + std::ptrdiff_t(first));
+    expect_close("vocab_parallel_embedding_backward_weight: wte" + shape, got, want_wte, 1e-4f, 1e-5f);
+    expect(std::equal(got.begin(), got.begin() + std::ptrdiff_t(first), g_wte0.begin()) &&
+               std::equal(got.begin() + std::ptrdiff_t(first + count), got.end(),
+                          g_wte0.begin() + std::ptrdiff_t(first + count)),
+           "vocab_parallel_embedding_backward_weight leaves the other rows alone" + shape);
+    expect_close("vocab_parallel_embedding_backward_weight: wpe" + shape, dg_wpe.host(), g_wpe, 1e-4f, 1e-5f);
+}
+
 void test_attention(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_len, int heads, int head_dim) {
     const int width = heads * head_dim;
     const cpu_matrix qkv = random_matrix(sequences * seq_len, 3 * width, 21);
@@ -458,6 +511,8 @@ int main(int argc, char** argv) {
         test_fused(gpu, cpu, 40, 64);
         test_cross_entropy(gpu, cpu, 24, 1000);
         test_embedding(gpu, cpu, 3, 20, 64, 200);
+        test_vocab_parallel_embedding(gpu, cpu, 3, 20, 64, 200, 67, 67);  // the middle third
+        test_vocab_parallel_embedding(gpu, cpu, 2, 33, 80, 50, 0, 50);    // every row
         // Every head size the flash kernels have, sequences of one, two and four 64-row tiles,
         // full and partial (padded and masked past the end).
         test_attention(gpu, cpu, 2, 33, 3, 64);

@@ -159,6 +159,16 @@ void test_argument_validation() {
                   [] { cu::embedding_forward<float, float>(nullptr, nullptr, nullptr, nullptr, 1, 0, 8, 4, nullptr); });
     expect_throws("embedding_backward of null pointers",
                   [] { cu::embedding_backward<float>(nullptr, nullptr, nullptr, nullptr, 1, 4, 8, 4, nullptr); });
+    expect_throws("vocab_slice_lookup held_rows = -1", [] {
+        cu::vocab_slice_lookup<float>(nullptr, nullptr, 0, -1, nullptr, 1, 4, 8, nullptr);
+    });
+    expect_throws("embedding_backward_rows first_row = -2", [] {
+        cu::embedding_backward_rows<float>(nullptr, nullptr, nullptr, -2, 4, nullptr, 1, 4, 8, nullptr);
+    });
+    expect_throws("convert_adding_periodic with a period that does not divide n", [] {
+        float in[8] = {}, addend[3] = {}, out[8] = {};  // refused before any launch reads them
+        cu::convert_adding_periodic<float>(in, addend, 3, out, 8, nullptr);
+    });
     expect_throws("residual_add of null pointers",
                   [] { cu::residual_add<float>(nullptr, nullptr, nullptr, 4, nullptr); });
 }

@@ -21,9 +21,9 @@ void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream) {
 void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream) {
     convert(in, out, n, stream);
 }
-void to_bf16_adding_row_bias(const float* in, const float* bias, bf16* out, std::size_t rows, std::size_t cols,
+void to_bf16_adding_periodic(const float* in, const float* addend, std::size_t period, bf16* out, std::size_t n,
                              cudaStream_t stream) {
-    convert_adding_row_bias(in, bias, out, rows, cols, stream);
+    convert_adding_periodic(in, addend, period, out, n, stream);
 }
 void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream) {
     residual_add(a, b, out, n, stream);
@@ -84,6 +84,15 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
 void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
                         int seq_len, int width, int vocab, cudaStream_t stream) {
     weft::cuda::embedding_backward(tokens, dy, dwte, dwpe, sequences, seq_len, width, vocab, stream);
+}
+void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
+                        int sequences, int seq_len, int width, cudaStream_t stream) {
+    weft::cuda::vocab_slice_lookup(tokens, wte_rows, first_row, held_rows, out, sequences, seq_len, width, stream);
+}
+void embedding_backward_rows(const std::int32_t* tokens, const bf16* dy, float* dwte_rows, int first_row,
+                             int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream) {
+    weft::cuda::embedding_backward_rows(tokens, dy, dwte_rows, first_row, held_rows, dwpe, sequences, seq_len, width,
+                                        stream);
 }
 
 void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,

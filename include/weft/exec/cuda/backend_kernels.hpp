@@ -26,8 +26,9 @@ using bf16 = __nv_bfloat16;
 // Rounds to nearest even (the GEMMs' bf16 weights, a host matrix going up); widens exactly.
 void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream);
 void to_float(const bf16* in, float* out, std::size_t n, cudaStream_t stream);
-// out[r, c] = bias[c] + in[r, c] in fp32, rounded to nearest even; in and out [rows, cols].
-void to_bf16_adding_row_bias(const float* in, const float* bias, bf16* out, std::size_t rows, std::size_t cols,
+// out[i] = in[i] + addend[i % period] in fp32, rounded to nearest even (period divides n): a
+// row bias (period: the width) or the position embedding (period: seq_len * width).
+void to_bf16_adding_periodic(const float* in, const float* addend, std::size_t period, bf16* out, std::size_t n,
                              cudaStream_t stream);
 
 void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t stream);
@@ -63,6 +64,13 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
                        int seq_len, int width, int vocab, cudaStream_t stream);
 void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
                         int seq_len, int width, int vocab, cudaStream_t stream);
+// The vocabulary-parallel embedding's kernels over the wte rows [first_row, first_row +
+// held_rows) a rank holds: the lookup into fp32 out (zeros for the tokens of other ranks),
+// and the backward into those rows and the whole dwpe.
+void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
+                        int sequences, int seq_len, int width, cudaStream_t stream);
+void embedding_backward_rows(const std::int32_t* tokens, const bf16* dy, float* dwte_rows, int first_row,
+                             int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream);
 
 // Causal attention over qkv [batch * seq, 3 * heads * head_dim] on tensor cores
 // (kernels/flash_attention.cuh); lse [batch, heads, seq]; head_dim 32, 64, 96 or 128.

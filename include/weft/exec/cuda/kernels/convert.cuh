@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <string>
 #include <type_traits>
 
 #include "weft/core/error.hpp"
@@ -44,11 +45,11 @@ __global__ void convert_kernel(const From* in, To* out, std::size_t n) {
 }
 
 template <class To>
-__global__ void convert_adding_row_bias_kernel(const float* in, const float* bias, To* out, std::size_t n,
-                                               std::size_t cols) {
+__global__ void convert_adding_periodic_kernel(const float* in, const float* addend, std::size_t period, To* out,
+                                               std::size_t n) {
     for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
          i += std::size_t(gridDim.x) * blockDim.x)
-        out[i] = from_float<To>(in[i] + bias[i % cols]);
+        out[i] = from_float<To>(in[i] + addend[i % period]);
 }
 
 }  // namespace detail
@@ -63,19 +64,22 @@ void convert(const From* in, To* out, std::size_t n, cudaStream_t stream) {
     check(cudaGetLastError(), "convert kernel launch");
 }
 
-// out[r, c] = in[r, c] + bias[c], added in fp32 and then rounded to To: a row-parallel
-// layer's summed output and its bias, as the host adds them before one rounding.
+// out[i] = in[i] + addend[i % period], added in fp32 and then rounded to To. Over row-major
+// rows the addend repeats every `period` elements: a row-parallel layer's bias (period: the
+// width) after its sum, or the position embedding (period: seq_len * width) after the
+// vocabulary-parallel lookup's sum, each added as the host adds it before one rounding.
 template <class To>
-void convert_adding_row_bias(const float* in, const float* bias, To* out, std::size_t rows, std::size_t cols,
+void convert_adding_periodic(const float* in, const float* addend, std::size_t period, To* out, std::size_t n,
                              cudaStream_t stream) {
-    const std::size_t n = rows * cols;
     if (n == 0) return;
-    require(in != nullptr && bias != nullptr && out != nullptr, "convert_adding_row_bias: in, bias, out",
+    require(in != nullptr && addend != nullptr && out != nullptr, "convert_adding_periodic: in, addend, out",
             "a null pointer", "must be device pointers");
+    require(period > 0 && n % period == 0, "convert_adding_periodic: period", period,
+            "must be positive and divide n = " + std::to_string(n));
     constexpr unsigned int threads = 256;
-    detail::convert_adding_row_bias_kernel<To>
-        <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, bias, out, n, cols);
-    check(cudaGetLastError(), "convert_adding_row_bias kernel launch");
+    detail::convert_adding_periodic_kernel<To>
+        <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, addend, period, out, n);
+    check(cudaGetLastError(), "convert_adding_periodic kernel launch");
 }
 
 }  // namespace weft::cuda
