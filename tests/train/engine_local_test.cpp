@@ -3,10 +3,15 @@
 // bad configurations with clear errors instead of crashing or hanging.
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "training_run.hpp"
+#include "weft/core/deferred_value.hpp"
 #include "weft/shard/any_zero.hpp"
 
 using weft::parallel_config;
@@ -266,4 +271,92 @@ TEST_CASE("the engine steps each optimizer through the backend's kernel") {
         CHECK(used >= 2 * 2);  // two ranks, two steps, at least one range each
         CHECK(other == 0);
     }
+}
+
+namespace {
+
+// exec::cpu whose loss is a deferred value, as exec::cuda's (exec::deferred_loss_kernels).
+// Per rank thread it counts the losses it handed out and the backward kernels it ran, and
+// each read of a loss records both counts then.
+struct deferral_counts {
+    int losses = 0;
+    int backward_kernels = 0;
+    bool operator==(const deferral_counts&) const = default;
+};
+struct deferring_cpu : weft::exec::cpu {
+    static inline thread_local deferral_counts issued{};
+    static inline thread_local std::vector<deferral_counts> at_reads;
+
+    [[nodiscard]] weft::deferred_value<float> cross_entropy_deferred(const matrix& logits,
+                                                                     std::span<const std::int32_t> labels, float scale,
+                                                                     matrix& dlogits) const {
+        ++issued.losses;
+        const float loss = weft::exec::cpu::cross_entropy(logits, labels, scale, dlogits);
+        return weft::deferred_value<float>::when_read([loss] {
+            at_reads.push_back(issued);
+            return loss;
+        });
+    }
+    template <class... Args>
+    decltype(auto) linear_backward_input(Args&&... args) const {
+        ++issued.backward_kernels;
+        return weft::exec::cpu::linear_backward_input(std::forward<Args>(args)...);
+    }
+    template <class... Args>
+    decltype(auto) linear_backward_weight(Args&&... args) const {
+        ++issued.backward_kernels;
+        return weft::exec::cpu::linear_backward_weight(std::forward<Args>(args)...);
+    }
+};
+static_assert(weft::exec::deferred_loss_kernels<deferring_cpu> &&
+              !weft::exec::deferred_loss_kernels<weft::exec::cpu>);
+
+// Per rank of a pp=2 1F1B run over Backend: each step's loss, and (on deferring_cpu) whether
+// every loss of every step was read after the step's last backward kernel and last loss.
+struct deferral_run {
+    std::vector<double> losses;
+    int reads = 0;
+    bool read_after_the_step = true;
+};
+
+template <class Backend>
+std::array<deferral_run, 2> run_deferral(int microbatches) {
+    std::array<deferral_run, 2> ranks;
+    weft::comm::local::run(2, [&](weft::comm::local& world) {
+        weft::train::engine<all_schedules, weft::shard::replicate, weft::comm::local, Backend> engine(
+            world, parallel_config({.pp = 2, .microbatches = microbatches, .schedule = weft::sched::one_f_one_b::kind,
+                                    .world_size = 2}),
+            test_model(), test_options(), Backend{});
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        deferral_run& mine = ranks[static_cast<std::size_t>(world.rank())];
+        for (int step = 0; step < 3; ++step) {
+            if constexpr (std::same_as<Backend, deferring_cpu>) deferring_cpu::at_reads.clear();
+            mine.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
+            if constexpr (std::same_as<Backend, deferring_cpu>) {
+                // Nothing of the step ran after any read: every read saw the step's final counts.
+                for (const auto& seen : deferring_cpu::at_reads)
+                    mine.read_after_the_step = mine.read_after_the_step && seen == deferring_cpu::issued;
+                mine.reads += static_cast<int>(deferring_cpu::at_reads.size());
+            }
+        }
+    });
+    return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("the engine reads a deferred loss once the step's actions are queued, with the same numbers") {
+    // exec::cuda's loss stays on the GPU until it is read: read at every micro-batch, the host
+    // would stop the device's queue there; read after the step's last action, it stops it once.
+    constexpr int microbatches = 4;
+    const auto plain = run_deferral<weft::exec::cpu>(microbatches);
+    const auto deferred = run_deferral<deferring_cpu>(microbatches);
+    for (std::size_t r = 0; r < 2; ++r) {
+        INFO("pipeline rank " << r);
+        CHECK(deferred[r].losses == plain[r].losses);  // bit for bit: the same sum in the same order
+        CHECK(deferred[r].read_after_the_step);
+    }
+    CHECK(deferred[0].reads == 0);                  // the first stage computes no loss
+    CHECK(deferred[1].reads == 3 * microbatches);  // each of three steps reads each micro-batch's once
+    CHECK(plain[1].losses[0] > 0.0);
 }

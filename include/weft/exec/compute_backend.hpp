@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/optim/adamw_factors.hpp"
@@ -140,6 +141,21 @@ concept fused_kernels = backend_matrices<B> &&
         { b.linear_gelu_forward(x, w, w, n, n, out) } -> std::same_as<typename B::matrix>;
         { b.linear_backward_input_gelu(x, w, n, n, x) } -> std::same_as<typename B::matrix>;
         { b.residual_layer_norm_forward(x, x, w, w, eps, out, out, out) } -> std::same_as<typename B::matrix>;
+    };
+
+// A kernel a backend whose loss a device computes may add, so that the host reads the loss
+// when it needs it rather than when the kernels are queued:
+//  - cross_entropy_deferred(logits, labels, scale, dlogits): cross_entropy, its mean loss
+//    handed out as a deferred_value (core/deferred_value.hpp) that waits for it when read.
+// nn::cross_entropy uses it where a backend has it; the engine reads a step's losses once
+// its actions are all queued. Without it the loss is read as cross_entropy returns.
+template <class B>
+concept deferred_loss_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& logits, typename B::matrix& dlogits,
+             std::span<const std::int32_t> labels, typename B::scalar scale) {
+        {
+            b.cross_entropy_deferred(logits, labels, scale, dlogits)
+        } -> std::same_as<deferred_value<typename B::scalar>>;
     };
 
 // Kernels a backend may add for the vocabulary-parallel loss (nn/vocab_parallel_cross_entropy.hpp),

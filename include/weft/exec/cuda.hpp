@@ -17,7 +17,8 @@
 // are host spans, as on the CPU: they are checked there and copied up.
 //
 // Work is queued on the backend's stream and returns without waiting, except cross_entropy,
-// whose loss the caller reads on the host. synchronize() waits for everything queued.
+// whose loss the caller reads on the host (cross_entropy_deferred hands it out to be read
+// later). synchronize() waits for everything queued.
 //
 // Host code: the kernels it launches are compiled once per program by nvcc
 // (weft/exec/cuda/backend_kernels.cu; link weft::cuda_backend).
@@ -31,12 +32,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/exec/compute_backend.hpp"
@@ -313,26 +316,30 @@ public:
     // the unscaled mean loss, which it waits for.
     [[nodiscard]] float cross_entropy(const matrix& logits, std::span<const std::int32_t> labels, float scale,
                                       matrix& dlogits) {
-        const int rows_n = logits.rows(), classes = logits.cols();
-        require_size(labels.size(), std::size_t(rows_n), "cross_entropy: labels.size()");
-        require(rows_n > 0, "cross_entropy: logits.rows()", rows_n, "must be positive");
-        require(std::isfinite(scale), "cross_entropy: scale", scale, "must be finite");
-        for (std::size_t r = 0; r < labels.size(); ++r)
-            if (labels[r] < 0 || labels[r] >= classes)
-                throw invalid_argument("cross_entropy: labels[" + std::to_string(r) + "]", labels[r],
-                                       "must be a class id in [0, " + std::to_string(classes) + ")");
-        const auto device_labels = upload(labels);
-        scratch<float> losses(std::size_t(rows_n), stream());
-        scratch<float> mean(1, stream());
-        dlogits = matrix(rows_n, classes);
-        weft::cuda::launch::cross_entropy(logits.data(), device_labels.data(), losses.data(), dlogits.data(), rows_n,
-                                          classes, scale, stream());
-        weft::cuda::launch::mean(losses.data(), rows_n, mean.data(), stream());
+        const scratch<float> mean = queue_cross_entropy(logits, labels, scale, dlogits);
         float loss = 0;
         weft::cuda::check(cudaMemcpyAsync(&loss, mean.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()),
                           "cudaMemcpyAsync (loss to host)");
         synchronize();
         return loss;
+    }
+    // The same, without waiting (exec::deferred_loss_kernels): the kernels are queued and the
+    // mean stays on the device until the returned value is read, which waits for the stream to
+    // reach it (only it, not what was queued after). Read it before the backend goes.
+    [[nodiscard]] deferred_value<float> cross_entropy_deferred(const matrix& logits,
+                                                               std::span<const std::int32_t> labels, float scale,
+                                                               matrix& dlogits) {
+        auto mean = std::make_shared<scratch<float>>(queue_cross_entropy(logits, labels, scale, dlogits));
+        auto computed = std::make_shared<weft::cuda::event>();
+        computed->record(stream());
+        return deferred_value<float>::when_read([mean, computed] {
+            computed->synchronize();
+            float loss = 0;
+            // The legacy default stream: ordered by the event above, not after the backend's later work.
+            weft::cuda::check(cudaMemcpy(&loss, mean->data(), sizeof(float), cudaMemcpyDeviceToHost),
+                              "cudaMemcpy (loss to host)");
+            return loss;
+        });
     }
 
     // ---- GPT kernels ------------------------------------------------------------------
@@ -649,6 +656,27 @@ private:
         std::size_t size_;
         T* data_ = nullptr;
     };
+
+    // Queues cross_entropy's kernels; returns the device scalar its mean loss will be in.
+    scratch<float> queue_cross_entropy(const matrix& logits, std::span<const std::int32_t> labels, float scale,
+                                       matrix& dlogits) {
+        const int rows_n = logits.rows(), classes = logits.cols();
+        require_size(labels.size(), std::size_t(rows_n), "cross_entropy: labels.size()");
+        require(rows_n > 0, "cross_entropy: logits.rows()", rows_n, "must be positive");
+        require(std::isfinite(scale), "cross_entropy: scale", scale, "must be finite");
+        for (std::size_t r = 0; r < labels.size(); ++r)
+            if (labels[r] < 0 || labels[r] >= classes)
+                throw invalid_argument("cross_entropy: labels[" + std::to_string(r) + "]", labels[r],
+                                       "must be a class id in [0, " + std::to_string(classes) + ")");
+        const auto device_labels = upload(labels);
+        scratch<float> losses(std::size_t(rows_n), stream());
+        scratch<float> mean(1, stream());
+        dlogits = matrix(rows_n, classes);
+        weft::cuda::launch::cross_entropy(logits.data(), device_labels.data(), losses.data(), dlogits.data(), rows_n,
+                                          classes, scale, stream());
+        weft::cuda::launch::mean(losses.data(), rows_n, mean.data(), stream());
+        return mean;
+    }
 
     static int select(int device) {
         const int count = weft::cuda::device_count();

@@ -1,12 +1,15 @@
 // Mean softmax cross-entropy over a micro-batch and its gradient with respect to the
 // logits, scaled by a caller-given factor: the engine passes 1/num_microbatches so
 // that gradients accumulated over micro-batches equal the gradient of the mean loss.
+// On a backend with exec::deferred_loss_kernels the loss is read when the caller reads it
+// (core/deferred_value.hpp), not when the kernels are queued.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <span>
 
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_backend.hpp"
 
@@ -14,7 +17,7 @@ namespace weft::nn {
 
 template <compute_backend Backend>
 struct cross_entropy_result {
-    typename Backend::scalar loss;     // mean over rows, NOT multiplied by scale
+    deferred_value<typename Backend::scalar> loss;  // mean over rows, NOT multiplied by scale
     typename Backend::matrix dlogits;  // scale * d(loss)/d(logits)
 };
 
@@ -25,7 +28,10 @@ template <compute_backend Backend>
                                                           typename Backend::scalar scale = 1) {
     require(std::isfinite(double(scale)), "cross_entropy: scale", scale, "must be finite");
     cross_entropy_result<Backend> result{};
-    result.loss = backend.cross_entropy(logits, labels, scale, result.dlogits);
+    if constexpr (exec::deferred_loss_kernels<Backend>)
+        result.loss = backend.cross_entropy_deferred(logits, labels, scale, result.dlogits);
+    else
+        result.loss = backend.cross_entropy(logits, labels, scale, result.dlogits);
     return result;
 }
 

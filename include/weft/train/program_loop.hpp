@@ -29,6 +29,7 @@
 #include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/comm/watchdog.hpp"
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/channel_order.hpp"
@@ -166,6 +167,8 @@ public:
             current = nullptr;
             comm::activity_scope::set_item(nullptr);
             for (auto& send : messages.sends) send.request.wait();
+            for (const auto& loss : messages.losses)
+                report.loss_sum += static_cast<double>(loss.get()) / program_.num_microbatches;
         } catch (const comm::timeout_error& e) {
             for (auto& [index, r] : runners) r.clear();
             throw e.with_action(describe_activity(this, current));
@@ -205,6 +208,10 @@ private:
         std::map<std::pair<int, int>, matrix> loss_grads;   // d loss / d logits of the last stage
         std::map<std::tuple<int, int, int>, in_flight> recvs;  // (direction, stage, mb)
         std::vector<in_flight> sends;
+        // The last stage's micro-batch losses in F order, read once the step's actions are all
+        // queued: a device backend's loss (exec::deferred_loss_kernels) then stops its queue
+        // once a step rather than at every micro-batch.
+        std::vector<deferred_value<scalar>> losses;
     };
 
     static double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -290,7 +297,7 @@ private:
                 if (forward_only_) r.discard(mb);
                 if (r.is_last()) {
                     auto result = r.loss(output, batch, mb_first_row, rows, scalar{1} / program_.num_microbatches);
-                    report.loss_sum += static_cast<double>(result.loss) / program_.num_microbatches;
+                    m.losses.emplace_back(std::move(result.loss));
                     if (!forward_only_) m.loss_grads.emplace(std::pair{a.stage, mb}, std::move(result.dlogits));
                 } else {
                     m.outputs.emplace(std::pair{a.stage, mb}, std::move(output));

@@ -236,6 +236,17 @@ void test_cross_entropy(gpu_backend& gpu, cpu_backend& cpu, int rows, int classe
     expect(std::fabs(got - want) <= 1e-5f * std::fabs(want) + 1e-6f,
            "cross_entropy loss " + std::to_string(got) + ", want " + std::to_string(want));
     expect_close("cross_entropy dlogits", download(gpu, gdlogits), values(dlogits), bf16_rtol, 1e-8f);
+    // The deferred loss (exec::deferred_loss_kernels): the same kernels, read later. Kernels
+    // queued after it do not change it, and reading it gives cross_entropy's loss bit for bit.
+    static_assert(weft::exec::deferred_loss_kernels<gpu_backend>);
+    gpu_matrix deferred_dlogits;
+    const auto deferred = gpu.cross_entropy_deferred(upload(gpu, logits), labels, 0.25f, deferred_dlogits);
+    expect(deferred.pending(), "cross_entropy_deferred hands out a loss still to be read");
+    gpu_matrix later_dlogits;  // more work on the stream after it, which may reuse its scratch
+    static_cast<void>(gpu.cross_entropy(upload(gpu, logits), labels, 2.0f, later_dlogits));
+    expect(deferred.get() == got, "cross_entropy_deferred reads cross_entropy's loss, bit for bit");
+    expect(download(gpu, deferred_dlogits) == download(gpu, gdlogits),
+           "cross_entropy_deferred's dlogits are cross_entropy's, bit for bit");
     // A label out of range is the CPU's message, before anything runs.
     labels[1] = classes;
     bool named = false;
