@@ -76,6 +76,16 @@ inline std::vector<std::shared_ptr<queued_completion>>& compute_stream() {
     return pending;
 }
 
+// What the model backend hands a communicator as its compute stream (comm::nccl takes a
+// cudaStream_t): one per rank thread, implicit, so the handle names nothing.
+struct compute_stream_handle {};
+
+// How many times this rank thread's backend synchronized (the host waited for its queue).
+inline int& synchronizations() {
+    static thread_local int count = 0;
+    return count;
+}
+
 // How many completions found their destination freed (on a GPU: a collective writing into
 // memory given back): a test expects none.
 inline std::atomic<int>& writes_into_freed_memory() {
@@ -123,7 +133,11 @@ inline void drain() {
 
 }  // namespace stream_model
 
-template <weft::communicator Inner>
+// JoinsCompute: whether it takes the backend's compute stream, as comm::nccl does
+// (set_compute_stream), so that the engine starts collectives without a synchronize first.
+// Its operations are ordered after the kernels before them either way (staged() drains the
+// compute stream); without it the engine does not rely on that and waits first.
+template <weft::communicator Inner, bool JoinsCompute = true>
 class stream_ordered {
     // One operation on a private copy: completing it waits for the inner operation and
     // copies the copy's result to where the caller wants it.
@@ -180,6 +194,11 @@ public:
     };
 
     explicit stream_ordered(Inner inner) : inner_(std::move(inner)) {}
+
+    // comm::nccl's: orders its operations after the backend's stream (here, always).
+    void set_compute_stream(stream_model::compute_stream_handle)
+        requires JoinsCompute
+    {}
 
     [[nodiscard]] int rank() const { return inner_.rank(); }
     [[nodiscard]] int size() const { return inner_.size(); }
@@ -285,7 +304,9 @@ struct stream_ordered_cpu : weft::exec::cpu {
     static constexpr std::string_view name = "stream_ordered_cpu";
 
     [[nodiscard]] const weft::state_memory& state_memory() const { return stream_model::device_state_memory(); }
+    [[nodiscard]] stream_model::compute_stream_handle stream() const { return {}; }
     void synchronize() const {
+        ++stream_model::synchronizations();
         stream_model::drain();
         weft::exec::cpu::synchronize();
     }

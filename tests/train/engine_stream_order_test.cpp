@@ -39,7 +39,7 @@ struct stream_ordered_cpu_without_optimizer_kernels : stream_ordered_cpu {
 static_assert(weft::exec::optimizer_kernels<stream_ordered_cpu>);
 static_assert(!weft::exec::optimizer_kernels<stream_ordered_cpu_without_optimizer_kernels>);
 
-enum class run_on { cpu_reference, stream_ordered_kernels, stream_ordered_host_step, nccl_model };
+enum class run_on { cpu_reference, stream_ordered_kernels, stream_ordered_host_step, nccl_model, not_joining };
 
 const char* name_of(run_on backend) {
     switch (backend) {
@@ -47,6 +47,7 @@ const char* name_of(run_on backend) {
         case run_on::stream_ordered_kernels: return "optimizer kernels";
         case run_on::stream_ordered_host_step: return "the step on the host";
         case run_on::nccl_model: return "optimizer kernels, NCCL's sends and receives";
+        case run_on::not_joining: return "optimizer kernels, a communicator that does not join the compute stream";
     }
     return "?";
 }
@@ -56,6 +57,8 @@ struct rank_record {
     std::vector<float> parameters;   // every local stage's, gathered whole
     double evaluation = 0;           // evaluate() after the steps
     int steps_left_in_flight = 0;    // steps after which the compute stream still held work
+    int synchronizations = 0;        // the backend's, over the steps
+    int stage_wide_starts = 0;       // REDUCE_GRAD and UNSHARD actions of this rank's program
 };
 
 // AdamW (test_options'), or SGD with momentum and weight decay: each has its own kernel.
@@ -70,12 +73,17 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip, 
                                                                                    options, Backend{});
     const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     rank_record record;
+    for (const auto& a : engine.program().ranks[static_cast<std::size_t>(engine.coordinates().pp_index)])
+        if (a.kind == weft::sched::action_kind::REDUCE_GRAD || a.kind == weft::sched::action_kind::UNSHARD)
+            ++record.stage_wide_starts;
+    const int synchronized_before = stream_model::synchronizations();
     for (int step = 0; step < steps; ++step) {
         const auto stats = engine.step(data.batch(step, batch_size));
         record.losses.push_back(stats.loss);
         record.losses.push_back(stats.grad_norm);
         if (!stream_model::compute_stream().empty()) ++record.steps_left_in_flight;
     }
+    record.synchronizations = stream_model::synchronizations() - synchronized_before;
     record.evaluation = engine.evaluate(data.batch(steps, batch_size));
     engine.with_full_parameters([&](int, const auto& stage) {
         const auto p = stage.parameters();
@@ -98,6 +106,12 @@ std::vector<rank_record> run(const parallel_config& config, double grad_clip, we
             using nccl_model = stream_ordered<rendezvous<weft::comm::local>>;
             nccl_model ordered(rendezvous<weft::comm::local>(world.split(0, world.rank())));
             mine = train<nccl_model, stream_ordered_cpu>(ordered, config, grad_clip, kind);
+            return;
+        }
+        if (backend == run_on::not_joining) {
+            using separate_comm = stream_ordered<weft::comm::local, false>;
+            separate_comm separate(world.split(0, world.rank()));
+            mine = train<separate_comm, stream_ordered_cpu>(separate, config, grad_clip, kind);
             return;
         }
         ordered_comm ordered(world.split(0, world.rank()));
@@ -147,6 +161,36 @@ TEST_CASE("the engine reads communicated state on the host only after completing
                     CHECK(ordered[r].parameters == reference[r].parameters);
                     CHECK(ordered[r].steps_left_in_flight == 0);
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("over a communicator that joins the compute stream, REDUCE_GRAD and UNSHARD start without a wait") {
+    // comm::nccl orders each operation after the backend's queued kernels by itself, so the
+    // engine starts the data-parallel reduction and ZeRO-3's gather while the GPU still
+    // works, and the host goes on queueing the next actions. Over a communicator that does
+    // not, it waits for the backend first. Either way the same numbers, bit for bit.
+    struct layout {
+        int pp, dp, zero;
+    };
+    for (const layout& l : {layout{1, 2, 0}, layout{2, 2, 1}, layout{2, 2, 3}}) {
+        DYNAMIC_SECTION("pp " << l.pp << " dp " << l.dp << " ZeRO-" << l.zero) {
+            const parallel_config config({.pp = l.pp, .dp = l.dp, .zero_stage = l.zero, .microbatches = 2,
+                                          .schedule = weft::sched::one_f_one_b::kind, .world_size = l.pp * l.dp});
+            const auto reference = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::cpu_reference);
+            const auto joining = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::stream_ordered_kernels);
+            const auto waiting = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::not_joining);
+            for (std::size_t r = 0; r < reference.size(); ++r) {
+                INFO("rank " << r);
+                CHECK(joining[r].losses == reference[r].losses);
+                CHECK(waiting[r].losses == reference[r].losses);
+                CHECK(joining[r].parameters == reference[r].parameters);
+                CHECK(waiting[r].parameters == reference[r].parameters);
+                // One wait fewer per REDUCE_GRAD and UNSHARD of every step.
+                REQUIRE(joining[r].stage_wide_starts > 0);
+                CHECK(waiting[r].synchronizations - joining[r].synchronizations ==
+                      steps * joining[r].stage_wide_starts);
             }
         }
     }

@@ -313,17 +313,20 @@ private:
         layout_engine* self;
         // A stage holding a tied tensor first needs the other copies' gradients (summed after
         // the program); its reduction starts then.
-        // Each reads or writes the stage's buffers from the host: after the backend's queued
-        // work on them (a GPU backend's kernels may still be adding gradients).
+        // A reduction or a gather reads the stage's buffers after the backend's queued work on
+        // them (a GPU backend's kernels may still be adding gradients): a communicator that
+        // joins the backend's stream orders itself after that work, so the host goes on
+        // queueing actions; any other reads the buffers from the host, after a wait.
         void reduce_grad(int s) {
             if (self->ties_.holds(s)) return;
-            self->backend_.synchronize();
+            if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_reduce();
         }
         void unshard(int s) {
-            self->backend_.synchronize();
+            if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_unshard();
         }
+        // Frees the full parameters, which kernels still queued may read: after them, always.
         void reshard(int s) {
             self->backend_.synchronize();
             find(self->shardings_, s).reshard();
@@ -380,12 +383,17 @@ private:
         return out;
     }
 
+    // Whether Comm takes the backend's compute stream (comm::nccl): ordered_after_backend
+    // then sets it, and every operation the communicator starts reads its inputs after the
+    // kernels queued before it, without the host waiting for them.
+    static constexpr bool joins_compute_stream =
+        requires(Comm& c, Backend& b) { c.set_compute_stream(b.stream()); };
+
     // A communicator whose waits are stream-ordered (comm::nccl) is set to order its work
     // after the backend's compute stream, and its waits before the kernels queued next; the
     // grid's groups, split from it, inherit that. The caller's communicator keeps the setting.
     Comm& ordered_after_backend(Comm& world) {
-        if constexpr (requires(Backend& b) { world.set_compute_stream(b.stream()); })
-            world.set_compute_stream(backend_.stream());
+        if constexpr (joins_compute_stream) world.set_compute_stream(backend_.stream());
         return world;
     }
 
