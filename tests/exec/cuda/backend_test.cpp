@@ -496,6 +496,24 @@ void test_reduce_matrix(gpu_backend& gpu) {
     expect(refused, "reduce_matrix refuses a bias in host memory, by name");
 }
 
+// The state memory keeps a freed buffer for the next one of its size (core/block_pool.hpp):
+// the same managed buffer comes back, zeroed, and readable on the host as it returns.
+void test_state_memory_pool(gpu_backend& gpu) {
+    const weft::state_memory& memory = gpu.state_memory();
+    constexpr std::size_t bytes = (std::size_t{3} << 20) + 8;  // a size no other test frees
+    void* first = memory.allocate(bytes);
+    weft::cuda::check(cudaMemset(first, 0x7f, bytes), "cudaMemset (dirtying a state buffer)");
+    weft::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    memory.deallocate(first, bytes);
+    void* again = memory.allocate(bytes);
+    expect(again == first, "a freed state buffer is reused for the next of its size");
+    const auto* b = static_cast<const unsigned char*>(again);
+    bool zero = true;
+    for (std::size_t i = 0; i < bytes; i += 4093) zero = zero && b[i] == 0;
+    expect(zero && b[bytes - 1] == 0, "a reused state buffer is zero-filled when it is handed out");
+    memory.deallocate(again, bytes);
+}
+
 // No GPU: making the backend is an error that names the device and says why.
 void host_checks() {
     if (weft::cuda::device_count() > 0) return;
@@ -534,6 +552,7 @@ int main(int argc, char** argv) {
         test_host_memory_refused(gpu);
         test_optimizer_kernels(gpu, cpu);
         test_reduce_matrix(gpu);
+        test_state_memory_pool(gpu);
         test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
     });
 }

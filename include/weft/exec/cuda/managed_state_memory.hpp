@@ -4,6 +4,9 @@
 // gradient norms, checkpoints, layout switches, host communicators) goes on working on the
 // same buffers; the driver moves pages to whichever side touches them. Host code must wait
 // for the kernels that write a buffer (the backend's synchronize()) before reading it.
+// Freed buffers are kept in a pool for the next allocation of their size (core/block_pool.hpp):
+// ZeRO's per-step buffers then cost a zeroing on the GPU, not an allocation and a wait for
+// the whole device.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,6 +14,7 @@
 #include <cstddef>
 #include <string>
 
+#include "weft/core/block_pool.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -18,7 +22,7 @@ namespace weft::cuda {
 
 namespace detail {
 
-inline void* managed_allocate(std::size_t bytes) {
+inline void* managed_allocate_new(std::size_t bytes) {
     void* pointer = nullptr;
     check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
           "cudaMallocManaged(" + std::to_string(bytes) + " bytes) for training state");
@@ -44,9 +48,28 @@ inline void managed_copy(void* to, const void* from, std::size_t bytes) {
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after copying training state)");
 }
 
-inline void managed_deallocate(void* pointer, std::size_t /*bytes*/) noexcept {
+inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
     static_cast<void>(cudaFree(pointer));
+}
+
+// Every use of a freed buffer has finished, on whichever stream (the backend's kernels, a
+// communicator's): what cudaFree waits for too. An error the device reports means unknown,
+// and the buffer goes straight back.
+inline bool managed_settle() noexcept { return cudaDeviceSynchronize() == cudaSuccess; }
+
+// Eight buffers: the reduced-gradient ranges and gathered parameters of a rank thread's
+// stages, for the rank threads that share a GPU. Never destroyed, so that a buffer freed
+// during the program's exit still finds it; the driver reclaims what it keeps.
+inline block_pool& managed_pool() {
+    static block_pool& pool =
+        *new block_pool({&managed_allocate_new, &managed_free, &managed_zero, &managed_settle}, 8);
+    return pool;
+}
+
+inline void* managed_allocate(std::size_t bytes) { return managed_pool().allocate(bytes); }
+inline void managed_deallocate(void* pointer, std::size_t bytes) noexcept {
+    managed_pool().deallocate(pointer, bytes);
 }
 
 }  // namespace detail
