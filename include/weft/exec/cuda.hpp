@@ -14,7 +14,9 @@
 // Weight and gradient spans must point at device-accessible memory (device or managed): the
 // engine makes its training state in state_memory(), CUDA managed memory; a host pointer is
 // refused with a message rather than read by a kernel. Token ids and labels
-// are host spans, as on the CPU: they are checked there and copied up.
+// are host spans, as on the CPU: they are checked there and copied up through pinned
+// buffers (weft/exec/cuda/pinned_uploads.hpp), so the copy queues behind the kernels and the
+// caller may reuse its span as soon as the call returns.
 //
 // Work is queued on the backend's stream and returns without waiting, except cross_entropy,
 // whose loss the caller reads on the host (cross_entropy_deferred hands it out to be read
@@ -47,6 +49,7 @@
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/managed_state_memory.hpp"
+#include "weft/exec/cuda/pinned_uploads.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/optim/adamw_update.hpp"
@@ -530,8 +533,6 @@ public:
         weft::cuda::launch::softmax_gradient(logits.data(), device_max.data(), device_sums.data(),
                                              device_labels.data(), first_column, row_scale, d.data(), logits.rows(),
                                              logits.cols(), stream());
-        // The host arrays the uploads read from pageable memory may go once this returns.
-        synchronize();
         return d;
     }
 
@@ -776,15 +777,15 @@ private:
     template <class T>
     [[nodiscard]] scratch<T> upload(std::span<const T> values) {
         scratch<T> out(values.size(), stream());
-        if (!values.empty())
-            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
-                                              stream()),
-                              "cudaMemcpyAsync (host values to the device)");
+        uploads_.copy(out.data(), values.data(), values.size_bytes());
         return out;
     }
 
     int device_;
     weft::cuda::stream stream_;
+    // Token ids, labels and other small host values go up through pinned buffers, so that an
+    // upload queues behind the kernels instead of waiting for them.
+    weft::cuda::pinned_uploads uploads_{weft::cuda::pinned_upload_platform{stream_.get()}};
     weft::cuda::gemm gemm_;
 };
 

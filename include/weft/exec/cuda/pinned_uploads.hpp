@@ -1,0 +1,38 @@
+// exec::cuda's staging of host values on their way to the GPU (weft/exec/staging_ring.hpp):
+// page-locked host buffers (cudaMallocHost), from which cudaMemcpyAsync is asynchronous
+// (from pageable memory the driver may first wait for the stream), and CUDA events on the
+// backend's stream that say when a buffer may be written again.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/staging_ring.hpp"
+
+namespace weft::cuda {
+
+struct pinned_upload_platform {
+    cudaStream_t stream = nullptr;  // the backend's: copies queue behind its kernels
+    using fence = event;
+
+    [[nodiscard]] void* allocate(std::size_t bytes) {
+        void* buffer = nullptr;
+        check(cudaMallocHost(&buffer, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for uploads");
+        return buffer;
+    }
+    void deallocate(void* buffer) noexcept { static_cast<void>(cudaFreeHost(buffer)); }
+    void copy_async(void* to, const void* staged, std::size_t bytes) {
+        check(cudaMemcpyAsync(to, staged, bytes, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (staged host values to the device)");
+    }
+    void record(fence& f) { f.record(stream); }
+    void wait(fence& f) { f.synchronize(); }
+};
+
+using pinned_uploads = exec::staging_ring<pinned_upload_platform>;
+
+}  // namespace weft::cuda
