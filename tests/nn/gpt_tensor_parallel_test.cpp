@@ -18,6 +18,7 @@
 
 #include "test_support.hpp"
 #include "weft/comm/local.hpp"
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/gpt.hpp"
@@ -98,13 +99,23 @@ static_assert(weft::exec::vocab_parallel_embedding_kernels<copying_cpu> &&
               !weft::exec::vocab_parallel_embedding_kernels<copying_cpu_without_embedding_kernels>);
 
 // A copying backend with exec::matrix_reduction_kernels, as exec::cuda has them: over a group
-// whose communicator moves device memory, the layers' sums go through reduce_matrix, and the
-// embedding's through vocab_parallel_embedding_forward, which it counts, and not through host
-// copies. Its "device memory" is the host's, so the sum must still be exec::cpu's, bit for bit.
+// whose communicator moves device memory, the layers' sums go through reduce_matrix, the
+// embedding's through vocab_parallel_embedding_forward and the loss's through
+// vocab_parallel_cross_entropy, which it counts, and not through host copies. Its "device memory" is the host's, so the sum must still be exec::cpu's, bit for bit.
 struct reducing_cpu : copying_cpu {
     static constexpr std::string_view name = "reducing_cpu";
     int reductions = 0;
     int embedding_sums = 0;
+    int loss_reductions = 0;
+    template <class Gather, class Sum>
+    weft::deferred_value<float> vocab_parallel_cross_entropy(const matrix& logits, std::span<const std::int32_t> labels,
+                                                             int first_column, float row_scale, int group_size,
+                                                             Gather&& gather, Sum&& sum, matrix& dlogits) {
+        ++loss_reductions;
+        return copying_cpu::vocab_parallel_cross_entropy(logits, labels, first_column, row_scale, group_size,
+                                                         std::forward<Gather>(gather), std::forward<Sum>(sum),
+                                                         dlogits);
+    }
     template <class Reduce>
     matrix vocab_parallel_embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte_rows,
                                             int first_row, std::span<const float> wpe, int width, int seq_len,
@@ -216,14 +227,17 @@ std::vector<rank_result> run_tp_copying(int tp, unit_range units, std::vector<in
 }
 
 // The same over reducing_cpu, its tp group made over device_memory_local (or, with
-// `device_group` false, over comm::local itself); reductions[r] counts rank r's reduce_matrix,
-// embedding_sums[r] its vocab_parallel_embedding_forward.
-std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_group, std::vector<int>& copies,
-                                         std::vector<int>& reductions, std::vector<int>& embedding_sums) {
+// `device_group` false, over comm::local itself). Per rank r: copies[r] as above, and how
+// many reduce_matrix, vocab_parallel_embedding_forward and vocab_parallel_cross_entropy it ran.
+struct reduction_counts {
+    std::vector<int> copies, reductions, embedding_sums, loss_reductions;
+};
+std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_group, reduction_counts& counts) {
     std::vector<rank_result> results(static_cast<std::size_t>(tp));
-    copies.assign(std::size_t(tp), 0);
-    reductions.assign(std::size_t(tp), 0);
-    embedding_sums.assign(std::size_t(tp), 0);
+    counts.copies.assign(std::size_t(tp), 0);
+    counts.reductions.assign(std::size_t(tp), 0);
+    counts.embedding_sums.assign(std::size_t(tp), 0);
+    counts.loss_reductions.assign(std::size_t(tp), 0);
     weft::comm::local::run(tp, [&](weft::comm::local& comm) {
         device_memory_local device_comm(comm.split(0, comm.rank()));
         const auto group =
@@ -231,9 +245,11 @@ std::vector<rank_result> run_tp_reducing(int tp, unit_range units, bool device_g
         reducing_cpu rank_backend;
         gpt_stage<reducing_cpu> stage(rank_backend, config, units, group);
         results[std::size_t(comm.rank())] = run_stage(stage);
-        copies[std::size_t(comm.rank())] = rank_backend.copies;
-        reductions[std::size_t(comm.rank())] = rank_backend.reductions;
-        embedding_sums[std::size_t(comm.rank())] = rank_backend.embedding_sums;
+        const auto r = std::size_t(comm.rank());
+        counts.copies[r] = rank_backend.copies;
+        counts.reductions[r] = rank_backend.reductions;
+        counts.embedding_sums[r] = rank_backend.embedding_sums;
+        counts.loss_reductions[r] = rank_backend.loss_reductions;
     });
     return results;
 }
@@ -456,8 +472,9 @@ TEST_CASE("tensor-parallel gpt stages on a backend the host copies compute what 
 TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device communicator", "[nn][gpt][tp]") {
     // exec::cuda over comm::nccl: the row-parallel outputs (with their bias), the
     // column-parallel input gradients and the head's input gradient are summed by the
-    // backend's reduce_matrix, each saving the two host copies of the portable path, and the
-    // embedding's rows by its vocab_parallel_embedding_forward, saving the one copy up.
+    // backend's reduce_matrix, each saving the two host copies of the portable path, the
+    // embedding's rows by its vocab_parallel_embedding_forward, saving the one copy up, and
+    // the loss's maxima and sums by its vocab_parallel_cross_entropy.
     const std::vector<unit_range> stages{{0, 4}, {0, 2}, {1, 3}, {2, 4}};  // whole, first, middle, last
     for (const unit_range units : stages) {
         const int tp = 2;
@@ -465,11 +482,9 @@ TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device 
         const auto want = run_tp(tp, units);
         std::vector<int> host_copies;
         static_cast<void>(run_tp_copying<copying_cpu>(tp, units, host_copies));
-        std::vector<int> copies, reductions, embedding_sums, copies_host_group, reductions_host_group,
-            embedding_sums_host_group;
-        const auto on_device = run_tp_reducing(tp, units, true, copies, reductions, embedding_sums);
-        const auto host_group = run_tp_reducing(tp, units, false, copies_host_group, reductions_host_group,
-                                                embedding_sums_host_group);
+        reduction_counts device, host;
+        const auto on_device = run_tp_reducing(tp, units, true, device);
+        const auto host_group = run_tp_reducing(tp, units, false, host);
         // Per block: the attention's and the MLP's row-parallel outputs forward, their
         // column-parallel inputs' gradients backward; the head's input gradient on the last.
         const int blocks = std::max(0, std::min(units.last, config.num_layers + 1) - std::max(units.first, 1));
@@ -480,14 +495,16 @@ TEST_CASE("tensor-parallel sums stay in a device backend's memory over a device 
         for (int r = 0; r < tp; ++r) {
             INFO("tp rank " << r);
             const auto i = std::size_t(r);
-            CHECK(reductions[i] == expected);
-            CHECK(embedding_sums[i] == (first ? 1 : 0));
-            CHECK(copies[i] == host_copies[i] - 2 * expected - (first ? 1 : 0));
+            CHECK(device.reductions[i] == expected);
+            CHECK(device.embedding_sums[i] == (first ? 1 : 0));
+            CHECK(device.loss_reductions[i] == (last ? 1 : 0));
+            CHECK(device.copies[i] == host_copies[i] - 2 * expected - (first ? 1 : 0));
             // A group of host memory keeps the host path, which a device pointer would break.
-            CHECK(reductions_host_group[i] == 0);
-            CHECK(embedding_sums_host_group[i] == 0);
-            CHECK(copies_host_group[i] == host_copies[i]);
-            check_same_bits(host_group[i], want[i], copies_host_group[i]);
+            CHECK(host.reductions[i] == 0);
+            CHECK(host.embedding_sums[i] == 0);
+            CHECK(host.loss_reductions[i] == 0);
+            CHECK(host.copies[i] == host_copies[i]);
+            check_same_bits(host_group[i], want[i], host.copies[i]);
             CHECK(std::memcmp(&on_device[i].loss, &want[i].loss, sizeof(float)) == 0);
             CHECK(bit_equal(on_device[i].output, want[i].output));
             CHECK(bit_equal(on_device[i].dx, want[i].dx));

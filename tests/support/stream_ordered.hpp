@@ -342,6 +342,7 @@ struct stream_ordered_cpu : weft::exec::cpu {
     WEFT_TEST_AFTER_STREAM(row_max)
     WEFT_TEST_AFTER_STREAM(softmax_partial_sums)
     WEFT_TEST_AFTER_STREAM(softmax_gradient)
+    WEFT_TEST_AFTER_STREAM(vocab_parallel_cross_entropy)
     WEFT_TEST_AFTER_STREAM(scale)
     WEFT_TEST_AFTER_STREAM(adamw_update)
     WEFT_TEST_AFTER_STREAM(sgd_update)

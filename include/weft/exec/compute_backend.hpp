@@ -198,6 +198,25 @@ concept vocab_parallel_embedding_kernels = backend_matrices<B> &&
         b.vocab_parallel_embedding_backward_weight(tokens, dy, dw, n, dw, n);
     };
 
+// The whole vocabulary-parallel loss a backend may add, so that nothing of it comes to the
+// host until the loss is read (exec::cuda over comm::nccl: no wait mid-step):
+//  - vocab_parallel_cross_entropy(logits, labels, first_column, row_scale, group_size,
+//    gather, sum, dlogits): row_max, then gather(mine, all) of the maxima over the group
+//    (all: group_size blocks) and their largest per row, softmax_partial_sums, then sum(sums)
+//    over the group, softmax_gradient into dlogits, and the mean loss as a deferred_value.
+//    The spans the callbacks see are in the backend's memory. What the three passes and the
+//    host's reductions compute (exec/softmax_rows.hpp), in that order.
+template <class B>
+concept vocab_parallel_loss_reduction_kernels = backend_matrices<B> &&
+    requires(B& b, const typename B::matrix& x, typename B::matrix& d, std::span<const std::int32_t> labels,
+             int n, typename B::scalar row_scale,
+             void (*gather)(std::span<const typename B::scalar>, std::span<typename B::scalar>),
+             void (*sum)(std::span<typename B::scalar>)) {
+        {
+            b.vocab_parallel_cross_entropy(x, labels, n, row_scale, n, gather, sum, d)
+        } -> std::same_as<deferred_value<typename B::scalar>>;
+    };
+
 // A kernel a backend whose matrices are not host memory of its scalar may add for tensor
 // parallelism's sums (nn/tensor_parallel.hpp), so that they stay in the backend's memory
 // when the group's communicator moves that memory (comm::nccl):

@@ -16,6 +16,7 @@
 
 #include <Eigen/Dense>
 
+#include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
@@ -163,6 +164,27 @@ public:
         host::softmax_gradient<Scalar>(elements(logits), std::size_t(logits.cols()), max, sums, labels, first_column,
                                        row_scale, std::span<Scalar>(d.data(), std::size_t(d.size())));
         return d;
+    }
+
+    // The whole vocabulary-parallel loss (exec::vocab_parallel_loss_reduction_kernels): the
+    // passes above and the host's reductions between them, which is all exec::cpu has.
+    template <class Gather, class Sum>
+    [[nodiscard]] deferred_value<Scalar> vocab_parallel_cross_entropy(const matrix& logits,
+                                                                      std::span<const std::int32_t> labels,
+                                                                      int first_column, Scalar row_scale,
+                                                                      int group_size, Gather&& gather, Sum&& sum,
+                                                                      matrix& dlogits) const {
+        require(group_size >= 1, "vocab_parallel_cross_entropy: group_size", group_size, "must be positive");
+        const auto n = std::size_t(logits.rows());
+        const std::vector<Scalar> mine = row_max(logits);
+        std::vector<Scalar> all(n * std::size_t(group_size));
+        std::forward<Gather>(gather)(std::span<const Scalar>(mine), std::span<Scalar>(all));
+        std::vector<Scalar> max(n);
+        host::max_over_blocks<Scalar>(all, n, max);
+        std::vector<Scalar> sums = softmax_partial_sums(logits, max, labels, first_column);
+        std::forward<Sum>(sum)(std::span<Scalar>(sums));
+        dlogits = softmax_gradient(logits, max, sums, labels, first_column, row_scale);
+        return host::mean_loss_from_sums<Scalar>(sums, n);
     }
 
     // The optimizer kernels of exec::optimizer_kernels: the host's code, which they are.

@@ -332,17 +332,7 @@ public:
     [[nodiscard]] deferred_value<float> cross_entropy_deferred(const matrix& logits,
                                                                std::span<const std::int32_t> labels, float scale,
                                                                matrix& dlogits) {
-        auto mean = std::make_shared<scratch<float>>(queue_cross_entropy(logits, labels, scale, dlogits));
-        auto computed = std::make_shared<weft::cuda::event>();
-        computed->record(stream());
-        return deferred_value<float>::when_read([mean, computed] {
-            computed->synchronize();
-            float loss = 0;
-            // The legacy default stream: ordered by the event above, not after the backend's later work.
-            weft::cuda::check(cudaMemcpy(&loss, mean->data(), sizeof(float), cudaMemcpyDeviceToHost),
-                              "cudaMemcpy (loss to host)");
-            return loss;
-        });
+        return read_when_asked(queue_cross_entropy(logits, labels, scale, dlogits));
     }
 
     // ---- GPT kernels ------------------------------------------------------------------
@@ -536,6 +526,40 @@ public:
         return d;
     }
 
+    // The whole vocabulary-parallel loss (exec::vocab_parallel_loss_reduction_kernels): the
+    // three passes, the group's maxima and sums reduced by `gather` and `sum` on device
+    // buffers (a device communicator's, ordered on this stream), each row's loss and their
+    // mean on the GPU. Nothing waits: the loss is read when the returned value is.
+    template <class Gather, class Sum>
+    [[nodiscard]] deferred_value<float> vocab_parallel_cross_entropy(const matrix& logits,
+                                                                     std::span<const std::int32_t> labels,
+                                                                     int first_column, float row_scale, int group_size,
+                                                                     Gather&& gather, Sum&& sum, matrix& dlogits) {
+        require(group_size >= 1, "vocab_parallel_cross_entropy: group_size", group_size, "must be positive");
+        require_loss_rows(logits, std::size_t(logits.rows()), labels.size(), "vocab_parallel_cross_entropy");
+        const int n = logits.rows(), cols = logits.cols();
+        scratch<float> mine(std::size_t(n), stream());
+        weft::cuda::launch::row_max(logits.data(), mine.data(), n, cols, stream());
+        scratch<float> all(std::size_t(n) * std::size_t(group_size), stream());
+        std::forward<Gather>(gather)(std::span<const float>(mine.data(), mine.size()),
+                                     std::span<float>(all.data(), all.size()));
+        scratch<float> max(std::size_t(n), stream());
+        weft::cuda::launch::max_over_blocks(all.data(), n, group_size, max.data(), stream());
+        const auto device_labels = upload(labels);
+        scratch<float> sums(2 * std::size_t(n), stream());
+        weft::cuda::launch::softmax_partial_sums(logits.data(), max.data(), device_labels.data(), first_column,
+                                                 sums.data(), n, cols, stream());
+        std::forward<Sum>(sum)(std::span<float>(sums.data(), sums.size()));
+        dlogits = matrix(n, cols);
+        weft::cuda::launch::softmax_gradient(logits.data(), max.data(), sums.data(), device_labels.data(),
+                                             first_column, row_scale, dlogits.data(), n, cols, stream());
+        scratch<float> terms(std::size_t(n), stream());
+        weft::cuda::launch::loss_terms(sums.data(), n, terms.data(), stream());
+        scratch<float> mean(1, stream());
+        weft::cuda::launch::mean(terms.data(), n, mean.data(), stream());
+        return read_when_asked(std::move(mean));
+    }
+
     // The optimizer kernels (exec::optimizer_kernels): the step after backward on the GPU,
     // over the training state's managed buffers, so that no page of it moves to the host. A
     // buffer in host memory (state made outside the backend's state memory) takes the host's
@@ -677,6 +701,22 @@ private:
                                           classes, scale, stream());
         weft::cuda::launch::mean(losses.data(), rows_n, mean.data(), stream());
         return mean;
+    }
+
+    // A device scalar handed out to be read later: an event marks where the stream computes it,
+    // and a read waits for that event only (not for what the stream does after), then copies
+    // it over the legacy default stream. The scalar's buffer lives until the value is read.
+    [[nodiscard]] deferred_value<float> read_when_asked(scratch<float> value) {
+        auto kept = std::make_shared<scratch<float>>(std::move(value));
+        auto computed = std::make_shared<weft::cuda::event>();
+        computed->record(stream());
+        return deferred_value<float>::when_read([kept, computed] {
+            computed->synchronize();
+            float host = 0;
+            weft::cuda::check(cudaMemcpy(&host, kept->data(), sizeof(float), cudaMemcpyDeviceToHost),
+                              "cudaMemcpy (deferred scalar to host)");
+            return host;
+        });
     }
 
     static int select(int device) {

@@ -52,4 +52,24 @@ void softmax_gradient(std::span<const Scalar> logits, std::size_t cols, std::spa
     }
 }
 
+// max[r] = the largest of all[q * n + r] over the group's blocks q = 0, 1, ... in that
+// order (the all-gathered row maxima), so every rank shifts by the same value.
+template <class Scalar>
+void max_over_blocks(std::span<const Scalar> all, std::size_t n, std::span<Scalar> max) {
+    const std::size_t blocks = n == 0 ? 0 : all.size() / n;
+    for (std::size_t r = 0; r < n; ++r) {
+        max[r] = all[r];
+        for (std::size_t q = 1; q < blocks; ++q) max[r] = std::max(max[r], all[q * n + r]);
+    }
+}
+
+// The mean over n rows of log(sums[r]) - sums[n + r] (the group's summed sums): the loss,
+// accumulated in double in row order.
+template <class Scalar>
+[[nodiscard]] Scalar mean_loss_from_sums(std::span<const Scalar> sums, std::size_t n) {
+    double total = 0;
+    for (std::size_t r = 0; r < n; ++r) total += double(std::log(sums[r]) - sums[n + r]);
+    return Scalar(total / double(n));
+}
+
 }  // namespace weft::exec::host

@@ -2,11 +2,14 @@
 // parallel group (the LM head under tensor parallelism): each rank holds [rows, V_local],
 // and no rank ever gathers the full [rows, V] logits. Only per-row scalars cross the group:
 // the row maxima (all-gathered), then the sums of exponentials and the target logits (one
-// all-reduce). Same scale semantics as nn::cross_entropy.
+// all-reduce). Same scale semantics as nn::cross_entropy. Three paths, the same arithmetic:
+// the backend's whole loss (exec::vocab_parallel_loss_reduction_kernels) where the group
+// moves its memory; else its three passes (exec::vocab_parallel_loss_kernels) with the
+// per-row scalars on the host; else the passes on a host copy of the logits.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/nn/cross_entropy.hpp"
@@ -60,21 +64,28 @@ template <compute_backend Backend>
         std::vector<scalar> all_max(n * std::size_t(tp.size));
         tp.allgather(local_max, all_max);
         std::vector<scalar> max(n);
-        for (std::size_t r = 0; r < n; ++r) {
-            max[r] = all_max[r];
-            for (std::size_t q = 1; q < std::size_t(tp.size); ++q) max[r] = std::max(max[r], all_max[q * n + r]);
-        }
+        exec::host::max_over_blocks<scalar>(all_max, n, max);
         return max;
     };
     // sums: [0, n) this rank's sums of exp(logit - max), [n, 2n) the label's shifted logit on
     // the one rank that holds it; summed over the group, they give every row's loss.
     const auto mean_loss = [&](std::vector<scalar>& sums) {
         tp.allreduce_sum(sums);
-        double total = 0;
-        for (std::size_t r = 0; r < n; ++r) total += double(std::log(sums[r]) - sums[n + r]);
-        return scalar(total / double(rows));
+        return exec::host::mean_loss_from_sums<scalar>(sums, n);
     };
     cross_entropy_result<Backend> result{};
+    if constexpr (exec::vocab_parallel_loss_reduction_kernels<Backend>) {
+        // The whole loss in the backend's memory, its two reductions over the group there
+        // too, the loss read when the engine reads it: where the group's communicator moves
+        // that memory (exec::cpu: host memory, any group; exec::cuda: over comm::nccl).
+        if (std::same_as<typename Backend::memory_space, host_space> || tp.moves_device_memory) {
+            result.loss = backend.vocab_parallel_cross_entropy(
+                logits, labels, vocab_rows.first, row_scale, tp.size,
+                [&tp](std::span<const scalar> mine, std::span<scalar> all) { tp.allgather(mine, all); },
+                [&tp](std::span<scalar> values) { tp.allreduce_sum(values); }, result.dlogits);
+            return result;
+        }
+    }
     if constexpr (exec::vocab_parallel_loss_kernels<Backend>) {
         // The backend's passes: the logits stay where they are (exec::cuda: on the GPU).
         const std::vector<scalar> max = global_max(backend.row_max(logits));

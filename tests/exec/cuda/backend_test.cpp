@@ -370,6 +370,38 @@ void test_vocab_parallel_loss(gpu_backend& gpu, cpu_backend& cpu, int rows, int 
     expect_close("softmax_gradient" + shape,
                  download(gpu, gpu.softmax_gradient(g, max, sums, labels, first_column, 0.5f)),
                  values(cpu.softmax_gradient(logits, max, sums, labels, first_column, 0.5f)), bf16_rtol, 1e-6f);
+
+    // The whole loss with its reductions on the GPU (exec::vocab_parallel_loss_reduction_kernels),
+    // over a stand-in group of two ranks holding the same slice: the gather writes this rank's
+    // maxima twice, the sum doubles. Against exec::cpu's same composition on the host.
+    static_assert(weft::exec::vocab_parallel_loss_reduction_kernels<gpu_backend>);
+    gpu_matrix gpu_d;
+    const auto gpu_loss = gpu.vocab_parallel_cross_entropy(
+        g, labels, first_column, 0.5f, 2,
+        [&](std::span<const float> mine, std::span<float> all) {
+            for (std::size_t q = 0; q < 2; ++q)
+                weft::cuda::check(cudaMemcpyAsync(all.data() + q * mine.size(), mine.data(), mine.size_bytes(),
+                                                  cudaMemcpyDeviceToDevice, gpu.stream()),
+                                  "cudaMemcpyAsync (stand-in gather)");
+        },
+        [&](std::span<float> v) { weft::cuda::launch::scale(v.data(), v.size(), 2.0f, gpu.stream()); }, gpu_d);
+    expect(gpu_loss.pending(), "vocab_parallel_cross_entropy leaves its loss to be read");
+    cpu_matrix cpu_d;
+    const float cpu_loss = cpu.vocab_parallel_cross_entropy(
+        logits, labels, first_column, 0.5f, 2,
+        [](std::span<const float> mine, std::span<float> all) {
+            std::copy(mine.begin(), mine.end(), all.begin());
+            std::copy(mine.begin(), mine.end(), all.begin() + std::ptrdiff_t(mine.size()));
+        },
+        [](std::span<float> v) {
+            for (float& x : v) x *= 2.0f;
+        },
+        cpu_d);
+    expect(std::fabs(gpu_loss.get() - cpu_loss) <= 1e-5f * std::fabs(cpu_loss) + 1e-6f,
+           "vocab_parallel_cross_entropy loss" + shape + " " + std::to_string(gpu_loss.get()) + ", want " +
+               std::to_string(cpu_loss));
+    expect_close("vocab_parallel_cross_entropy dlogits" + shape, download(gpu, gpu_d), values(cpu_d), bf16_rtol,
+                 1e-6f);
 }
 
 // exec::optimizer_kernels: AdamW's update is the host's bit for bit (IEEE intrinsics in the

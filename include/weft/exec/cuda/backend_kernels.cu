@@ -76,6 +76,12 @@ void softmax_gradient(const bf16* logits, const float* max, const float* sums, c
                       int first_column, float row_scale, bf16* d, int rows, int cols, cudaStream_t stream) {
     weft::cuda::softmax_gradient(logits, max, sums, labels, first_column, row_scale, d, rows, cols, stream);
 }
+void max_over_blocks(const float* all, int n, int blocks, float* max, cudaStream_t stream) {
+    weft::cuda::max_over_blocks(all, n, blocks, max, stream);
+}
+void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream) {
+    weft::cuda::loss_terms(sums, n, terms, stream);
+}
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream) {

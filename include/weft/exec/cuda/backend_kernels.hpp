@@ -59,6 +59,10 @@ void softmax_partial_sums(const bf16* logits, const float* max, const std::int32
                           float* sums, int rows, int cols, cudaStream_t stream);
 void softmax_gradient(const bf16* logits, const float* max, const float* sums, const std::int32_t* labels,
                       int first_column, float row_scale, bf16* d, int rows, int cols, cudaStream_t stream);
+// Between them, on the GPU: max [n] of the gathered maxima all [blocks * n]; terms [n] of
+// each row's loss from the summed sums [2 * n].
+void max_over_blocks(const float* all, int n, int blocks, float* max, cudaStream_t stream);
+void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream);
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream);

@@ -3,7 +3,9 @@
 // [first_column, first_column + cols) of the vocabulary: the row maxima, then each row's sum
 // of exp(logit - max) and its label's shifted logit, then the gradient. Between the passes
 // the caller reduces the per-row scalars over the tensor-parallel group, so the logits never
-// leave the GPU. Sums run in the fixed block tree of reduce.cuh (bit-reproducible).
+// leave the GPU. Sums run in the fixed block tree of reduce.cuh (bit-reproducible). Also the
+// steps between the passes where the reductions stay on the GPU (exec::cuda's
+// vocab_parallel_cross_entropy): the maxima of the gathered blocks, and each row's loss.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -67,6 +69,25 @@ __global__ void softmax_gradient_kernel(const T* logits, const float* max, const
     }
 }
 
+// The group's maxima: all holds `blocks` blocks of n row maxima (the all-gather's), taken in
+// block order as the host's max_over_blocks does.
+__global__ inline void max_over_blocks_kernel(const float* all, int n, int blocks, float* max) {
+    for (int r = int(blockIdx.x * blockDim.x + threadIdx.x); r < n; r += int(gridDim.x * blockDim.x)) {
+        float m = all[r];
+        for (int q = 1; q < blocks; ++q) {
+            const float v = all[std::size_t(q) * std::size_t(n) + std::size_t(r)];
+            m = m < v ? v : m;  // std::max's choice: the first of equal values
+        }
+        max[r] = m;
+    }
+}
+
+// A row's loss from the group's summed sums: log(sum of exp) - the label's shifted logit.
+__global__ inline void loss_terms_kernel(const float* sums, int n, float* terms) {
+    for (int r = int(blockIdx.x * blockDim.x + threadIdx.x); r < n; r += int(gridDim.x * blockDim.x))
+        terms[r] = logf(sums[r]) - sums[std::size_t(n) + std::size_t(r)];
+}
+
 inline void check_rows(int rows, int cols, const char* what) {
     require(rows > 0, std::string(what) + ": rows", rows, "must be positive");
     require(cols > 0, std::string(what) + ": cols", cols, "must be positive");
@@ -101,6 +122,21 @@ void softmax_gradient(const T* logits, const float* max, const float* sums, cons
     detail::softmax_gradient_kernel<T><<<rows, detail::vocab_loss_threads, 0, stream>>>(
         logits, max, sums, labels, first_column, cols, row_scale, d);
     check(cudaGetLastError(), "softmax_gradient kernel launch");
+}
+
+// max[r] = the largest of all[q * n + r] over q in [0, blocks).
+inline void max_over_blocks(const float* all, int n, int blocks, float* max, cudaStream_t stream) {
+    detail::check_rows(n, blocks, "max_over_blocks");
+    detail::max_over_blocks_kernel<<<detail::elementwise_blocks(std::size_t(n), 256), 256, 0, stream>>>(all, n, blocks,
+                                                                                                       max);
+    check(cudaGetLastError(), "max_over_blocks kernel launch");
+}
+
+// terms[r] = log(sums[r]) - sums[n + r]: each row's loss, whose mean is the loss.
+inline void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream) {
+    detail::check_rows(n, 1, "loss_terms");
+    detail::loss_terms_kernel<<<detail::elementwise_blocks(std::size_t(n), 256), 256, 0, stream>>>(sums, n, terms);
+    check(cudaGetLastError(), "loss_terms kernel launch");
 }
 
 }  // namespace weft::cuda
