@@ -335,14 +335,9 @@ public:
     void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy,
                                           std::span<Scalar> dwte, std::span<Scalar> dwpe, int vocab,
                                           int seq_len) const {
-        const auto width = dy.cols();
-        require_shape(dy, Eigen::Index(tokens.size()), width, "embedding_backward_weight: dy");
-        require(seq_len >= 1 && tokens.size() % std::size_t(seq_len) == 0,
-                "embedding_backward_weight: tokens.size()", tokens.size(),
-                "must be a positive multiple of seq_len = " + std::to_string(seq_len));
-        require_size(dwte.size(), std::size_t(vocab) * std::size_t(width), "embedding_backward_weight: wte size");
-        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width),
-                     "embedding_backward_weight: wpe size");
+        // The vocabulary's own checks; the rest are the row-range kernel's, which this is over
+        // every row.
+        require_size(dwte.size(), std::size_t(vocab) * std::size_t(dy.cols()), "embedding_backward_weight: wte size");
         require_tokens(tokens, vocab, "embedding_backward_weight");
         vocab_parallel_embedding_backward_weight(tokens, dy, dwte, 0, dwpe, seq_len);
     }

@@ -357,18 +357,11 @@ public:
     // dwte[v] += sum of dy rows whose token is v, dwpe[t] += sum of dy rows at position t.
     void embedding_backward_weight(std::span<const std::int32_t> tokens, const matrix& dy, std::span<float> dwte,
                                    std::span<float> dwpe, int vocab, int seq_len) {
-        const int width = dy.cols();
-        require_shape(dy, static_cast<int>(tokens.size()), width, "embedding_backward_weight: dy");
-        const int sequences = checked_sequences(tokens, seq_len, "embedding_backward_weight");
-        require_size(dwte.size(), std::size_t(vocab) * std::size_t(width), "embedding_backward_weight: wte size");
-        require_size(dwpe.size(), std::size_t(seq_len) * std::size_t(width), "embedding_backward_weight: wpe size");
+        // The vocabulary's own checks; the rest are the row-range kernel's, which this is over
+        // every row.
+        require_size(dwte.size(), std::size_t(vocab) * std::size_t(dy.cols()), "embedding_backward_weight: wte size");
         require_tokens(tokens, vocab, "embedding_backward_weight");
-        require_device(dwte, "embedding_backward_weight: wte gradient");
-        require_device(dwpe, "embedding_backward_weight: wpe gradient");
-        if (dy.size() == 0) return;
-        const auto device_tokens = upload(tokens);
-        weft::cuda::launch::embedding_backward(device_tokens.data(), dy.data(), dwte.data(), dwpe.data(), sequences,
-                                               seq_len, width, vocab, stream());
+        vocab_parallel_embedding_backward_weight(tokens, dy, dwte, 0, dwpe, seq_len);
     }
 
     // The vocabulary-parallel embedding (exec::vocab_parallel_embedding_kernels) over the wte

@@ -63,10 +63,11 @@ public:
             s.pending = false;
         }
         if (s.capacity < bytes) {
-            void* grown = platform_.allocate(grown_capacity(bytes));
+            const std::size_t capacity = grown_capacity(bytes);
+            void* grown = platform_.allocate(capacity);
             if (s.buffer != nullptr) platform_.deallocate(s.buffer);
             s.buffer = grown;
-            s.capacity = grown_capacity(bytes);
+            s.capacity = capacity;
         }
         std::memcpy(s.buffer, from, bytes);
         platform_.copy_async(to, s.buffer, bytes);

@@ -87,10 +87,6 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
                        int seq_len, int width, int vocab, cudaStream_t stream) {
     weft::cuda::embedding_forward(tokens, wte, wpe, out, sequences, seq_len, width, vocab, stream);
 }
-void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
-                        int seq_len, int width, int vocab, cudaStream_t stream) {
-    weft::cuda::embedding_backward(tokens, dy, dwte, dwpe, sequences, seq_len, width, vocab, stream);
-}
 void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
                         int sequences, int seq_len, int width, cudaStream_t stream) {
     weft::cuda::vocab_slice_lookup(tokens, wte_rows, first_row, held_rows, out, sequences, seq_len, width, stream);

@@ -66,11 +66,10 @@ void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream);
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream);
-void embedding_backward(const std::int32_t* tokens, const bf16* dy, float* dwte, float* dwpe, int sequences,
-                        int seq_len, int width, int vocab, cudaStream_t stream);
 // The vocabulary-parallel embedding's kernels over the wte rows [first_row, first_row +
 // held_rows) a rank holds: the lookup into fp32 out (zeros for the tokens of other ranks),
-// and the backward into those rows and the whole dwpe.
+// and the backward into those rows and the whole dwpe (the whole-vocabulary backward is
+// this over every row).
 void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
                         int sequences, int seq_len, int width, cudaStream_t stream);
 void embedding_backward_rows(const std::int32_t* tokens, const bf16* dy, float* dwte_rows, int first_row,
