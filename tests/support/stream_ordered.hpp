@@ -120,8 +120,41 @@ inline const weft::state_memory& device_state_memory() {
     return memory;
 }
 
+// Buffers freed while completions queued before the free still wrote them, given back once
+// the compute stream has run (drain).
+inline std::vector<std::pair<void*, std::size_t>>& fenced_frees() {
+    static thread_local std::vector<std::pair<void*, std::size_t>> fenced;
+    return fenced;
+}
+
+// A device memory that frees after queued work, as exec::cuda's pool does with its fences:
+// a buffer a queued completion still writes stays until the queue has run.
+inline void deallocate_after_queued_work(void* p, std::size_t bytes) noexcept {
+    const auto* begin = static_cast<const std::byte*>(p);
+    bool in_use = false;
+    for (const auto& queued : compute_stream())
+        in_use = in_use || (!queued->orphaned && queued->destination >= begin && queued->destination < begin + bytes);
+    if (in_use) {
+        try {
+            fenced_frees().emplace_back(p, bytes);
+            return;
+        } catch (...) {  // no room to defer it: free it the plain way (counted if that is wrong)
+        }
+    }
+    deallocate(p, bytes);
+}
+
+inline const weft::state_memory& fencing_device_state_memory() {
+    static constexpr weft::state_memory memory{.name = "stream-ordered device, fenced frees",
+                                               .allocate = &allocate,
+                                               .deallocate = &deallocate_after_queued_work,
+                                               .pages_releasable = true,
+                                               .frees_after_queued_work = true};
+    return memory;
+}
+
 // Runs what the compute stream holds, in order: what a kernel launch or a host
-// synchronization waits for.
+// synchronization waits for. Then the buffers fenced behind it go.
 inline void drain() {
     auto& pending = compute_stream();
     while (!pending.empty()) {
@@ -129,6 +162,7 @@ inline void drain() {
         pending.clear();
         for (auto& queued : due) queued->finish(!queued->orphaned);
     }
+    for (auto [p, bytes] : std::exchange(fenced_frees(), {})) deallocate(p, bytes);
 }
 
 }  // namespace stream_model
@@ -350,6 +384,15 @@ struct stream_ordered_cpu : weft::exec::cpu {
     WEFT_TEST_AFTER_STREAM(copy_to_host)
     WEFT_TEST_AFTER_STREAM(copy_from_host)
 #undef WEFT_TEST_AFTER_STREAM
+};
+
+// The same over a state memory that frees after queued work (exec::cuda's, whose pool fences
+// a freed buffer): the engine need not wait for it before freeing what queued work uses.
+struct stream_ordered_cpu_fencing_frees : stream_ordered_cpu {
+    static constexpr std::string_view name = "stream_ordered_cpu_fencing_frees";
+    [[nodiscard]] const weft::state_memory& state_memory() const {
+        return stream_model::fencing_device_state_memory();
+    }
 };
 
 }  // namespace weft_test

@@ -12,7 +12,8 @@
 // time with NCCL's batched, rendezvous sends and receives under the stream model
 // (rendezvous_comm.hpp): the whole of comm::nccl's behaviour that threads can show. Most
 // layouts train with AdamW; two with SGD (momentum, weight decay), whose kernel follows the
-// averaging kernel on the stream as AdamW's does.
+// averaging kernel on the stream as AdamW's does. A fourth time over a state memory that
+// frees after queued work, as exec::cuda's does: RESHARD then frees without a wait.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -39,7 +40,14 @@ struct stream_ordered_cpu_without_optimizer_kernels : stream_ordered_cpu {
 static_assert(weft::exec::optimizer_kernels<stream_ordered_cpu>);
 static_assert(!weft::exec::optimizer_kernels<stream_ordered_cpu_without_optimizer_kernels>);
 
-enum class run_on { cpu_reference, stream_ordered_kernels, stream_ordered_host_step, nccl_model, not_joining };
+enum class run_on {
+    cpu_reference,
+    stream_ordered_kernels,
+    stream_ordered_host_step,
+    nccl_model,
+    not_joining,
+    fencing_frees
+};
 
 const char* name_of(run_on backend) {
     switch (backend) {
@@ -48,6 +56,7 @@ const char* name_of(run_on backend) {
         case run_on::stream_ordered_host_step: return "the step on the host";
         case run_on::nccl_model: return "optimizer kernels, NCCL's sends and receives";
         case run_on::not_joining: return "optimizer kernels, a communicator that does not join the compute stream";
+        case run_on::fencing_frees: return "optimizer kernels, a state memory that frees after queued work";
     }
     return "?";
 }
@@ -59,6 +68,7 @@ struct rank_record {
     int steps_left_in_flight = 0;    // steps after which the compute stream still held work
     int synchronizations = 0;        // the backend's, over the steps
     int stage_wide_starts = 0;       // REDUCE_GRAD and UNSHARD actions of this rank's program
+    int reshards = 0;                // RESHARD actions of this rank's program
 };
 
 // AdamW (test_options'), or SGD with momentum and weight decay: each has its own kernel.
@@ -73,9 +83,11 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip, 
                                                                                    options, Backend{});
     const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     rank_record record;
-    for (const auto& a : engine.program().ranks[static_cast<std::size_t>(engine.coordinates().pp_index)])
+    for (const auto& a : engine.program().ranks[static_cast<std::size_t>(engine.coordinates().pp_index)]) {
         if (a.kind == weft::sched::action_kind::REDUCE_GRAD || a.kind == weft::sched::action_kind::UNSHARD)
             ++record.stage_wide_starts;
+        if (a.kind == weft::sched::action_kind::RESHARD) ++record.reshards;
+    }
     const int synchronized_before = stream_model::synchronizations();
     for (int step = 0; step < steps; ++step) {
         const auto stats = engine.step(data.batch(step, batch_size));
@@ -115,7 +127,9 @@ std::vector<rank_record> run(const parallel_config& config, double grad_clip, we
             return;
         }
         ordered_comm ordered(world.split(0, world.rank()));
-        if (backend == run_on::stream_ordered_kernels)
+        if (backend == run_on::fencing_frees)
+            mine = train<ordered_comm, stream_ordered_cpu_fencing_frees>(ordered, config, grad_clip, kind);
+        else if (backend == run_on::stream_ordered_kernels)
             mine = train<ordered_comm, stream_ordered_cpu>(ordered, config, grad_clip, kind);
         else
             mine = train<ordered_comm, stream_ordered_cpu_without_optimizer_kernels>(ordered, config, grad_clip, kind);
@@ -149,7 +163,8 @@ TEST_CASE("the engine reads communicated state on the host only after completing
                                           .world_size = l.pp * l.dp});
             const auto reference = run(config, l.grad_clip, l.optimizer, run_on::cpu_reference);
             for (const run_on backend :
-                 {run_on::stream_ordered_kernels, run_on::stream_ordered_host_step, run_on::nccl_model}) {
+                 {run_on::stream_ordered_kernels, run_on::stream_ordered_host_step, run_on::nccl_model,
+                  run_on::fencing_frees}) {
                 INFO(name_of(backend));
                 stream_model::writes_into_freed_memory() = 0;
                 const auto ordered = run(config, l.grad_clip, l.optimizer, backend);
@@ -191,6 +206,36 @@ TEST_CASE("over a communicator that joins the compute stream, REDUCE_GRAD and UN
                 REQUIRE(joining[r].stage_wide_starts > 0);
                 CHECK(waiting[r].synchronizations - joining[r].synchronizations ==
                       steps * joining[r].stage_wide_starts);
+            }
+        }
+    }
+}
+
+TEST_CASE("over a state memory that frees after queued work, RESHARD frees without a wait") {
+    // ZeRO-3's RESHARD frees the gathered parameters, which on a GPU queued kernels may still
+    // read. exec::cuda's state memory fences a freed buffer and reuses it only after that work
+    // (test_core_block_pool holds its pool to that), so the engine frees it as it is; over any
+    // other memory it waits for the backend first. The model's fencing memory keeps a buffer
+    // until the compute stream has run what was queued before its free. (The model runs its
+    // kernels as they are called, so it cannot show a kernel reading freed memory; what it
+    // shows is the wait gone and the numbers unchanged.)
+    for (const int pp : {1, 2}) {
+        DYNAMIC_SECTION("pp " << pp << " dp 2 ZeRO-3") {
+            const parallel_config config({.pp = pp, .dp = 2, .zero_stage = 3, .microbatches = 2,
+                                          .schedule = weft::sched::one_f_one_b::kind, .world_size = pp * 2});
+            const auto reference = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::cpu_reference);
+            const auto waiting = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::stream_ordered_kernels);
+            stream_model::writes_into_freed_memory() = 0;
+            const auto fencing = run(config, 0, weft::optim::optimizer_kind::adamw, run_on::fencing_frees);
+            CHECK(stream_model::writes_into_freed_memory() == 0);
+            for (std::size_t r = 0; r < reference.size(); ++r) {
+                INFO("rank " << r);
+                CHECK(fencing[r].losses == reference[r].losses);
+                CHECK(fencing[r].parameters == reference[r].parameters);
+                CHECK(fencing[r].steps_left_in_flight == 0);
+                // One wait fewer per RESHARD of every step.
+                REQUIRE(fencing[r].reshards > 0);
+                CHECK(waiting[r].synchronizations - fencing[r].synchronizations == steps * fencing[r].reshards);
             }
         }
     }

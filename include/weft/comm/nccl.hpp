@@ -26,6 +26,7 @@
 #include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/stream_registry.hpp"
 
 #if defined(WEFT_HAS_MPI)
 #include <mpi.h>
@@ -62,14 +63,20 @@ inline void cuda_check(cudaError_t status, std::string_view call) {
 
 // An owned non-blocking stream (it never serialises against the legacy default stream),
 // created on the current device. Neither copied nor moved: it lives in nccl_state.
+// Registered while it lives, so that freeing a state buffer NCCL used fences the work on it
+// (weft/exec/cuda/stream_registry.hpp).
 class cuda_stream {
 public:
     cuda_stream() {
         cuda_check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+        weft::cuda::stream_registry::instance().add(handle_);
     }
     cuda_stream(const cuda_stream&) = delete;
     cuda_stream& operator=(const cuda_stream&) = delete;
-    ~cuda_stream() { static_cast<void>(cudaStreamDestroy(handle_)); }  // cannot report from here
+    ~cuda_stream() {
+        weft::cuda::stream_registry::instance().remove(handle_);
+        static_cast<void>(cudaStreamDestroy(handle_));  // cannot report from here
+    }
 
     [[nodiscard]] cudaStream_t get() const { return handle_; }
     void synchronize() const { cuda_check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize"); }

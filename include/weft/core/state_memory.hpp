@@ -38,6 +38,10 @@ struct state_memory {
     // (a GPU's managed memory: on the GPU, so that the copy moves no page to the host). Null:
     // the host's memcpy.
     void (*copy)(void* to, const void* from, std::size_t bytes) = nullptr;
+    // Whether `deallocate` may be called while device work queued before it still uses the
+    // bytes: the memory reuses or returns them only after that work (exec::cuda's fences
+    // them). Where not, whoever frees what queued kernels read waits for the backend first.
+    bool frees_after_queued_work = false;
 
     // All-zero bytes are +0 in IEEE floating point: what clearing a gradient buffer writes.
     void fill_zero(void* pointer, std::size_t bytes) const {

@@ -326,9 +326,11 @@ private:
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_unshard();
         }
-        // Frees the full parameters, which kernels still queued may read: after them, always.
+        // Frees the full parameters, which kernels still queued may read: a state memory that
+        // frees after queued work (exec::cuda's fences the buffer) takes them as they are;
+        // otherwise the host waits for the backend first.
         void reshard(int s) {
-            self->backend_.synchronize();
+            if (!self->backend_.state_memory().frees_after_queued_work) self->backend_.synchronize();
             find(self->shardings_, s).reshard();
         }
         void before_compute(int s) { find(self->shardings_, s).finish_unshard(); }

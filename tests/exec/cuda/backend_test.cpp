@@ -6,6 +6,8 @@
 // (no GPU needed) first: exec::cuda models the concept, and making one without a GPU is an
 // error naming `device`. Exit 77 (skipped) without a GPU.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device_check.hpp"
@@ -546,6 +549,43 @@ void test_state_memory_pool(gpu_backend& gpu) {
     memory.deallocate(again, bytes);
 }
 
+// Freeing a state buffer the backend's queued work still uses does not wait for the device
+// (RESHARD frees ZeRO-3's parameters so): the pool fences it (weft/exec/cuda/stream_registry.hpp)
+// and hands it out again, zeroed, only after that work. A host function holds the stream until
+// the host releases it, so the work is surely unfinished when the free returns. (A free that
+// waited for the device would return only when the hold gives up after 10 s, and the check
+// would fail rather than hang.)
+void test_state_memory_free_without_wait(gpu_backend& gpu) {
+    const weft::state_memory& memory = gpu.state_memory();
+    expect(memory.frees_after_queued_work, "exec::cuda's state memory says it frees after queued work");
+    constexpr std::size_t bytes = (std::size_t{5} << 20) + 24;  // a size no other test frees
+    void* block = memory.allocate(bytes);
+    std::atomic<bool> released{false};
+    weft::cuda::check(cudaLaunchHostFunc(
+                          gpu.stream(),
+                          [](void* flag) {
+                              const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                              while (!static_cast<std::atomic<bool>*>(flag)->load() &&
+                                     std::chrono::steady_clock::now() < until)
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          },
+                          &released),
+                      "cudaLaunchHostFunc (holding the stream)");
+    weft::cuda::check(cudaMemsetAsync(block, 0x7f, bytes, gpu.stream()), "cudaMemsetAsync (queued use)");
+    memory.deallocate(block, bytes);
+    expect(cudaStreamQuery(gpu.stream()) == cudaErrorNotReady,
+           "freeing a state buffer returns while the work queued before it still runs");
+    released = true;
+    void* again = memory.allocate(bytes);
+    expect(again == block, "the fenced buffer comes back for the next allocation of its size");
+    expect(cudaStreamQuery(gpu.stream()) == cudaSuccess, "handing it out waited for the work before its free");
+    const auto* b = static_cast<const unsigned char*>(again);
+    bool zero = true;
+    for (std::size_t i = 0; i < bytes; i += 4093) zero = zero && b[i] == 0;
+    expect(zero && b[bytes - 1] == 0, "after that work, zeroed: the queued write did not land after the zeroing");
+    memory.deallocate(again, bytes);
+}
+
 // No GPU: making the backend is an error that names the device and says why.
 void host_checks() {
     if (weft::cuda::device_count() > 0) return;
@@ -585,6 +625,7 @@ int main(int argc, char** argv) {
         test_optimizer_kernels(gpu, cpu);
         test_reduce_matrix(gpu);
         test_state_memory_pool(gpu);
+        test_state_memory_free_without_wait(gpu);
         test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
     });
 }

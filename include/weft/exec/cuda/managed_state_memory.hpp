@@ -6,7 +6,9 @@
 // for the kernels that write a buffer (the backend's synchronize()) before reading it.
 // Freed buffers are kept in a pool for the next allocation of their size (core/block_pool.hpp):
 // ZeRO's per-step buffers then cost a zeroing on the GPU, not an allocation and a wait for
-// the whole device.
+// the whole device. A buffer may be freed while kernels or NCCL still use it: the pool fences
+// it with events on weft's streams (stream_registry.hpp) and waits for them only when it
+// hands the buffer out again.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +19,7 @@
 #include "weft/core/block_pool.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream_registry.hpp"
 
 namespace weft::cuda {
 
@@ -48,22 +51,30 @@ inline void managed_copy(void* to, const void* from, std::size_t bytes) {
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after copying training state)");
 }
 
+// cudaFree waits for the device's work first, so a buffer queued work still uses may go.
 inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
     static_cast<void>(cudaFree(pointer));
 }
 
-// Every use of a freed buffer has finished, on whichever stream (the backend's kernels, a
-// communicator's): what cudaFree waits for too. An error the device reports means unknown,
-// and the buffer goes straight back.
-inline bool managed_settle() noexcept { return cudaDeviceSynchronize() == cudaSuccess; }
+// The pool's fences: events after the work so far on every stream weft made. Null (no
+// event could be made) sends the buffer back through cudaFree.
+inline void* managed_fence() noexcept { return stream_fence::record(); }
+inline bool managed_fence_passed(void* fence) noexcept { return static_cast<stream_fence*>(fence)->passed(); }
+inline void managed_fence_wait(void* fence) {
+    check(static_cast<stream_fence*>(fence)->wait(), "cudaEventSynchronize (a freed training-state buffer's work)");
+}
+inline void managed_fence_drop(void* fence) noexcept {
+    delete static_cast<stream_fence*>(fence);  // NOLINT(cppcoreguidelines-owning-memory): made by managed_fence
+}
 
 // Eight buffers: the reduced-gradient ranges and gathered parameters of a rank thread's
 // stages, for the rank threads that share a GPU. Never destroyed, so that a buffer freed
 // during the program's exit still finds it; the driver reclaims what it keeps.
 inline block_pool& managed_pool() {
-    static block_pool& pool =
-        *new block_pool({&managed_allocate_new, &managed_free, &managed_zero, &managed_settle}, 8);
+    static block_pool& pool = *new block_pool({&managed_allocate_new, &managed_free, &managed_zero, &managed_fence,
+                                               &managed_fence_passed, &managed_fence_wait, &managed_fence_drop},
+                                              8);
     return pool;
 }
 
@@ -75,8 +86,13 @@ inline void managed_deallocate(void* pointer, std::size_t bytes) noexcept {
 }  // namespace detail
 
 [[nodiscard]] inline const state_memory& managed_state_memory() {
-    static constexpr state_memory managed{"CUDA managed", &detail::managed_allocate, &detail::managed_deallocate,
-                                          false, &detail::managed_zero, &detail::managed_copy};
+    static constexpr state_memory managed{.name = "CUDA managed",
+                                          .allocate = &detail::managed_allocate,
+                                          .deallocate = &detail::managed_deallocate,
+                                          .pages_releasable = false,
+                                          .zero = &detail::managed_zero,
+                                          .copy = &detail::managed_copy,
+                                          .frees_after_queued_work = true};
     return managed;
 }
 

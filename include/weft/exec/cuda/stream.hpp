@@ -1,5 +1,7 @@
 // An owned CUDA stream (non-blocking, so it never serialises against the legacy
-// default stream) and an owned CUDA event for ordering and timing work on it.
+// default stream) and an owned CUDA event for ordering and timing work on it. Streams are
+// registered for their lifetimes (stream_registry.hpp), so that freeing a state buffer can
+// fence the work on them instead of waiting for the device.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,12 +9,16 @@
 #include <utility>
 
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream_registry.hpp"
 
 namespace weft::cuda {
 
 class stream {
 public:
-    stream() { check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+    stream() {
+        check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+        stream_registry::instance().add(handle_);
+    }
     stream(const stream&) = delete;
     stream& operator=(const stream&) = delete;
     stream(stream&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
@@ -31,7 +37,10 @@ public:
 
 private:
     void release() noexcept {
-        if (handle_ != nullptr) static_cast<void>(cudaStreamDestroy(handle_));
+        if (handle_ != nullptr) {
+            stream_registry::instance().remove(handle_);
+            static_cast<void>(cudaStreamDestroy(handle_));
+        }
         handle_ = nullptr;
     }
     cudaStream_t handle_ = nullptr;
