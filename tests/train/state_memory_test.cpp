@@ -1,7 +1,8 @@
 // The engine keeps its training state in its backend's state memory (core/state_memory.hpp)
 // and waits for the backend's queued work before the host touches that state: a backend
 // whose memory and waits are counted shows where the engine's buffers went: those made at
-// construction, the optimizer's moments (filled at its first step) and a layout switch's.
+// construction, the optimizer's moments (filled at its first step) and a layout switch's; and a
+// switch has the memory give back what it keeps for reuse.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -19,6 +20,7 @@ struct counted_memory {
     static inline std::size_t live_bytes = 0;
     static inline int allocations = 0;
     static inline int copies = 0;
+    static inline int trims = 0;
     static void* allocate(std::size_t bytes) {
         ++allocations;
         live_bytes += bytes;
@@ -32,9 +34,14 @@ struct counted_memory {
         ++copies;
         std::memcpy(to, from, bytes);
     }
+    static void give_back_kept() noexcept { ++trims; }
 };
-const weft::state_memory counted{"counted", &counted_memory::allocate, &counted_memory::deallocate, false, nullptr,
-                                 &counted_memory::copy};
+const weft::state_memory counted{.name = "counted",
+                                 .allocate = &counted_memory::allocate,
+                                 .deallocate = &counted_memory::deallocate,
+                                 .pages_releasable = false,
+                                 .copy = &counted_memory::copy,
+                                 .give_back_kept = &counted_memory::give_back_kept};
 
 // exec::cpu, with its state in `counted` memory and its waits counted: what a GPU backend
 // looks like to the engine.
@@ -79,11 +86,15 @@ TEST_CASE("the engine's training state lives in its backend's state memory", "[t
             CHECK(waits >= 1);  // before the optimizer read the gradients
             CHECK(counted_memory::allocations > after_construction);  // AdamW's moments
 
-            // A layout switch makes the new layout's buffers there too.
+            // A layout switch makes the new layout's buffers there too, and has the memory give
+            // back the old layout's buffers it kept for reuse (sizes the new one may not need).
             const int before_switch = counted_memory::allocations;
+            const int trims_before = counted_memory::trims;
+            CHECK(trims_before == 0);
             static_cast<void>(engine.reconfigure(weft::parallel_config(
                 {.pp = 1, .zero_stage = 1, .microbatches = 4, .schedule = weft::sched::gpipe::kind, .world_size = 1})));
             CHECK(counted_memory::allocations > before_switch);
+            CHECK(counted_memory::trims == 1);
             auto& switched = engine.state().stages.at(0).tensors.full;
             CHECK(&memory_of(switched.parameter_storage()) == &counted);
             // ZeRO-1's gather sends this rank's updated range out of a copy made by the state

@@ -42,6 +42,9 @@ struct state_memory {
     // bytes: the memory reuses or returns them only after that work (exec::cuda's fences
     // them). Where not, whoever frees what queued kernels read waits for the backend first.
     bool frees_after_queued_work = false;
+    // Gives back what the memory keeps for reuse (exec::cuda: its pool's freed buffers), so
+    // that sizes nobody will ask for again hold no memory. Null: it keeps nothing.
+    void (*give_back_kept)() noexcept = nullptr;
 
     // All-zero bytes are +0 in IEEE floating point: what clearing a gradient buffer writes.
     void fill_zero(void* pointer, std::size_t bytes) const {
@@ -57,6 +60,9 @@ struct state_memory {
             copy(to, from, bytes);
         else
             std::memcpy(to, from, bytes);
+    }
+    void trim() const noexcept {
+        if (give_back_kept != nullptr) give_back_kept();
     }
 };
 

@@ -223,6 +223,9 @@ public:
             elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, comm::host_side(*world_),
                                         next_options.optimizer, scalars, {.staging_bytes = how.staging_bytes}, figures);
         phases.move = since(start) - before_move;
+        // The old layout's freed buffers that the memory keeps for reuse (exec::cuda's pool)
+        // have sizes the new layout may never ask for: back to the system before it grows.
+        backend->state_memory().trim();
         const std::string from = layout_->describe();
         options_ = next_options;
         layout_ = std::move(next);

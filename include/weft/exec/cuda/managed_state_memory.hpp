@@ -78,6 +78,8 @@ inline block_pool& managed_pool() {
     return pool;
 }
 
+inline void managed_give_back_kept() noexcept { static_cast<void>(managed_pool().release_kept()); }
+
 inline void* managed_allocate(std::size_t bytes) { return managed_pool().allocate(bytes); }
 inline void managed_deallocate(void* pointer, std::size_t bytes) noexcept {
     managed_pool().deallocate(pointer, bytes);
@@ -92,7 +94,8 @@ inline void managed_deallocate(void* pointer, std::size_t bytes) noexcept {
                                           .pages_releasable = false,
                                           .zero = &detail::managed_zero,
                                           .copy = &detail::managed_copy,
-                                          .frees_after_queued_work = true};
+                                          .frees_after_queued_work = true,
+                                          .give_back_kept = &detail::managed_give_back_kept};
     return managed;
 }
 
