@@ -160,7 +160,9 @@ public:
     // cuBLASLt has an algorithm for it, the two kernels otherwise.
     [[nodiscard]] matrix linear_gelu_forward(const matrix& x, std::span<const float> w, std::span<const float> b,
                                              int in, int out, matrix& pre_act) {
-        if (out % 8 != 0 || x.rows() == 0) {
+        // cuBLASLt's GELU epilogue needs out a multiple of 8 and comes with a bias; no bias
+        // (an empty one) is linear_forward's "none".
+        if (out % 8 != 0 || x.rows() == 0 || b.empty()) {
             pre_act = linear_forward(x, w, b, in, out);
             return gelu_forward(pre_act);
         }

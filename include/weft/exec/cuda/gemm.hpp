@@ -153,10 +153,16 @@ public:
             found = algorithms_.emplace(key, choose_algorithm(h, alignments)).first;
         }
         if (!found->second) return false;
-        check(cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c, &*found->second,
-                             workspace_.data(), workspace_.bytes(), stream),
-              "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
-                  ")");
+        const cublasStatus_t status = cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c,
+                                                     &*found->second, workspace_.data(), workspace_.bytes(), stream);
+        // A heuristic's algorithm may still be refused at the call (cuBLASLt says so); then
+        // nothing was queued, and the caller may compute it another way, as with no algorithm.
+        if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+            found->second.reset();
+            return false;
+        }
+        check(status, "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" +
+                          std::to_string(k) + ")");
         return true;
     }
 
