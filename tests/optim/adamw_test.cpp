@@ -157,3 +157,40 @@ TEST_CASE("adamw's range update replaces the host update range by range", "[opti
     CHECK(same_bits(by_ranges.exp_avg_sq(), on_host.exp_avg_sq()));
     CHECK(by_ranges.step_count() == 2);
 }
+
+TEST_CASE("adamw's host update is the scalar loop of IEEE-rounded operations, bit for bit", "[optim][adamw]") {
+    // exec::cuda's AdamW kernel is held to this update bit for bit (test_cuda_backend), with a
+    // correctly rounded square root (__fsqrt_rn). Eigen's vectorised float sqrt under its
+    // default EIGEN_FAST_MATH is an approximate reciprocal square root and a Newton step,
+    // wrong in the last bits for about 4 elements in 10: the host must not use it.
+    constexpr std::size_t n = 5000;
+    std::vector<float> p(n), g(n), m(n), v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto x = static_cast<float>(i);
+        p[i] = std::sin(0.37f * x);
+        g[i] = 1e-3f * std::cos(1.3f * x) + 1e-6f * x;
+        m[i] = 1e-4f * std::sin(2.1f * x);
+        v[i] = 1e-7f * (1.5f + std::cos(0.7f * x));  // positive, over several binades
+    }
+    for (const double beta1 : {0.9, 0.3}) {  // both of torch.lerp's forms
+        const auto f = weft::optim::adamw_factors<float>::of_step(
+            {.lr = 1e-3, .beta1 = beta1, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1}, 7, 0.75f);
+        auto want_p = p, want_m = m, want_v = v;
+        for (std::size_t i = 0; i < n; ++i) {
+            const float gi = g[i] * f.grad_scale;
+            want_p[i] *= f.decay;
+            if (f.lerp_from_start)
+                want_m[i] += f.one_minus_beta1 * (gi - want_m[i]);
+            else
+                want_m[i] = gi - (gi - want_m[i]) * f.beta1;
+            want_v[i] = want_v[i] * f.beta2 + f.one_minus_beta2 * gi * gi;
+            want_p[i] += -f.step_size * (want_m[i] / (std::sqrt(want_v[i]) / f.bias_correction2_sqrt + f.eps));
+        }
+        auto got_p = p, got_m = m, got_v = v;
+        weft::optim::adamw_update_on_host<float>(got_p, g, got_m, got_v, f, true);
+        INFO("beta1 " << beta1);
+        CHECK(same_bits(got_m, want_m));
+        CHECK(same_bits(got_v, want_v));
+        CHECK(same_bits(got_p, want_p));
+    }
+}
