@@ -26,7 +26,6 @@
 #include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
-#include "weft/exec/cuda/stream_registry.hpp"
 
 #if defined(WEFT_HAS_MPI)
 #include <mpi.h>
@@ -63,20 +62,18 @@ inline void cuda_check(cudaError_t status, std::string_view call) {
 
 // An owned non-blocking stream (it never serialises against the legacy default stream),
 // created on the current device. Neither copied nor moved: it lives in nccl_state.
-// Registered while it lives, so that freeing a state buffer NCCL used fences the work on it
-// (weft/exec/cuda/stream_registry.hpp).
+// Not in weft/exec/cuda/stream_registry.hpp's fences, on purpose: it holds receives posted
+// ahead, and a host waiting for those could wait for a send its peer makes only after this
+// rank sends more. The buffers an operation uses are freed after its request's wait(),
+// which puts the operation before the compute stream's later work, and that is fenced.
 class cuda_stream {
 public:
     cuda_stream() {
         cuda_check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-        weft::cuda::stream_registry::instance().add(handle_);
     }
     cuda_stream(const cuda_stream&) = delete;
     cuda_stream& operator=(const cuda_stream&) = delete;
-    ~cuda_stream() {
-        weft::cuda::stream_registry::instance().remove(handle_);
-        static_cast<void>(cudaStreamDestroy(handle_));  // cannot report from here
-    }
+    ~cuda_stream() { static_cast<void>(cudaStreamDestroy(handle_)); }  // cannot report from here
 
     [[nodiscard]] cudaStream_t get() const { return handle_; }
     void synchronize() const { cuda_check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize"); }
@@ -712,6 +709,12 @@ private:
         if (staged) {
             auto& s = usable();
             detail::nccl_device_guard guard(s.device);
+            // The collective first, under the timeout and the asynchronous-error checks: a copy
+            // into pageable host memory returns only once it is done, so a copy enqueued behind
+            // a collective that never ends (a dead peer) would hang the host inside CUDA.
+            detail::cuda_event collective;
+            collective.record(s.stream->get());
+            s.host_wait(collective.get(), std::string(what));
             out.copy_back(s.stream->get());
             detail::cuda_event copied;
             copied.record(s.stream->get());

@@ -22,6 +22,7 @@
 #include "weft/comm/nccl.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/cuda/stream_registry.hpp"
 
 #if defined(WEFT_NCCL_TEST_MPI)
 #include <mpi.h>
@@ -224,7 +225,12 @@ void check_point_to_point(nccl& c, cudaStream_t compute) {
 void check_split(nccl& c, cudaStream_t compute) {
     const int n = c.size();
     const int r = c.rank();
+    const std::size_t fenced_streams = weft::cuda::stream_registry::instance().size();
     nccl sub = c.split(r % 2, -r);
+    // Its comm stream holds receives posted ahead: the state memory's fences must not wait
+    // for it (weft/exec/cuda/stream_registry.hpp).
+    expect(weft::cuda::stream_registry::instance().size() == fenced_streams,
+           "a communicator's stream is not among the streams the state memory fences");
     std::vector<int> members;
     for (int q = n - 1; q >= 0; --q)
         if (q % 2 == r % 2) members.push_back(q);

@@ -6,9 +6,9 @@
 // for the kernels that write a buffer (the backend's synchronize()) before reading it.
 // Freed buffers are kept in a pool for the next allocation of their size (core/block_pool.hpp):
 // ZeRO's per-step buffers then cost a zeroing on the GPU, not an allocation and a wait for
-// the whole device. A buffer may be freed while kernels or NCCL still use it: the pool fences
-// it with events on weft's streams (stream_registry.hpp) and waits for them only when it
-// hands the buffer out again.
+// the whole device. A buffer may be freed while queued kernels still use it: the pool fences
+// it with events on weft's compute streams (stream_registry.hpp, which says why a collective's
+// use is covered too) and waits for them only when it hands the buffer out again.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,9 +30,11 @@ inline void* managed_allocate_new(std::size_t bytes) {
     check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
           "cudaMallocManaged(" + std::to_string(bytes) + " bytes) for training state");
     // Zeroed on the device, where the kernels will want the pages, and finished before the
-    // host may write the buffer.
-    check(cudaMemset(pointer, 0, bytes), "cudaMemset (training state)");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after zeroing training state)");
+    // host may write the buffer: a wait for this memset on the legacy default stream only,
+    // not for the device (weft's streams are non-blocking, so nothing else is waited for;
+    // a wait for the device could wait for a receive posted ahead, see stream_registry.hpp).
+    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
     return pointer;
 }
 
@@ -52,6 +54,7 @@ inline void managed_copy(void* to, const void* from, std::size_t bytes) {
 }
 
 // cudaFree waits for the device's work first, so a buffer queued work still uses may go.
+// (Only past the pool's capacity, at a layout switch and at exit.)
 inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
     static_cast<void>(cudaFree(pointer));

@@ -1,12 +1,16 @@
-// The streams weft has made in this process, so that a fence can mark every use of a buffer
-// so far on whichever of them used it: a backend's compute stream (kernels, cuBLAS) or a
-// communicator's (NCCL). weft::cuda::stream and comm::nccl's stream register themselves for
-// their lifetimes. The state memory's pool (core/block_pool.hpp) fences a freed buffer this
-// way instead of waiting for the whole device, so RESHARD's and ZeRO-2's frees do not stop
-// the host mid-step.
+// The compute streams weft has made in this process, so that a fence can mark every use of a
+// state buffer so far: the backends' streams (weft::cuda::stream registers itself for its
+// lifetime) carry the kernels and cuBLAS calls that read and write the training state, and
+// the legacy default stream the state memory's own zeroing and copies. The state memory's
+// pool (core/block_pool.hpp) fences a freed buffer this way instead of waiting for the whole
+// device, so RESHARD's and ZeRO-2's frees do not stop the host mid-step.
 //
-// Streams weft did not make (a user's own) are not covered: state buffers are used on weft's
-// streams only. The legacy default stream is, for the state memory's own copies.
+// A communicator's stream (comm::nccl's) is not fenced: it holds receives posted ahead, and
+// a host waiting for one could wait for a send its peer makes only after this rank sends
+// more, a deadlock. Its collectives are covered all the same, because the engine frees a
+// buffer a collective used only after that collective's request.wait(), which orders the
+// compute stream after it: the compute stream's fence comes later. Whoever frees a state
+// buffer outside the engine must do the same (or synchronize the request first).
 #pragma once
 
 #include <cuda_runtime_api.h>
