@@ -628,6 +628,7 @@ int main(int argc, char** argv) {
         // and of its gradient start off 16-byte alignment.
         test_linear(gpu, cpu, 37, 64, 83);
         test_layer_norm(gpu, cpu, 50, 96);
+        test_layer_norm(gpu, cpu, 50, 100);  // a warp's last pass over the columns partial
         test_fused(gpu, cpu, 40, 64);
         test_cross_entropy(gpu, cpu, 24, 1000);
         test_embedding(gpu, cpu, 3, 20, 64, 200);

@@ -248,8 +248,11 @@ void test_gelu() {
     cu::device_buffer<T> y(x.size()), dx(x.size());
     cu::gelu_forward(dx_in.data(), y.data(), x.size(), nullptr);
     cu::gelu_backward(dx_in.data(), ddy.data(), dx.data(), x.size(), nullptr);
-    expect_close("gelu_forward" + tag, download(y), weft_test::gelu_forward(x), rtol<T>, 1e-6f);
-    expect_close("gelu_backward" + tag, download(dx), weft_test::gelu_backward(x, dy), rtol<T>, 1e-5f);
+    // The reference's tanh is Eigen's fast rational approximation, a few float steps off near
+    // tanh = -1 (x about -4 to -5, where gelu is about -3e-5): up to about 1e-6 of gelu there,
+    // which the absolute allowances cover four times over.
+    expect_close("gelu_forward" + tag, download(y), weft_test::gelu_forward(x), rtol<T>, 4e-6f);
+    expect_close("gelu_backward" + tag, download(dx), weft_test::gelu_backward(x, dy), rtol<T>, 4e-5f);
 }
 
 template <class T>
@@ -607,6 +610,8 @@ int main(int argc, char** argv) {
                                               test_gelu<bf16>();
                                               test_layer_norm<float>(50, 96);
                                               test_layer_norm<bf16>(50, 768);
+                                              // a warp's last pass over the columns partial
+                                              test_layer_norm<float>(50, 100);
                                               test_cross_entropy<float>(24, 1000);
                                               test_cross_entropy<bf16>(24, 50257);
                                               test_attention<float>(2, 33, 3, 64);
