@@ -25,26 +25,29 @@ namespace weft::cuda {
 
 namespace detail {
 
+// On the GPU, where the pages are wanted next (gradients accumulate there), and finished
+// before the host or another stream may touch the buffer: a wait for this memset on the
+// legacy default stream only, not for the device (weft's streams are non-blocking, so
+// nothing else is waited for; a wait for the device could wait for a receive posted ahead,
+// see stream_registry.hpp). The caller has waited for the kernels that wrote the buffer
+// (the engine synchronizes its backend before the step, the pool waits for a freed
+// buffer's fence).
+inline void managed_zero(void* pointer, std::size_t bytes) {
+    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
+}
+
 inline void* managed_allocate_new(std::size_t bytes) {
     void* pointer = nullptr;
     check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
           "cudaMallocManaged(" + std::to_string(bytes) + " bytes) for training state");
-    // Zeroed on the device, where the kernels will want the pages, and finished before the
-    // host may write the buffer: a wait for this memset on the legacy default stream only,
-    // not for the device (weft's streams are non-blocking, so nothing else is waited for;
-    // a wait for the device could wait for a receive posted ahead, see stream_registry.hpp).
-    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
+    try {
+        managed_zero(pointer, bytes);
+    } catch (...) {
+        static_cast<void>(cudaFree(pointer));
+        throw;
+    }
     return pointer;
-}
-
-// On the GPU, where the pages are wanted next (gradients accumulate there), and finished
-// before the host or another stream may touch the buffer. The caller has waited for the
-// kernels that wrote it (the engine synchronizes its backend before the step), so only this
-// memset is waited for, not other rank threads' work on the same GPU.
-inline void managed_zero(void* pointer, std::size_t bytes) {
-    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
 }
 
 // On the GPU, as managed_zero: the caller has waited for the kernels that wrote `from`.
