@@ -1,11 +1,13 @@
 // comm/timeout.hpp: the timeout setting's bounds and the timeout_error's message, which
-// must name the rank, the operation, the peer, the time waited, the action and the remedy.
+// must name the rank, the operation, the peer, the time waited, the action and the remedy;
+// comm/abort_on_timeout.hpp: what a timed-out wait aborts.
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <string>
 
+#include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/timeout.hpp"
 
 using namespace std::chrono_literals;
@@ -53,4 +55,37 @@ TEST_CASE("timeout_error names rank, operation, peer, time, action and remedy", 
     CHECK_THAT(several.what(), Contains("in barrier() for ranks 2, 3;"));
     // An error like any other weft::error.
     CHECK_THROWS_AS(throw several, weft::error);
+}
+
+namespace {
+struct fake_communicator {
+    int aborts = 0;
+    static void abort(void* self) noexcept { ++static_cast<fake_communicator*>(self)->aborts; }
+};
+}  // namespace
+
+TEST_CASE("a timed-out wait aborts every registered communicator of its device, and only those",
+          "[comm][timeout]") {
+    auto& registry = weft::comm::abort_on_timeout::registry();
+    fake_communicator a;
+    fake_communicator b;
+    fake_communicator elsewhere;
+    const int before = registry.registered(5);
+    registry.add(&a, 5, fake_communicator::abort);
+    registry.add(&b, 5, fake_communicator::abort);
+    registry.add(&elsewhere, 6, fake_communicator::abort);
+    CHECK(registry.registered(5) == before + 2);
+    CHECK(registry.abort_all(5) == before + 2);
+    CHECK(a.aborts == 1);
+    CHECK(b.aborts == 1);
+    CHECK(elsewhere.aborts == 0);  // another GPU's work is not stuck behind this one
+
+    registry.remove(&a);  // gone: a later timeout must not touch it
+    CHECK(registry.abort_all(5) == before + 1);
+    CHECK(a.aborts == 1);
+    CHECK(b.aborts == 2);
+    registry.remove(&b);
+    registry.remove(&elsewhere);
+    CHECK(registry.registered(5) == before);
+    CHECK(registry.registered(6) == 0);
 }

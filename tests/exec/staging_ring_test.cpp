@@ -25,6 +25,8 @@ struct fake_device {
         bool done = false;
     };
     std::vector<queued> queue;
+    bool waits_fail = false;  // a failing device, or a wait past its limit
+    std::vector<void*> live;  // allocated and not yet deallocated
     int allocations = 0, deallocations = 0, waits = 0;
     int overwritten_while_queued = 0;  // a staged buffer changed before its copy ran
 
@@ -46,10 +48,12 @@ struct fake_platform {
     };
     void* allocate(std::size_t bytes) {
         ++device->allocations;
-        return std::malloc(bytes);
+        device->live.push_back(std::malloc(bytes));
+        return device->live.back();
     }
     void deallocate(void* buffer) noexcept {
         ++device->deallocations;
+        std::erase(device->live, buffer);
         std::free(buffer);
     }
     void copy_async(void* to, const void* staged, std::size_t bytes) {
@@ -59,6 +63,7 @@ struct fake_platform {
     void record(fence& f) { f.behind = device->queue.size(); }
     void wait(fence& f) {
         ++device->waits;
+        if (device->waits_fail) throw weft::error("the device failed");
         device->run_until(f.behind);
     }
 };
@@ -122,4 +127,21 @@ TEST_CASE("a buffer grows for a larger value, after its last copy has run") {
 TEST_CASE("a ring of no buffers is refused by name") {
     fake_device device;
     CHECK_THROWS_WITH(ring(fake_platform{&device}, 0), Catch::Contains("staging_ring: buffers = 0"));
+}
+
+TEST_CASE("a ring whose waits fail goes without freeing a buffer a copy may still read") {
+    fake_device device;
+    std::vector<int> destinations(3, 0);
+    {
+        ring uploads(fake_platform{&device}, 4);
+        const int values[3] = {1, 2, 3};
+        for (int i = 0; i < 3; ++i) uploads.copy(&destinations[std::size_t(i)], &values[i], sizeof(int));
+        device.waits_fail = true;  // before any of the three copies ran
+    }
+    // The first wait failed, so no buffer whose copy is queued is freed, and the ring waited
+    // once, not once per buffer (each wait as long as the first, past a limit).
+    CHECK(device.waits == 1);
+    CHECK(device.deallocations == 0);
+    CHECK(device.live.size() == 3);
+    for (void* leaked : device.live) std::free(leaked);
 }

@@ -16,6 +16,9 @@
 // frees after queued work, as exec::cuda's does: RESHARD then frees without a wait.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
+
 #include <string>
 #include <vector>
 
@@ -238,5 +241,54 @@ TEST_CASE("over a state memory that frees after queued work, RESHARD frees witho
                 CHECK(waiting[r].synchronizations - fencing[r].synchronizations == steps * fencing[r].reshards);
             }
         }
+    }
+}
+
+namespace {
+
+// exec::cpu taking a wait limit as exec::cuda does (exec::limited_waits), keeping what it got.
+struct cpu_with_wait_limit : weft::exec::cpu {
+    std::chrono::steady_clock::duration limit{};
+    int rank = -1;
+    int settings = 0;
+    void set_wait_limit(std::chrono::steady_clock::duration l, int r) {
+        limit = l;
+        rank = r;
+        ++settings;
+    }
+};
+static_assert(weft::exec::limited_waits<cpu_with_wait_limit>);
+static_assert(!weft::exec::limited_waits<weft::exec::cpu>);
+
+}  // namespace
+
+TEST_CASE("the engine limits its backend's waits to its communicator's timeout") {
+    // Over comm::nccl the compute stream waits on the device for messages; a peer that never
+    // sends would hold the backend's next host wait for ever, where the communicator's own
+    // waits give up. The engine gives the backend the same limit, naming its world rank.
+    const parallel_config config({.pp = 2, .dp = 1, .microbatches = 2, .schedule = weft::sched::one_f_one_b::kind,
+                                  .world_size = 2});
+    struct seen {
+        std::chrono::steady_clock::duration limit{};
+        int rank = -1;
+        int settings = 0;
+        double loss = 0;
+    };
+    std::vector<seen> ranks(2);
+    weft::comm::local::run(2, [&](weft::comm::local& world) {
+        world.set_timeout(std::chrono::seconds(7));
+        weft::train::engine<all_schedules, weft::shard::any_zero, weft::comm::local, cpu_with_wait_limit> engine(
+            world, config, test_model(), test_options(), cpu_with_wait_limit{});
+        const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+        const double loss = engine.step(data.batch(0, batch_size)).loss;
+        const auto& backend = engine.backend();
+        ranks[static_cast<std::size_t>(world.rank())] = {backend.limit, backend.rank, backend.settings, loss};
+    });
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        INFO("rank " << r);
+        CHECK(ranks[r].limit == std::chrono::seconds(7));
+        CHECK(ranks[r].rank == static_cast<int>(r));
+        CHECK(ranks[r].settings == 1);
+        CHECK(std::isfinite(ranks[r].loss));
     }
 }

@@ -11,21 +11,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/poll_until.hpp"
 
 #if defined(WEFT_HAS_MPI)
 #include <mpi.h>
@@ -76,13 +78,12 @@ public:
     ~cuda_stream() { static_cast<void>(cudaStreamDestroy(handle_)); }  // cannot report from here
 
     [[nodiscard]] cudaStream_t get() const { return handle_; }
-    void synchronize() const { cuda_check(cudaStreamSynchronize(handle_), "cudaStreamSynchronize"); }
 
 private:
     cudaStream_t handle_ = nullptr;
 };
 
-// An owned event, for ordering one stream after another and for host waits.
+// An owned event, for ordering one stream after another and for host waits (nccl_state::host_wait).
 class cuda_event {
 public:
     cuda_event() { cuda_check(cudaEventCreate(&handle_), "cudaEventCreate"); }
@@ -92,7 +93,6 @@ public:
 
     [[nodiscard]] cudaEvent_t get() const { return handle_; }
     void record(cudaStream_t on) { cuda_check(cudaEventRecord(handle_, on), "cudaEventRecord"); }
-    void synchronize() const { cuda_check(cudaEventSynchronize(handle_), "cudaEventSynchronize"); }
 
 private:
     cudaEvent_t handle_ = nullptr;
@@ -267,11 +267,16 @@ public:
         stream.emplace();
         ready.emplace();
         scratch.emplace();
+        abort_on_timeout::registry().add(this, device, [](void* self) noexcept {
+            static_cast<nccl_state*>(self)->abort();
+        });
     }
     nccl_state(const nccl_state&) = delete;
     nccl_state& operator=(const nccl_state&) = delete;
 
     ~nccl_state() {
+        // First, so that no other thread's timeout aborts this communicator while it goes.
+        abort_on_timeout::registry().remove(this);
         try {
             flush();
         } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
@@ -280,13 +285,32 @@ public:
         const bool known = cudaGetDevice(&previous) == cudaSuccess;
         static_cast<void>(cudaSetDevice(device));
         if (comm != nullptr) {  // null once a timeout aborted it
-            static_cast<void>(cudaStreamSynchronize(stream->get()));
-            ncclResult_t async = ncclSuccess;
-            // A communicator with a failed peer may never finish a clean destroy.
-            if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) {
-                static_cast<void>(ncclCommAbort(comm));
+            // What is still queued (a send nobody waited for) may finish; a receive or a send
+            // whose peer never comes would hold the stream for ever, so the wait ends at the
+            // communicator's timeout or at an asynchronous error (a failed peer).
+            const cudaStream_t queue = stream->get();
+            bool failed = false;
+            const bool drained = poll_until(
+                [&] {
+                    ncclResult_t async = ncclSuccess;
+                    failed = ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess;
+                    return failed || cudaStreamQuery(queue) != cudaErrorNotReady;
+                },
+                deadline_after(timeout));
+            if (!drained) {
+                // Past the timeout, as a host wait past it does: every communicator on the GPU
+                // is aborted, this one with them, so that no stream stays stuck behind another's.
+                std::fprintf(stderr,
+                             "weft: comm::nccl (rank %d of %d) destroyed with communication unfinished after its "
+                             "timeout of %g s; aborting the NCCL communicators on GPU %d\n",
+                             rank, size, timeout_seconds(timeout), device);
+                abort_on_timeout::registry().abort_all(device);
+                abort();
+            } else if (failed) {
+                abort();  // a communicator with a failed peer may never finish a clean destroy
             } else {
                 static_cast<void>(ncclCommDestroy(comm));
+                comm = nullptr;
             }
         }
         scratch.reset();
@@ -374,26 +398,45 @@ public:
     // communicator (ncclCommAbort), as PyTorch's watchdog does: that is what ends kernels
     // that wait on a peer which never comes, and frees the streams queued behind them.
     void host_wait(cudaEvent_t event, const std::string& what) {
+        host_wait_for([event] { return cudaEventQuery(event); }, "cudaEventQuery", what);
+    }
+    // The same for everything enqueued on the communication stream so far.
+    void drain(const std::string& what) {
+        const cudaStream_t queue = stream->get();
+        host_wait_for([queue] { return cudaStreamQuery(queue); }, "cudaStreamQuery", what);
+    }
+    template <class Query>
+    void host_wait_for(Query query, const char* call, const std::string& what) {
         const auto start = timeout_clock::now();
-        const auto deadline = deadline_after(timeout);
-        for (int polls = 0;; ++polls) {
-            const cudaError_t status = cudaEventQuery(event);
-            if (status == cudaSuccess) break;
-            if (status != cudaErrorNotReady) cuda_check(status, "cudaEventQuery (" + what + ")");
-            check_async();
-            const auto now = timeout_clock::now();
-            if (now >= deadline) {
-                static_cast<void>(ncclCommAbort(comm));
-                comm = nullptr;
-                throw timeout_error({.rank = rank, .operation = what + " (NCCL rank " + std::to_string(rank) +
-                                                                " of " + std::to_string(size) + ")",
-                                     .peers = {},
-                                     .waited_seconds = std::chrono::duration<double>(now - start).count(),
-                                     .timeout_seconds = timeout_seconds(timeout), .action = {}});
-            }
-            if (polls >= 64) std::this_thread::yield();
+        const bool done = poll_until(
+            [&] {
+                const cudaError_t status = query();
+                if (status == cudaSuccess) return true;
+                if (status != cudaErrorNotReady) cuda_check(status, std::string(call) + " (" + what + ")");
+                check_async();
+                return false;
+            },
+            deadline_after(timeout));
+        if (!done) {
+            // This communicator and every other one on the GPU: their streams may wait on
+            // each other's (through the compute stream), and the shutdown after the error
+            // must not hang on one left stuck.
+            abort_on_timeout::registry().abort_all(device);
+            throw timeout_error(
+                {.rank = rank, .operation = what + " (NCCL rank " + std::to_string(rank) + " of " +
+                                            std::to_string(size) + ")",
+                 .peers = {},
+                 .waited_seconds = std::chrono::duration<double>(timeout_clock::now() - start).count(),
+                 .timeout_seconds = timeout_seconds(timeout), .action = {}});
         }
         check_async();
+    }
+
+    // Ends the communicator's kernels (ncclCommAbort) and leaves it unusable; again: nothing.
+    void abort() noexcept {
+        if (comm == nullptr) return;
+        static_cast<void>(ncclCommAbort(comm));
+        comm = nullptr;
     }
 
     void check_async() const {
@@ -541,8 +584,9 @@ public:
     nccl& operator=(nccl&&) noexcept = default;
     nccl(const nccl&) = delete;
     nccl& operator=(const nccl&) = delete;
-    // Enqueues what is pending, waits for the communication stream and destroys the NCCL
-    // communicator, once this object and every request of it are gone.
+    // Enqueues what is pending, waits for the communication stream (at most the timeout) and
+    // destroys the NCCL communicator (aborts it, past the timeout or after an asynchronous
+    // error), once this object and every request of it are gone.
     ~nccl() = default;
 
     [[nodiscard]] int rank() const { return rank_; }
@@ -651,7 +695,7 @@ public:
         s.flush();
         auto state = std::make_shared<detail::nccl_state>(s.device, s.compute);
         detail::nccl_device_guard guard(s.device);
-        s.stream->synchronize();  // the parent has no operation in flight while it is split
+        s.drain("split()");  // the parent has no operation in flight while it is split
         detail::nccl_check(ncclCommSplit(s.comm, color, key, &state->comm, nullptr), "ncclCommSplit");
         state->timeout = s.timeout;
         return nccl(std::move(state));

@@ -87,6 +87,12 @@ public:
         if constexpr (requires { device_.set_timeout(timeout); }) device_.set_timeout(timeout);
         if constexpr (requires { host_.set_timeout(timeout); }) host_.set_timeout(timeout);
     }
+    // The device side's: what the engine bounds its backend's waits with.
+    [[nodiscard]] auto timeout() const
+        requires requires(const Device& d) { d.timeout(); }
+    {
+        return device_.timeout();
+    }
     // Launches the device's pending sends and receives (comm::nccl batches them): the
     // pipeline launches each as it posts it (train/program_loop.hpp).
     void flush()

@@ -5,6 +5,7 @@
 // kernels, and require_compute_backend names the first group a type lacks.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -230,6 +231,19 @@ template <class B>
 concept matrix_reduction_kernels = backend_matrices<B> &&
     requires(B& b, typename B::matrix& m, std::span<const typename B::scalar> bias,
              void (*reduce)(std::span<typename B::scalar>)) { b.reduce_matrix(m, bias, reduce); };
+
+// What a backend whose work runs on a device may add so that the host's waits for that work
+// can give up (exec::cuda: weft/exec/cuda/wait_limit.hpp):
+//  - set_wait_limit(limit, rank): synchronize() and every other wait of the host for the
+//    backend's queued work throw comm::timeout_error naming `rank` once they have waited
+//    `limit`.
+// The engine sets it to its communicator's timeout, so that compute stopped behind a message
+// that never comes ends the run like the communicator's own waits. exec::cpu has none: its
+// kernels finish before they return, and its waits are the communicator's.
+template <class B>
+concept limited_waits = requires(B& b, std::chrono::steady_clock::duration limit, int rank) {
+    b.set_wait_limit(limit, rank);
+};
 
 // Kernels a backend may add for the step after backward, over the training state's flat
 // buffers where they live (exec::cuda: on the GPU, so that an optimizer step moves no pages

@@ -20,7 +20,8 @@
 //
 // Work is queued on the backend's stream and returns without waiting, except cross_entropy,
 // whose loss the caller reads on the host (cross_entropy_deferred hands it out to be read
-// later). synchronize() waits for everything queued.
+// later). synchronize() waits for everything queued, within the wait limit where one is set
+// (set_wait_limit; the engine sets its communicator's timeout).
 //
 // Host code: the kernels it launches are compiled once per program by nvcc
 // (weft/exec/cuda/backend_kernels.cu; link weft::cuda_backend).
@@ -30,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +54,7 @@
 #include "weft/exec/cuda/pinned_uploads.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
@@ -77,8 +80,27 @@ public:
     [[nodiscard]] cudaStream_t stream() const { return stream_.get(); }
     // The training state lives in CUDA managed memory (weft/exec/cuda/managed_state_memory.hpp).
     [[nodiscard]] const weft::state_memory& state_memory() const { return weft::cuda::managed_state_memory(); }
-    // Waits for everything queued on the stream (and reports an error a kernel hit).
-    void synchronize() const { stream_.synchronize(); }
+    // Waits for everything queued on the stream (and reports an error a kernel hit); past the
+    // wait limit, a comm::timeout_error.
+    void synchronize() const {
+        weft::cuda::synchronize(stream_.get(), wait_limit_,
+                                "a wait for GPU " + std::to_string(device_) + "'s compute stream");
+    }
+
+    // How long a host wait for the queued work (synchronize(), the copies to and from the host
+    // and the kernels that return host values, reading a deferred loss, an upload waiting for
+    // its pinned buffer) may take before it aborts the GPU's registered communicators and
+    // throws comm::timeout_error naming `rank` (weft/exec/cuda/wait_limit.hpp): work stopped
+    // behind communication that never finishes then ends the run instead of holding it. The
+    // engine sets it to its communicator's timeout. Unset: no limit. `limit` must be > 0;
+    // comm::no_timeout (or 100 years and more) removes it.
+    template <class Rep, class Period>
+    void set_wait_limit(std::chrono::duration<Rep, Period> limit, int rank) {
+        wait_limit_ = {.limit = comm::checked_timeout(limit, "wait limit"), .rank = rank, .device = device_};
+        uploads_.platform().limit = wait_limit_;
+        weft::cuda::set_thread_wait_limit(wait_limit_);
+    }
+    [[nodiscard]] weft::cuda::wait_limit wait_limit() const { return wait_limit_; }
 
     // Copies between a matrix and fp32 host memory of its size: what host code (tests, model
     // inputs) reads and writes matrices with. The matrix's bf16 values widen exactly on the
@@ -89,6 +111,7 @@ public:
         if (m.size() == 0) return;
         scratch<float> wide(m.size(), stream());
         weft::cuda::launch::to_float(m.data(), wide.data(), m.size(), stream());
+        synchronize();  // a copy into pageable memory would wait for the stream, without a limit
         weft::cuda::check(cudaMemcpyAsync(host.data(), wide.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                           stream()),
                           "cudaMemcpyAsync (matrix to host)");
@@ -98,6 +121,7 @@ public:
         require_size(host.size(), m.size(), "copy_from_host: host.size()");
         if (m.size() == 0) return;
         scratch<float> wide(m.size(), stream());
+        synchronize();  // a copy from pageable memory may wait for the stream, without a limit
         weft::cuda::check(cudaMemcpyAsync(wide.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
                                           stream()),
                           "cudaMemcpyAsync (matrix to the device)");
@@ -323,6 +347,7 @@ public:
                                       matrix& dlogits) {
         const scratch<float> mean = queue_cross_entropy(logits, labels, scale, dlogits);
         float loss = 0;
+        synchronize();  // the copy into pageable memory below would wait without a limit
         weft::cuda::check(cudaMemcpyAsync(&loss, mean.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()),
                           "cudaMemcpyAsync (loss to host)");
         synchronize();
@@ -705,8 +730,8 @@ private:
         auto kept = std::make_shared<scratch<float>>(std::move(value));
         auto computed = std::make_shared<weft::cuda::event>();
         computed->record(stream());
-        return deferred_value<float>::when_read([kept, computed] {
-            computed->synchronize();
+        return deferred_value<float>::when_read([kept, computed, limit = wait_limit_] {
+            weft::cuda::synchronize(computed->get(), limit, "a wait for a loss the GPU computes");
             float host = 0;
             weft::cuda::check(cudaMemcpy(&host, kept->data(), sizeof(float), cudaMemcpyDeviceToHost),
                               "cudaMemcpy (deferred scalar to host)");
@@ -794,6 +819,7 @@ private:
     template <class T>
     [[nodiscard]] std::vector<T> download(const scratch<T>& values) {
         std::vector<T> out(values.size());
+        synchronize();  // the copy into pageable memory below would wait without a limit
         if (!out.empty())
             weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost,
                                               stream()),
@@ -817,6 +843,7 @@ private:
     }
 
     int device_;
+    weft::cuda::wait_limit wait_limit_{};
     weft::cuda::stream stream_;
     // Token ids, labels and other small host values go up through pinned buffers, so that an
     // upload queues behind the kernels instead of waiting for them.

@@ -40,16 +40,14 @@ public:
         : platform_(std::move(other.platform_)), slots_(std::exchange(other.slots_, {})), next_(other.next_) {}
     staging_ring& operator=(staging_ring&& other) noexcept {
         if (this != &other) {
-            for (slot& s : slots_) release(s);
+            release_all();
             platform_ = std::move(other.platform_);
             slots_ = std::exchange(other.slots_, {});
             next_ = other.next_;
         }
         return *this;
     }
-    ~staging_ring() {
-        for (slot& s : slots_) release(s);
-    }
+    ~staging_ring() { release_all(); }
 
     // Stages `bytes` from `from` and queues their copy to `to`. `from` may be reused as soon
     // as it returns; `to` holds the values once the platform's queue has reached the copy.
@@ -91,18 +89,26 @@ private:
         return capacity;
     }
 
-    // Waits for the slot's copy (the platform may report nothing from here: a destructor) and
-    // frees its buffer.
-    void release(slot& s) noexcept {
-        if (s.buffer == nullptr) return;
-        if (s.pending) {
-            try {
-                platform_.wait(s.done);
-            } catch (...) {  // the device is failing: free the buffer anyway
+    // Waits for each slot's copy and frees its buffer (the platform may report nothing from
+    // here: a destructor). Once a wait fails (a failing device, or a wait past its limit), a
+    // buffer whose copy may still read it is left allocated rather than freed under that
+    // copy, and the other slots are not waited for: each wait would fail the same way, after
+    // as long.
+    void release_all() noexcept {
+        bool waits_fail = false;
+        for (slot& s : slots_) {
+            if (s.buffer == nullptr) continue;
+            if (s.pending && !waits_fail) {
+                try {
+                    platform_.wait(s.done);
+                    s.pending = false;
+                } catch (...) {
+                    waits_fail = true;
+                }
             }
+            if (!s.pending) platform_.deallocate(s.buffer);
+            s.buffer = nullptr;
         }
-        platform_.deallocate(s.buffer);
-        s.buffer = nullptr;
     }
 
     Platform platform_;

@@ -394,8 +394,13 @@ private:
     // A communicator whose waits are stream-ordered (comm::nccl) is set to order its work
     // after the backend's compute stream, and its waits before the kernels queued next; the
     // grid's groups, split from it, inherit that. The caller's communicator keeps the setting.
+    // A backend with limited_waits (exec::cuda) takes the communicator's timeout as it is now.
     Comm& ordered_after_backend(Comm& world) {
         if constexpr (joins_compute_stream) world.set_compute_stream(backend_.stream());
+        // The backend's waits for its queued work give up when the communicator's would: over
+        // a stream-ordered communicator, that work may wait for a message that never comes.
+        if constexpr (exec::limited_waits<Backend> && requires(Comm& c) { c.timeout(); })
+            backend_.set_wait_limit(world.timeout(), world.rank());
         return world;
     }
 

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -19,7 +20,9 @@
 #include <vector>
 
 #include "../../exec/cuda/device_check.hpp"
+#include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/nccl.hpp"
+#include "weft/comm/timeout.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/stream_registry.hpp"
@@ -433,6 +436,67 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
     check_host_memory_collectives_of<double>(c, compute, "double");
 }
 
+// Past its timeout a host wait aborts every communicator on the GPU and throws timeout_error
+// naming the rank; a communicator destroyed with work that cannot finish gives up after its
+// timeout too, and aborts them. A host function holds the comm stream, as a peer that never
+// comes would, until a thread releases it after 1.5 s; a fake communicator registered for
+// the GPU (comm/abort_on_timeout.hpp) counts the aborts, which an unlimited wait (returning
+// at the release) never makes. Runs last: the aborts reach `main`'s communicator too.
+[[maybe_unused]] void check_timeouts(cudaStream_t compute) {
+    std::atomic<bool> released{false};
+    const auto release_later = [&released] {
+        return std::thread([&released] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            released = true;
+        });
+    };
+    struct fake_communicator {
+        int aborts = 0;
+        static void abort(void* self) noexcept { ++static_cast<fake_communicator*>(self)->aborts; }
+    };
+    fake_communicator watched;
+    auto& registry = weft::comm::abort_on_timeout::registry();
+    registry.add(&watched, 0, fake_communicator::abort);
+    auto ones = filled<float>(1024, 1.0f);
+    auto all = filled<float>(1024, 9.0f);
+    {
+        nccl c = nccl::single(0, compute);
+        c.set_timeout(std::chrono::milliseconds(200));
+        weft_test::hold_stream(c.comm_stream(), released);
+        std::thread releaser = release_later();
+        auto r = c.iallgather(cspan_of(ones), span_of(all));
+        std::string message;
+        try {
+            r.synchronize();
+        } catch (const weft::comm::timeout_error& e) {
+            message = e.what();
+        }
+        releaser.join();
+        expect(message.find("NCCL rank 0 of 1") != std::string::npos,
+               "a host wait past the timeout throws timeout_error naming the rank (got: " + message + ")");
+        expect(watched.aborts == 1, "it aborted every communicator on the GPU (" + std::to_string(watched.aborts) +
+                                        " aborts of the watched one)");
+        expect_error([&] { c.barrier(); }, "use after the timeout aborted it", {"timeout aborted"});
+    }
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the first hold)");
+    released = false;
+    {
+        nccl d = nccl::single(0, compute);
+        d.set_timeout(std::chrono::milliseconds(200));
+        weft_test::hold_stream(d.comm_stream(), released);
+        std::thread releaser = release_later();
+        {
+            auto unwaited = d.iallgather(cspan_of(ones), span_of(all));
+            nccl gone = std::move(d);
+        }  // the request, then the communicator: its state's destructor waits for the held stream
+        expect(watched.aborts == 2, "a communicator destroyed with stuck work gave up after its timeout and aborted "
+                                    "the GPU's communicators (" + std::to_string(watched.aborts) + " aborts)");
+        releaser.join();
+    }
+    registry.remove(&watched);
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the second hold)");
+}
+
 void check_moved_from(nccl& c) {
     nccl moved = std::move(c);
     expect_error([&] { c.barrier(); }, "use of a moved-from communicator", {"moved-from"});  // NOLINT(bugprone-use-after-move)
@@ -476,6 +540,7 @@ int main(int argc, char** argv) {
             check_host_memory_collectives(c, compute);
             check_errors(c);
             check_moved_from(c);
+            check_timeouts(compute);
         });
 }
 

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "device_check.hpp"
+#include "weft/comm/abort_on_timeout.hpp"
+#include "weft/comm/timeout.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cuda.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
@@ -577,16 +579,7 @@ void test_state_memory_free_without_wait(gpu_backend& gpu) {
     constexpr std::size_t bytes = (std::size_t{5} << 20) + 24;  // a size no other test frees
     void* block = memory.allocate(bytes);
     std::atomic<bool> released{false};
-    weft::cuda::check(cudaLaunchHostFunc(
-                          gpu.stream(),
-                          [](void* flag) {
-                              const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-                              while (!static_cast<std::atomic<bool>*>(flag)->load() &&
-                                     std::chrono::steady_clock::now() < until)
-                                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                          },
-                          &released),
-                      "cudaLaunchHostFunc (holding the stream)");
+    weft_test::hold_stream(gpu.stream(), released);
     weft::cuda::check(cudaMemsetAsync(block, 0x7f, bytes, gpu.stream()), "cudaMemsetAsync (queued use)");
     memory.deallocate(block, bytes);
     expect(cudaStreamQuery(gpu.stream()) == cudaErrorNotReady,
@@ -600,6 +593,61 @@ void test_state_memory_free_without_wait(gpu_backend& gpu) {
     for (std::size_t i = 0; i < bytes; i += 4093) zero = zero && b[i] == 0;
     expect(zero && b[bytes - 1] == 0, "after that work, zeroed: the queued write did not land after the zeroing");
     memory.deallocate(again, bytes);
+}
+
+// With a wait limit (the engine sets its communicator's timeout), a host wait for work that
+// does not finish aborts the GPU's registered communicators (a fake one here counts them) and
+// gives up with comm::timeout_error naming the rank, rather than holding the run: a host
+// function holds the stream, as a receive whose peer never sends would hold it over
+// comm::nccl. Without a limit the wait would last until the hold gives up after 10 s, and
+// the checks would fail rather than hang.
+void test_wait_limit(gpu_backend& gpu) {
+    bool refused = false;
+    try {
+        gpu.set_wait_limit(std::chrono::seconds(0), 0);
+    } catch (const weft::error& e) {
+        refused = std::string(e.what()).find("wait limit") != std::string::npos;
+    }
+    expect(refused, "a wait limit of 0 s is refused, naming the wait limit");
+
+    gpu.set_wait_limit(std::chrono::milliseconds(200), 3);
+    expect(gpu.wait_limit().rank == 3 && gpu.wait_limit().limit == std::chrono::milliseconds(200),
+           "set_wait_limit keeps the limit and the rank");
+    std::atomic<bool> released{false};
+    struct fake_communicator {
+        int aborts = 0;
+        static void abort(void* self) noexcept { ++static_cast<fake_communicator*>(self)->aborts; }
+    };
+    fake_communicator watched;
+    weft::comm::abort_on_timeout::registry().add(&watched, gpu.device(), fake_communicator::abort);
+    const auto gives_up = [&watched](auto&& wait, const std::string& what) {
+        const int aborts_before = watched.aborts;
+        const auto start = std::chrono::steady_clock::now();
+        std::string message;
+        try {
+            wait();
+        } catch (const weft::comm::timeout_error& e) {
+            message = e.what();
+        }
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        expect(message.find("rank 3") != std::string::npos && message.find("GPU 0") != std::string::npos,
+               what + " ends in a timeout_error naming rank 3 and the GPU (got: " + message + ")");
+        expect(waited >= 0.2 && waited < 5,
+               what + " gives up after its limit (waited " + std::to_string(waited) + " s)");
+        expect(watched.aborts == aborts_before + 1, what + " aborts the GPU's communicators first");
+    };
+    const gpu_matrix m = upload(gpu, random_matrix(4, 8, 71));
+    std::vector<float> host(m.size());  // outlives the copy queued into it behind the hold
+    weft_test::hold_stream(gpu.stream(), released);
+    gives_up([&] { gpu.synchronize(); }, "synchronize() behind a held stream");
+    gives_up([&] { gpu.copy_to_host(m, std::span<float>(host)); }, "copy_to_host behind a held stream");
+    released = true;
+    weft::comm::abort_on_timeout::registry().remove(&watched);
+    gpu.synchronize();  // the stream is usable again once the work goes on
+    expect(cudaStreamQuery(gpu.stream()) == cudaSuccess, "after the hold, the queued work finished");
+
+    gpu.set_wait_limit(weft::comm::no_timeout, 0);
+    expect(gpu.wait_limit().limit == weft::comm::no_timeout, "no_timeout removes the limit");
 }
 
 // No GPU: making the backend is an error that names the device and says why.
@@ -647,6 +695,7 @@ int main(int argc, char** argv) {
         test_reduce_matrix(gpu);
         test_state_memory_pool(gpu);
         test_state_memory_free_without_wait(gpu);
+        test_wait_limit(gpu);
         test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
     });
 }

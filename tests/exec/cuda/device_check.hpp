@@ -1,14 +1,20 @@
 // What weft's CUDA test programs share: checks that count, report and go on (so one run
 // shows every failure), and a main that runs the host-side checks first, skips with
-// exit code 77 where there is no GPU (ctest's SKIP_RETURN_CODE), then the chosen parts.
+// exit code 77 where there is no GPU (ctest's SKIP_RETURN_CODE), then the chosen parts; and
+// a hold of a stream, for checks of what waits for it.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "weft/exec/cuda/runtime.hpp"
@@ -63,6 +69,22 @@ int run_device_test(int argc, char** argv, std::initializer_list<std::string_vie
     }
     std::printf("%d check(s), %d failure(s)\n", checks, failures);
     return failures == 0 ? 0 : 1;
+}
+
+// Holds `stream` with a host function until `released` is set or 10 s pass: work queued on
+// it afterwards is surely unfinished until then, as work behind a receive whose peer never
+// sends would be. The cap turns a check that waits for the hold into a failure, not a hang.
+inline void hold_stream(cudaStream_t stream, std::atomic<bool>& released) {
+    weft::cuda::check(cudaLaunchHostFunc(
+                          stream,
+                          [](void* flag) {
+                              const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                              while (!static_cast<std::atomic<bool>*>(flag)->load() &&
+                                     std::chrono::steady_clock::now() < until)
+                                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          },
+                          &released),
+                      "cudaLaunchHostFunc (holding a stream)");
 }
 
 }  // namespace weft_test

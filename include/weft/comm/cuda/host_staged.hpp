@@ -110,6 +110,11 @@ public:
     void set_timeout(std::chrono::duration<Rep, Period> timeout) {
         inner_.set_timeout(timeout);
     }
+    [[nodiscard]] auto timeout() const
+        requires requires(const Inner& i) { i.timeout(); }
+    {
+        return inner_.timeout();
+    }
 
     [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
         if (!detail::is_device_only(data.data())) return request(inner_.isend(data, dest, tag), nullptr, nullptr);

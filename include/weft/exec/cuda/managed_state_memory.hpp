@@ -20,6 +20,7 @@
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream_registry.hpp"
+#include "weft/exec/cuda/wait_limit.hpp"
 
 namespace weft::cuda {
 
@@ -67,8 +68,16 @@ inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
 // event could be made) sends the buffer back through cudaFree.
 inline void* managed_fence() noexcept { return stream_fence::record(); }
 inline bool managed_fence_passed(void* fence) noexcept { return static_cast<stream_fence*>(fence)->passed(); }
+// Within the wait limit of the thread's backend (weft/exec/cuda/wait_limit.hpp): the work a
+// fence follows may wait for a message that never comes.
 inline void managed_fence_wait(void* fence) {
-    check(static_cast<stream_fence*>(fence)->wait(), "cudaEventSynchronize (a freed training-state buffer's work)");
+    const auto* f = static_cast<const stream_fence*>(fence);
+    const wait_limit& limit = thread_wait_limit();
+    if (limit.limit == comm::no_timeout) {
+        check(f->wait(), "cudaEventSynchronize (a freed training-state buffer's work)");
+        return;
+    }
+    detail::wait_for_device(limit, [f] { return f->query(); }, "a wait for a freed training-state buffer's work");
 }
 inline void managed_fence_drop(void* fence) noexcept {
     delete static_cast<stream_fence*>(fence);  // NOLINT(cppcoreguidelines-owning-memory): made by managed_fence

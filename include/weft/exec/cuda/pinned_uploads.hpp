@@ -11,6 +11,7 @@
 
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/exec/staging_ring.hpp"
 
 namespace weft::cuda {
@@ -30,7 +31,8 @@ struct pinned_upload_platform {
               "cudaMemcpyAsync (staged host values to the device)");
     }
     void record(fence& f) { f.record(stream); }
-    void wait(fence& f) { f.synchronize(); }
+    void wait(fence& f) { synchronize(f.get(), limit, "a wait for a pinned upload buffer's last copy"); }
+    wait_limit limit{};  // the backend's (exec::cuda::set_wait_limit)
 };
 
 using pinned_uploads = exec::staging_ring<pinned_upload_platform>;

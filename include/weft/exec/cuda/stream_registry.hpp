@@ -132,6 +132,13 @@ public:
             if (const cudaError_t result = cudaEventSynchronize(e); result != cudaSuccess) return result;
         return cudaSuccess;
     }
+    // cudaEventQuery on each: cudaErrorNotReady while one has not passed, the first other
+    // error, or cudaSuccess (for a wait that polls: weft/exec/cuda/wait_limit.hpp).
+    [[nodiscard]] cudaError_t query() const noexcept {
+        for (cudaEvent_t e : events_)
+            if (const cudaError_t result = cudaEventQuery(e); result != cudaSuccess) return result;
+        return cudaSuccess;
+    }
 
 private:
     stream_fence() = default;

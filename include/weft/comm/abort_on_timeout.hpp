@@ -1,0 +1,74 @@
+// What a timed-out wait on a GPU ends: every communicator whose work on that GPU only an
+// abort can stop (comm::nccl: a kernel waiting for a peer that never comes spins until
+// ncclCommAbort). Such communicators register here for their lifetime; a wait that gives up
+// (comm::nccl's host waits, exec::cuda's wait limit, weft/exec/cuda/wait_limit.hpp) aborts
+// all of them on its device before it throws, as PyTorch's watchdog aborts every
+// communicator of the process.
+//
+// Why all of them, not only the one that timed out: the streams of one GPU wait on each
+// other (a communicator's stream joins the compute stream, which waits for other groups'
+// receives), and freeing device memory waits for the whole device. One communicator left
+// stuck would hold the rest of the shutdown (the engine's buffers, the other groups'
+// destruction) for ever; with all of them aborted, every stream drains and the error can
+// reach the launcher, which ends the job.
+//
+// Host code only (no CUDA): the registry keys entries by device number.
+#pragma once
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+namespace weft::comm {
+
+class abort_on_timeout {
+public:
+    // Ends the owner's device work; must not throw, and must be safe to call again.
+    using abort_fn = void (*)(void* owner) noexcept;
+
+    static abort_on_timeout& registry() {
+        static abort_on_timeout instance;
+        return instance;
+    }
+
+    void add(void* owner, int device, abort_fn abort) {
+        const std::scoped_lock lock(mutex_);
+        entries_.push_back({owner, device, abort});
+    }
+    // After it returns, no abort of `owner` runs (an abort in progress on another thread
+    // finishes first): call it before the owner goes.
+    void remove(void* owner) {
+        const std::scoped_lock lock(mutex_);
+        std::erase_if(entries_, [owner](const entry& e) { return e.owner == owner; });
+    }
+
+    // Aborts every registered owner on `device`; returns how many.
+    int abort_all(int device) {
+        const std::scoped_lock lock(mutex_);
+        int aborted = 0;
+        for (const entry& e : entries_) {
+            if (e.device != device) continue;
+            e.abort(e.owner);
+            ++aborted;
+        }
+        return aborted;
+    }
+
+    [[nodiscard]] int registered(int device) const {
+        const std::scoped_lock lock(mutex_);
+        return static_cast<int>(std::count_if(entries_.begin(), entries_.end(),
+                                              [device](const entry& e) { return e.device == device; }));
+    }
+
+private:
+    abort_on_timeout() = default;
+    struct entry {
+        void* owner;
+        int device;
+        abort_fn abort;
+    };
+    mutable std::mutex mutex_;
+    std::vector<entry> entries_;
+};
+
+}  // namespace weft::comm
