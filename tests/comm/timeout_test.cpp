@@ -3,9 +3,11 @@
 // comm/abort_on_timeout.hpp: what a timed-out wait aborts.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/timeout.hpp"
@@ -88,4 +90,35 @@ TEST_CASE("a timed-out wait aborts every registered communicator of its device, 
     registry.remove(&elsewhere);
     CHECK(registry.registered(5) == before);
     CHECK(registry.registered(6) == 0);
+}
+
+namespace {
+// Two communicators whose aborts each wait for the other's to start, as two NCCL
+// communicators whose streams wait on each other do (ncclCommAbort waits for its streams).
+struct entangled_communicator {
+    std::atomic<int>* started;
+    bool saw_the_other = false;
+    static void abort(void* self) noexcept {
+        auto* c = static_cast<entangled_communicator*>(self);
+        ++*c->started;
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (c->started->load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        c->saw_the_other = c->started->load() == 2;
+    }
+};
+}  // namespace
+
+TEST_CASE("the aborts of one timeout run at once, so aborts that wait on each other end", "[comm][timeout]") {
+    auto& registry = weft::comm::abort_on_timeout::registry();
+    std::atomic<int> started{0};
+    entangled_communicator a{&started};
+    entangled_communicator b{&started};
+    registry.add(&a, 7, entangled_communicator::abort);
+    registry.add(&b, 7, entangled_communicator::abort);
+    CHECK(registry.abort_all(7) == 2);
+    registry.remove(&a);
+    registry.remove(&b);
+    // One after the other, the first would have given up waiting for the second.
+    CHECK(a.saw_the_other);
+    CHECK(b.saw_the_other);
 }

@@ -17,13 +17,15 @@
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace weft::comm {
 
 class abort_on_timeout {
 public:
-    // Ends the owner's device work; must not throw, and must be safe to call again.
+    // Ends the owner's device work; must not throw, must be safe to call again, and may run on
+    // another thread than the owner's.
     using abort_fn = void (*)(void* owner) noexcept;
 
     static abort_on_timeout& registry() {
@@ -42,15 +44,26 @@ public:
         std::erase_if(entries_, [owner](const entry& e) { return e.owner == owner; });
     }
 
-    // Aborts every registered owner on `device`; returns how many.
+    // Aborts every registered owner on `device`, all at once; returns how many.
+    //
+    // At once, each on a thread of its own: ncclCommAbort sets its communicator's abort flag
+    // and then waits for that communicator's streams, which may wait (through the compute
+    // stream) for another communicator's kernel that only that one's abort ends. One after
+    // the other, the first abort could wait for ever for the second.
     int abort_all(int device) {
         const std::scoped_lock lock(mutex_);
+        std::vector<std::thread> aborting;
         int aborted = 0;
         for (const entry& e : entries_) {
             if (e.device != device) continue;
-            e.abort(e.owner);
             ++aborted;
+            try {
+                aborting.emplace_back([e] { e.abort(e.owner); });
+            } catch (...) {  // no thread to be had: on this one, which is all that is left
+                e.abort(e.owner);
+            }
         }
+        for (std::thread& t : aborting) t.join();
         return aborted;
     }
 
