@@ -114,11 +114,43 @@ TEST_CASE("the aborts of one timeout run at once, so aborts that wait on each ot
     entangled_communicator a{&started};
     entangled_communicator b{&started};
     registry.add(&a, 7, entangled_communicator::abort);
-    registry.add(&b, 7, entangled_communicator::abort);
-    CHECK(registry.abort_all(7) == 2);
+    SECTION("both registered") {
+        registry.add(&b, 7, entangled_communicator::abort);
+        CHECK(registry.abort_all(7) == 2);
+        registry.remove(&b);
+    }
+    SECTION("one of them leaving the registry, as a communicator being destroyed") {
+        const weft::comm::abort_on_timeout::member leaving{&b, 7, entangled_communicator::abort};
+        CHECK(registry.abort_all(7, &leaving) == 2);
+    }
     registry.remove(&a);
-    registry.remove(&b);
     // One after the other, the first would have given up waiting for the second.
     CHECK(a.saw_the_other);
     CHECK(b.saw_the_other);
+}
+
+TEST_CASE("a GPU is idle for the registry when every communicator registered on it is", "[comm][timeout]") {
+    struct busy_communicator {
+        bool in_flight = false;
+        static void abort(void*) noexcept {}
+        static bool idle(void* self) noexcept { return !static_cast<busy_communicator*>(self)->in_flight; }
+    };
+    auto& registry = weft::comm::abort_on_timeout::registry();
+    busy_communicator here;
+    busy_communicator elsewhere;
+    fake_communicator without_work;  // no idle query: never has work in flight
+    registry.add(&here, 8, busy_communicator::abort, busy_communicator::idle);
+    registry.add(&elsewhere, 9, busy_communicator::abort, busy_communicator::idle);
+    registry.add(&without_work, 8, fake_communicator::abort);
+    CHECK(registry.all_idle(8));
+    here.in_flight = true;
+    CHECK_FALSE(registry.all_idle(8));
+    CHECK(registry.all_idle(9));  // another GPU's work does not count
+    here.in_flight = false;
+    elsewhere.in_flight = true;
+    CHECK(registry.all_idle(8));
+    CHECK_FALSE(registry.all_idle(9));
+    registry.remove(&here);
+    registry.remove(&elsewhere);
+    registry.remove(&without_work);
 }

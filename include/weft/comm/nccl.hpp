@@ -267,9 +267,7 @@ public:
         stream.emplace();
         ready.emplace();
         scratch.emplace();
-        abort_on_timeout::registry().add(this, device, [](void* self) noexcept {
-            static_cast<nccl_state*>(self)->abort();
-        });
+        abort_on_timeout::registry().add(this, device, &abort_member, &idle_member);
     }
     nccl_state(const nccl_state&) = delete;
     nccl_state& operator=(const nccl_state&) = delete;
@@ -287,27 +285,31 @@ public:
         if (comm != nullptr) {  // null once a timeout aborted it
             // What is still queued (a send nobody waited for) may finish; a receive or a send
             // whose peer never comes would hold the stream for ever, so the wait ends at the
-            // communicator's timeout or at an asynchronous error (a failed peer).
+            // communicator's timeout, or at an asynchronous error (a failed peer). Destroying
+            // frees device memory, which waits for the whole GPU: the other communicators on
+            // it must be idle too, since one stuck on a peer would hold the destroy for ever.
             const cudaStream_t queue = stream->get();
             bool failed = false;
             const bool drained = poll_until(
                 [&] {
                     ncclResult_t async = ncclSuccess;
                     failed = ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess;
-                    return failed || cudaStreamQuery(queue) != cudaErrorNotReady;
+                    if (failed) return true;
+                    return cudaStreamQuery(queue) != cudaErrorNotReady && abort_on_timeout::registry().all_idle(device);
                 },
                 deadline_after(timeout));
-            if (!drained) {
-                // Past the timeout, as a host wait past it does: every communicator on the GPU
-                // is aborted, this one with them, so that no stream stays stuck behind another's.
+            if (!drained || failed) {
                 std::fprintf(stderr,
-                             "weft: comm::nccl (rank %d of %d) destroyed with communication unfinished after its "
-                             "timeout of %g s; aborting the NCCL communicators on GPU %d\n",
-                             rank, size, timeout_seconds(timeout), device);
-                abort_on_timeout::registry().abort_all(device);
-                abort();
-            } else if (failed) {
-                abort();  // a communicator with a failed peer may never finish a clean destroy
+                             "weft: comm::nccl (rank %d of %d) destroyed %s; aborting the NCCL communicators "
+                             "on GPU %d\n",
+                             rank, size,
+                             failed ? "after an asynchronous NCCL error (a failed peer)"
+                                    : "with communication on its GPU unfinished after its timeout",
+                             device);
+                // As a host wait past the timeout does: this communicator and every other one on
+                // the GPU, all at once (abort_on_timeout.hpp says why).
+                const abort_on_timeout::member self{this, device, &abort_member, &idle_member};
+                abort_on_timeout::registry().abort_all(device, &self);
             } else {
                 static_cast<void>(ncclCommDestroy(comm));
                 comm = nullptr;
@@ -437,6 +439,12 @@ public:
         if (comm == nullptr) return;
         static_cast<void>(ncclCommAbort(comm));
         comm = nullptr;
+    }
+    // For the registry (comm/abort_on_timeout.hpp), which may call them from another thread
+    // while this one waits.
+    static void abort_member(void* self) noexcept { static_cast<nccl_state*>(self)->abort(); }
+    static bool idle_member(void* self) noexcept {
+        return cudaStreamQuery(static_cast<nccl_state*>(self)->stream->get()) != cudaErrorNotReady;
     }
 
     void check_async() const {

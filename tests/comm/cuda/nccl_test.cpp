@@ -445,7 +445,7 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
 [[maybe_unused]] void check_timeouts(cudaStream_t compute) {
     std::atomic<bool> released{false};
     const auto release_later = [&released] {
-        return std::thread([&released] {
+        return std::jthread([&released] {
             std::this_thread::sleep_for(std::chrono::milliseconds(1500));
             released = true;
         });
@@ -463,7 +463,7 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
         nccl c = nccl::single(0, compute);
         c.set_timeout(std::chrono::milliseconds(200));
         weft_test::hold_stream(c.comm_stream(), released);
-        std::thread releaser = release_later();
+        std::jthread releaser = release_later();
         auto r = c.iallgather(cspan_of(ones), span_of(all));
         std::string message;
         try {
@@ -484,11 +484,11 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
         nccl d = nccl::single(0, compute);
         d.set_timeout(std::chrono::milliseconds(200));
         weft_test::hold_stream(d.comm_stream(), released);
-        std::thread releaser = release_later();
+        std::jthread releaser = release_later();
         {
             auto unwaited = d.iallgather(cspan_of(ones), span_of(all));
             nccl gone = std::move(d);
-        }  // the request, then the communicator: its state's destructor waits for the held stream
+        }  // the communicator, then the request, and with it the state: its destructor waits for the held stream
         expect(watched.aborts == 2, "a communicator destroyed with stuck work gave up after its timeout and aborted "
                                     "the GPU's communicators (" + std::to_string(watched.aborts) + " aborts)");
         releaser.join();

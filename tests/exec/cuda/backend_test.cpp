@@ -637,7 +637,7 @@ void test_wait_limit(gpu_backend& gpu) {
         expect(watched.aborts == aborts_before + 1, what + " aborts the GPU's communicators first");
     };
     const gpu_matrix m = upload(gpu, random_matrix(4, 8, 71));
-    std::vector<float> host(m.size());  // outlives the copy queued into it behind the hold
+    std::vector<float> host(m.size());
     weft_test::hold_stream(gpu.stream(), released);
     gives_up([&] { gpu.synchronize(); }, "synchronize() behind a held stream");
     gives_up([&] { gpu.copy_to_host(m, std::span<float>(host)); }, "copy_to_host behind a held stream");

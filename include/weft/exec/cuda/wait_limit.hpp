@@ -42,6 +42,7 @@ inline thread_local wait_limit limit_of_thread{};
 // The limit of the backend this thread computes with (exec::cuda::set_wait_limit sets both):
 // for the waits that no backend object is handed to, as the training state's pool waiting
 // for a freed buffer's work (managed_state_memory.hpp), which runs on the rank's thread.
+// It stays until set again; a thread that set none waits without a limit.
 [[nodiscard]] inline const wait_limit& thread_wait_limit() { return detail::limit_of_thread; }
 inline void set_thread_wait_limit(const wait_limit& limit) { detail::limit_of_thread = limit; }
 
