@@ -72,12 +72,8 @@ inline bool managed_fence_passed(void* fence) noexcept { return static_cast<stre
 // fence follows may wait for a message that never comes.
 inline void managed_fence_wait(void* fence) {
     const auto* f = static_cast<const stream_fence*>(fence);
-    const wait_limit& limit = thread_wait_limit();
-    if (limit.limit == comm::no_timeout) {
-        check(f->wait(), "cudaEventSynchronize (a freed training-state buffer's work)");
-        return;
-    }
-    detail::wait_for_device(limit, [f] { return f->query(); }, "a wait for a freed training-state buffer's work");
+    detail::wait_for_device(thread_wait_limit(), [f] { return f->query(); },
+                            "a wait for a freed training-state buffer's work");
 }
 inline void managed_fence_drop(void* fence) noexcept {
     delete static_cast<stream_fence*>(fence);  // NOLINT(cppcoreguidelines-owning-memory): made by managed_fence

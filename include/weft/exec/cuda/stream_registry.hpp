@@ -120,25 +120,16 @@ public:
         for (cudaEvent_t e : events_) static_cast<void>(cudaEventDestroy(e));
     }
 
-    // An error other than "not ready" counts as passed: the device has failed, and the wait
-    // or the next operation on it reports that.
-    [[nodiscard]] bool passed() const noexcept {
-        return std::all_of(events_.begin(), events_.end(),
-                           [](cudaEvent_t e) { return cudaEventQuery(e) != cudaErrorNotReady; });
-    }
-    // cudaEventSynchronize on each; the first error is returned (cudaSuccess when none).
-    [[nodiscard]] cudaError_t wait() const noexcept {
-        for (cudaEvent_t e : events_)
-            if (const cudaError_t result = cudaEventSynchronize(e); result != cudaSuccess) return result;
-        return cudaSuccess;
-    }
-    // cudaEventQuery on each: cudaErrorNotReady while one has not passed, the first other
-    // error, or cudaSuccess (for a wait that polls: weft/exec/cuda/wait_limit.hpp).
+    // cudaEventQuery on each: cudaErrorNotReady while one has not passed, else the first other
+    // error, or cudaSuccess. What a wait polls (weft/exec/cuda/wait_limit.hpp).
     [[nodiscard]] cudaError_t query() const noexcept {
         for (cudaEvent_t e : events_)
             if (const cudaError_t result = cudaEventQuery(e); result != cudaSuccess) return result;
         return cudaSuccess;
     }
+    // An error other than "not ready" counts as passed: the device has failed, and the wait
+    // or the next operation on it reports that.
+    [[nodiscard]] bool passed() const noexcept { return query() != cudaErrorNotReady; }
 
 private:
     stream_fence() = default;

@@ -49,8 +49,8 @@ inline void set_thread_wait_limit(const wait_limit& limit) { detail::limit_of_th
 namespace detail {
 
 // Waits for `query` (cudaStreamQuery or cudaEventQuery, bound to its handle) to report the
-// work done; an error it reports is a weft::error naming `what`; past the limit, a
-// timeout_error naming `what` and the rank.
+// work done (without a limit: however long that takes); an error it reports is a weft::error
+// naming `what`; past the limit, a timeout_error naming `what` and the rank.
 template <class Query>
 void wait_for_device(const wait_limit& limit, Query&& query, const std::string& what) {
     const auto start = comm::timeout_clock::now();
