@@ -1,16 +1,20 @@
 // The SWARM router: interleaved weighted round-robin over a stage's workers, with joins at
-// the current minimum, bans, timeouts that follow each worker's EMA, and a clear error
-// when no worker is live.
+// the current minimum, a trial of each worker's first calls, probes of workers passed over,
+// bans, timeouts that follow each worker's EMA, and a clear error when no worker is live.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "weft/core/error.hpp"
 #include "weft/swarm/router.hpp"
 
+using weft::swarm::call_class;
 using weft::swarm::router;
 using weft::swarm::router_options;
+using weft::swarm::worker_id;
 
 namespace {
 
@@ -73,6 +77,46 @@ TEST_CASE("a new worker's first measured call replaces the guess its place was r
     CHECK(counts.at(2) <= 21);
 }
 
+TEST_CASE("one slow first call does not keep a worker idle for the rest of a run", "[swarm][router]") {
+    // Both workers take 1 ms a call, but worker 2's first call takes 100 ms (a cold start on a
+    // loaded host). Trusted alone, that call would hold worker 2 back for some 100 of worker 1's
+    // calls, and no later call could correct it: it would get none.
+    router r(0);
+    r.join(1);
+    r.join(2);
+    bool first_of_2 = true;
+    std::map<worker_id, int> counts;
+    for (int i = 0; i < 100; ++i) {
+        const auto id = r.pick_or_throw();
+        ++counts[id];
+        const bool cold = id == 2 && std::exchange(first_of_2, false);
+        r.finished(id, cold ? 0.1 : 0.001);
+    }
+    // A probe gives worker 2 a call within 8 x 2 picks, the trial keeps the faster of its
+    // first two calls, and from then on the two share the calls.
+    CHECK(counts.at(2) >= 35);
+    CHECK(r.expected_seconds(2) == Approx(0.001));
+    CHECK(*r.class_seconds(2, call_class::forward) == Approx(0.001));
+}
+
+TEST_CASE("a worker passed over is probed every probe_after picks per live worker, no more often", "[swarm][router]") {
+    router r(0, {.probe_after = 4});
+    r.join(1);
+    r.join(2);
+    for (int trial = 0; trial < 2; ++trial) {
+        r.finished(1, 0.001);
+        r.finished(2, 1.0);  // a thousand times slower: by its speed, 1 call in 1001
+    }
+    std::vector<worker_id> picks;
+    for (int i = 0; i < 90; ++i) picks.push_back(r.pick_or_throw());
+    // Passed over for more than 4 x 2 picks, it gets the 9th, the 18th, ... and only those.
+    for (std::size_t i = 0; i < picks.size(); ++i) {
+        INFO("pick " << i + 1);
+        CHECK(picks[i] == ((i + 1) % 9 == 0 ? 2U : 1U));
+    }
+    CHECK(r.expected_seconds(2) == Approx(1.0));  // a probe changes no estimate by itself
+}
+
 TEST_CASE("a failed worker is banned until it announces itself again", "[swarm][router]") {
     router r(2);
     r.join(1);
@@ -92,8 +136,9 @@ TEST_CASE("a failed worker is banned until it announces itself again", "[swarm][
 }
 
 TEST_CASE("timeouts follow each worker's EMA, and a timeout costs its share", "[swarm][router]") {
+    // One trial call: from the second call on, the EMA.
     router r(0, router_options{.ema_weight = 0.5, .timeout_multiple = 3, .timeout_floor_seconds = 0.5,
-                               .timeout_penalty = 4});
+                               .timeout_penalty = 4, .trial_calls = 1});
     r.join(1);
     r.join(2);
     r.finished(1, 0.1);
@@ -130,6 +175,8 @@ TEST_CASE("bad router options and unknown workers are refused by name", "[swarm]
     CHECK_THROWS_WITH(router(0, router_options{.timeout_multiple = 0.5}), Catch::Contains("timeout_multiple"));
     CHECK_THROWS_WITH(router(0, router_options{.timeout_floor_seconds = 0}), Catch::Contains("timeout_floor_seconds"));
     CHECK_THROWS_WITH(router(0, router_options{.timeout_penalty = 0.5}), Catch::Contains("timeout_penalty"));
+    CHECK_THROWS_WITH(router(0, router_options{.trial_calls = 0}), Catch::Contains("trial_calls"));
+    CHECK_THROWS_WITH(router(0, router_options{.probe_after = 0}), Catch::Contains("probe_after"));
     router r(0);
     CHECK_THROWS_WITH(r.finished(9, 1.0), Catch::Contains("swarm worker") && Catch::Contains("never joined"));
     r.join(9);

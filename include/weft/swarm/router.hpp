@@ -9,7 +9,12 @@
 // left behind (it was chosen again, banned, or left) are skipped as they surface.
 //
 // A worker that joins enters at the current minimum, so it neither waits behind the pool
-// nor takes a burst of calls to catch up. A timed-out call multiplies the worker's EMA by a
+// nor takes a burst of calls to catch up. Its first calls are a trial: its expected time is
+// the fastest of them, since a first call pays one-time costs (allocations, cold caches) and
+// a loaded host can stretch any one call, but nothing makes a call faster than the worker
+// is. A worker passed over for too long (probe_after picks per live worker) gets the next
+// call whatever its estimate: an estimate is only corrected by calls, so without the probe
+// one slow call could keep a worker idle for the rest of a run. A timed-out call multiplies the worker's EMA by a
 // penalty (it is chosen less, and waited for longer); an error or a dead connection bans
 // it until it announces itself again (join). Timeouts follow each worker's own EMA: a
 // multiple of it, never below a floor.
@@ -49,6 +54,8 @@ struct router_options {
     double timeout_multiple = 4.0;     // a call times out after this many EMAs, >= 1
     double timeout_floor_seconds = 1;  // and never sooner than this, > 0
     double timeout_penalty = 2.0;      // a timed-out worker's EMA is multiplied by this, >= 1
+    int trial_calls = 2;               // a worker's estimate is the fastest of its first calls, >= 1
+    int probe_after = 8;               // picks per live worker a worker may be passed over, >= 1
 };
 
 class router {
@@ -62,6 +69,8 @@ public:
         require(options.timeout_floor_seconds > 0, "timeout_floor_seconds", options.timeout_floor_seconds,
                 "must be > 0");
         require(options.timeout_penalty >= 1, "timeout_penalty", options.timeout_penalty, "must be >= 1");
+        require(options.trial_calls >= 1, "trial_calls", options.trial_calls, "must be >= 1");
+        require(options.probe_after >= 1, "probe_after", options.probe_after, "must be >= 1");
     }
 
     // A worker announces itself: it joins the pool (again, after a ban) at the current
@@ -72,6 +81,7 @@ public:
         if (w.live) return;
         w.live = true;
         w.virtual_time = least;
+        w.last_pick = picks_;
         push(id, w);
     }
     // A worker leaves (or moves to another stage): no more calls go to it.
@@ -84,12 +94,22 @@ public:
 
     // The worker the next call goes to; none when no worker is live.
     [[nodiscard]] std::optional<worker_id> pick() {
+        ++picks_;
+        if (const auto id = passed_over_longest()) {
+            // A probe: it is measured again, and goes on from the pool's present, as a joiner does.
+            worker& w = workers_.at(*id);
+            w.virtual_time = minimum_virtual_time() + w.ema_seconds;
+            w.last_pick = picks_;
+            push(*id, w);
+            return id;
+        }
         while (!heap_.empty()) {
             const entry top = heap_.top();
             heap_.pop();
             worker& w = workers_.at(top.id);
             if (!w.live || top.version != w.version) continue;  // left behind
             w.virtual_time = top.finish + w.ema_seconds;
+            w.last_pick = picks_;
             push(top.id, w);
             return top.id;
         }
@@ -103,24 +123,24 @@ public:
                     "wait for one to announce itself)");
     }
 
-    // A call to `id` took `seconds`: its EMA follows, and that of its class of call.
+    // A call to `id` took `seconds`: its estimate follows, and that of its class of call.
     void finished(worker_id id, double seconds, call_class kind = call_class::forward) {
         require(seconds >= 0, "call seconds", seconds, "must be >= 0");
         worker& w = known(id);
-        auto& by_class = w.class_seconds[static_cast<std::size_t>(kind)];
-        by_class = by_class ? (1 - options_.ema_weight) * *by_class + options_.ema_weight * seconds : seconds;
-        if (!w.measured && w.live) {
-            // Its place was reckoned with the guess (initial_seconds), which may be ages of the
-            // pool's calls: moved by the difference, it gets its share from now on rather than
-            // after the pool catches up with the guess.
-            w.virtual_time += seconds - w.ema_seconds;
-            w.ema_seconds = seconds;
-            w.measured = true;
-            push(id, w);
-            return;
-        }
-        w.ema_seconds = w.measured ? (1 - options_.ema_weight) * w.ema_seconds + options_.ema_weight * seconds : seconds;
+        const auto c = static_cast<std::size_t>(kind);
+        w.class_seconds[c] = estimate_after(w.class_seconds[c], w.class_calls[c]++, seconds);
+        const bool on_trial = w.timed_calls < options_.trial_calls;
+        const double before = w.ema_seconds;
+        w.ema_seconds = *estimate_after(before, w.timed_calls++, seconds);
         w.measured = true;
+        if (on_trial && w.live && w.ema_seconds != before) {
+            // Its place was reckoned with an estimate the trial has corrected: the guess
+            // (initial_seconds), which may be ages of the pool's calls, or a first call that
+            // paid one-time costs. Moved by the difference, it gets its share from now on rather
+            // than after the pool catches up with the old estimate.
+            w.virtual_time += w.ema_seconds - before;
+            push(id, w);
+        }
     }
     // A call to `id` timed out: its EMA takes the penalty; the caller tries another worker.
     void timed_out(worker_id id) {
@@ -172,7 +192,10 @@ private:
         bool live = false;
         bool measured = false;
         int bans = 0;
+        int timed_calls = 0;                                 // calls finished(), the trial's among them
+        std::uint64_t last_pick = 0;                         // picks_ when it was last picked or joined
         std::array<std::optional<double>, 2> class_seconds;  // by call_class
+        std::array<int, 2> class_calls{};                    // calls timed, by call_class
     };
     struct entry {
         double finish;
@@ -188,6 +211,28 @@ private:
         if (w.ema_seconds == 0) w.ema_seconds = options_.initial_seconds;
         ++w.version;
         heap_.push({w.virtual_time, random_(), id, w.version});
+    }
+    // An estimate after one more call of `seconds`, `calls_before` calls into its history:
+    // the call itself at first, the fastest call during the trial, then the EMA.
+    [[nodiscard]] std::optional<double> estimate_after(std::optional<double> estimate, int calls_before,
+                                                       double seconds) const {
+        if (!estimate || calls_before == 0) return seconds;
+        if (calls_before < options_.trial_calls) return std::min(*estimate, seconds);
+        return (1 - options_.ema_weight) * *estimate + options_.ema_weight * seconds;
+    }
+    // The live worker passed over for more than probe_after picks per live worker, the longest
+    // passed over of those; none when every worker has been picked recently enough.
+    [[nodiscard]] std::optional<worker_id> passed_over_longest() const {
+        const auto limit = static_cast<std::uint64_t>(options_.probe_after) * live_workers();
+        std::optional<worker_id> longest;
+        std::uint64_t oldest_pick = picks_;
+        for (const auto& [id, w] : workers_) {
+            if (w.live && picks_ - w.last_pick > limit && w.last_pick < oldest_pick) {
+                longest = id;
+                oldest_pick = w.last_pick;
+            }
+        }
+        return longest;
     }
     [[nodiscard]] double minimum_virtual_time() const {
         std::optional<double> least;
@@ -207,6 +252,7 @@ private:
     router_options options_;
     std::mt19937_64 random_;
     std::map<worker_id, worker> workers_;
+    std::uint64_t picks_ = 0;  // pick() calls so far, the clock that probe_after counts on
     std::priority_queue<entry, std::vector<entry>, std::greater<>> heap_;
 };
 
