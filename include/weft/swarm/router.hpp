@@ -14,10 +14,11 @@
 // a loaded host can stretch any one call, but nothing makes a call faster than the worker
 // is. A worker passed over for too long (probe_after picks per live worker) gets the next
 // call whatever its estimate: an estimate is only corrected by calls, so without the probe
-// one slow call could keep a worker idle for the rest of a run. A timed-out call multiplies the worker's EMA by a
-// penalty (it is chosen less, and waited for longer); an error or a dead connection bans
-// it until it announces itself again (join). Timeouts follow each worker's own EMA: a
-// multiple of it, never below a floor.
+// one slow call could keep a worker idle for the rest of a run.
+//
+// A timed-out call multiplies the worker's EMA by a penalty (it is chosen less, and waited
+// for longer); an error or a dead connection bans it until it announces itself again
+// (join). Timeouts follow each worker's own EMA: a multiple of it, never below a floor.
 //
 // The router is plain data with no clock or I/O, so that the real trainer and the simulated
 // one (benchmarks/bench_swarm) make the same choices.
