@@ -99,22 +99,49 @@ TEST_CASE("one slow first call does not keep a worker idle for the rest of a run
     CHECK(*r.class_seconds(2, call_class::forward) == Approx(0.001));
 }
 
-TEST_CASE("a worker passed over is probed every probe_after picks per live worker, no more often", "[swarm][router]") {
+TEST_CASE("a worker on trial is probed when passed over, one call at a time, not after", "[swarm][router]") {
     router r(0, {.probe_after = 4});
     r.join(1);
     r.join(2);
-    for (int trial = 0; trial < 2; ++trial) {
-        r.finished(1, 0.001);
-        r.finished(2, 1.0);  // a thousand times slower: by its speed, 1 call in 1001
-    }
+    r.finished(1, 0.001);
+    r.finished(1, 0.001);  // worker 1's trial is over
+    r.finished(2, 1.0);    // worker 2, a thousand times slower, has one call of its two
     std::vector<worker_id> picks;
-    for (int i = 0; i < 90; ++i) picks.push_back(r.pick_or_throw());
-    // Passed over for more than 4 x 2 picks, it gets the 9th, the 18th, ... and only those.
+    for (int i = 0; i < 30; ++i) picks.push_back(r.pick_or_throw());
+    r.finished(2, 1.0);  // the probe's answer ends its trial
+    for (int i = 0; i < 60; ++i) picks.push_back(r.pick_or_throw());
+    // Passed over for 4 x 2 picks, it gets the 9th. No second probe while that call is out
+    // (the 18th and 27th), and none once its trial is over: by its speed, 1 call in 1001.
     for (std::size_t i = 0; i < picks.size(); ++i) {
         INFO("pick " << i + 1);
-        CHECK(picks[i] == ((i + 1) % 9 == 0 ? 2U : 1U));
+        CHECK(picks[i] == (i + 1 == 9 ? 2U : 1U));
     }
     CHECK(r.expected_seconds(2) == Approx(1.0));  // a probe changes no estimate by itself
+}
+
+TEST_CASE("a timeout ends the trial, and a join starts a new one", "[swarm][router]") {
+    router r(0, {.ema_weight = 0.2, .timeout_penalty = 2, .probe_after = 4});
+    r.join(1);
+    r.join(2);
+    r.finished(1, 0.001);
+    r.finished(1, 0.001);
+    r.finished(2, 1.0);
+    r.timed_out(2);  // its calls may hang: it is not probed again
+    CHECK(count_picks(r, 90).count(2) == 0);
+    CHECK(r.expected_seconds(2) == Approx(2.0));
+    r.finished(2, 0.001);  // after the trial, a fast call is blended into the penalty
+    CHECK(r.expected_seconds(2) == Approx(0.8 * 2.0 + 0.2 * 0.001));
+    // Back after a ban (a restarted process, say), its first call replaces the estimate again.
+    r.failed(2);
+    r.join(2);
+    // It enters at the minimum, level with worker 1: one of the next two calls is its.
+    const bool picked = r.pick_or_throw() == 2 || r.pick_or_throw() == 2;
+    REQUIRE(picked);
+    r.finished(2, 0.001, call_class::backward);
+    CHECK(r.expected_seconds(2) == Approx(0.001));
+    CHECK(*r.class_seconds(2, call_class::backward) == Approx(0.001));
+    const auto counts = count_picks(r, 40);
+    CHECK(counts.at(2) >= 18);  // and it takes its share at once
 }
 
 TEST_CASE("a failed worker is banned until it announces itself again", "[swarm][router]") {

@@ -3,18 +3,21 @@
 //
 // Each live worker has a virtual finish time. A call goes to the worker whose virtual time
 // is least, ties broken at random, and that worker's virtual time then moves on by its
-// expected time per call: the exponential moving average (EMA) of the times it was measured
-// at. A worker twice as fast is thus chosen twice as often, and its calls interleave with
-// the others' instead of coming in bursts. The times live in a min-heap; entries a worker
-// left behind (it was chosen again, banned, or left) are skipped as they surface.
+// expected time per call: after a short trial (below), the exponential moving average (EMA)
+// of the times it was measured at. A worker twice as fast is thus chosen twice as often, and
+// its calls interleave with the others' instead of coming in bursts. The times live in a
+// min-heap; entries a worker left behind (it was chosen again, banned, or left) are skipped
+// as they surface.
 //
 // A worker that joins enters at the current minimum, so it neither waits behind the pool
-// nor takes a burst of calls to catch up. Its first calls are a trial: its expected time is
-// the fastest of them, since a first call pays one-time costs (allocations, cold caches) and
-// a loaded host can stretch any one call, but nothing makes a call faster than the worker
-// is. A worker passed over for too long (probe_after picks per live worker) gets the next
-// call whatever its estimate: an estimate is only corrected by calls, so without the probe
-// one slow call could keep a worker idle for the rest of a run.
+// nor takes a burst of calls to catch up. Its first calls after each join are a trial: its
+// expected time is the fastest of them, since a first call pays one-time costs (allocations,
+// cold caches) and a loaded host can stretch any one call, but nothing makes a call faster
+// than the worker is. A worker on trial passed over for probe_after picks per live worker
+// gets the next call whatever its estimate: an estimate is only corrected by calls, so
+// without the probe one slow first call could keep a worker idle for the rest of a run. The
+// trial, and with it the probing, ends after trial_calls calls or at a timeout, so a worker
+// really that slow, or one whose calls hang, costs at most a call or two.
 //
 // A timed-out call multiplies the worker's EMA by a penalty (it is chosen less, and waited
 // for longer); an error or a dead connection bans it until it announces itself again
@@ -33,6 +36,7 @@
 #include <optional>
 #include <queue>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,7 +60,7 @@ struct router_options {
     double timeout_floor_seconds = 1;  // and never sooner than this, > 0
     double timeout_penalty = 2.0;      // a timed-out worker's EMA is multiplied by this, >= 1
     int trial_calls = 2;               // a worker's estimate is the fastest of its first calls, >= 1
-    int probe_after = 8;               // picks per live worker a worker may be passed over, >= 1
+    int probe_after = 8;               // picks per live worker a worker on trial may be passed over, >= 1
 };
 
 class router {
@@ -82,7 +86,12 @@ public:
         if (w.live) return;
         w.live = true;
         w.virtual_time = least;
+        // A new trial: a worker back from a ban or a move may be a new process, or serve
+        // another stage, and be cold again. Its estimate so far is the trial's starting guess.
+        w.timed_calls = 0;
+        w.class_calls = {};
         w.last_pick = picks_;
+        on_trial_.insert(id);
         push(id, w);
     }
     // A worker leaves (or moves to another stage): no more calls go to it.
@@ -91,13 +100,17 @@ public:
             it->second.live = false;
             ++it->second.version;
         }
+        on_trial_.erase(id);
     }
 
     // The worker the next call goes to; none when no worker is live.
     [[nodiscard]] std::optional<worker_id> pick() {
         ++picks_;
         if (const auto id = passed_over_longest()) {
-            // A probe: it is measured again, and goes on from the pool's present, as a joiner does.
+            // A probe: it is measured again, and goes on from the pool's present, as a joiner
+            // does. No other probe goes to it until this call is timed, so that a slow worker's
+            // calls do not pile up.
+            on_trial_.erase(*id);
             worker& w = workers_.at(*id);
             w.virtual_time = minimum_virtual_time() + w.ema_seconds;
             w.last_pick = picks_;
@@ -134,6 +147,8 @@ public:
         const double before = w.ema_seconds;
         w.ema_seconds = *estimate_after(before, w.timed_calls++, seconds);
         w.measured = true;
+        if (w.live && w.timed_calls < options_.trial_calls) on_trial_.insert(id);  // it may be probed again
+        else on_trial_.erase(id);
         if (on_trial && w.live && w.ema_seconds != before) {
             // Its place was reckoned with an estimate the trial has corrected: the guess
             // (initial_seconds), which may be ages of the pool's calls, or a first call that
@@ -144,10 +159,14 @@ public:
         }
     }
     // A call to `id` timed out: its EMA takes the penalty; the caller tries another worker.
+    // A timeout ends the trial: a worker whose calls hang is not probed again, and a later fast
+    // call is blended into the penalty rather than replacing it.
     void timed_out(worker_id id) {
         worker& w = known(id);
         w.ema_seconds *= options_.timeout_penalty;
         w.measured = true;
+        w.timed_calls = std::max(w.timed_calls, options_.trial_calls);
+        on_trial_.erase(id);
     }
     // A call to `id` failed, or its connection died: banned until it announces itself again.
     // A worker that dies before it ever joined (while fetching its state) is recorded banned.
@@ -156,6 +175,7 @@ public:
         w.live = false;
         ++w.version;
         ++w.bans;
+        on_trial_.erase(id);
     }
 
     // How long to wait for a call to `id`: a multiple of its EMA, never below the floor.
@@ -193,10 +213,10 @@ private:
         bool live = false;
         bool measured = false;
         int bans = 0;
-        int timed_calls = 0;                                 // calls finished(), the trial's among them
+        int timed_calls = 0;                                 // calls finished() since it joined
         std::uint64_t last_pick = 0;                         // picks_ when it was last picked or joined
         std::array<std::optional<double>, 2> class_seconds;  // by call_class
-        std::array<int, 2> class_calls{};                    // calls timed, by call_class
+        std::array<int, 2> class_calls{};                    // calls timed since it joined, by call_class
     };
     struct entry {
         double finish;
@@ -221,14 +241,16 @@ private:
         if (calls_before < options_.trial_calls) return std::min(*estimate, seconds);
         return (1 - options_.ema_weight) * *estimate + options_.ema_weight * seconds;
     }
-    // The live worker passed over for more than probe_after picks per live worker, the longest
-    // passed over of those; none when every worker has been picked recently enough.
+    // The worker on trial passed over for probe_after picks per live worker, the longest passed
+    // over of those; none when every such worker has been picked recently enough.
     [[nodiscard]] std::optional<worker_id> passed_over_longest() const {
+        if (on_trial_.empty()) return std::nullopt;
         const auto limit = static_cast<std::uint64_t>(options_.probe_after) * live_workers();
         std::optional<worker_id> longest;
         std::uint64_t oldest_pick = picks_;
-        for (const auto& [id, w] : workers_) {
-            if (w.live && picks_ - w.last_pick > limit && w.last_pick < oldest_pick) {
+        for (const worker_id id : on_trial_) {
+            const worker& w = workers_.at(id);
+            if (picks_ - w.last_pick > limit && w.last_pick < oldest_pick) {
                 longest = id;
                 oldest_pick = w.last_pick;
             }
@@ -253,7 +275,8 @@ private:
     router_options options_;
     std::mt19937_64 random_;
     std::map<worker_id, worker> workers_;
-    std::uint64_t picks_ = 0;  // pick() calls so far, the clock that probe_after counts on
+    std::uint64_t picks_ = 0;        // pick() calls so far, the clock that probe_after counts on
+    std::set<worker_id> on_trial_;  // live, on trial, no probe unanswered: the ones probe_after watches
     std::priority_queue<entry, std::vector<entry>, std::greater<>> heap_;
 };
 
