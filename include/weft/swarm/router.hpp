@@ -13,11 +13,12 @@
 // nor takes a burst of calls to catch up. Its first calls after each join are a trial: its
 // expected time is the fastest of them, since a first call pays one-time costs (allocations,
 // cold caches) and a loaded host can stretch any one call, but nothing makes a call faster
-// than the worker is. A worker on trial passed over for probe_after picks per live worker
-// gets the next call whatever its estimate: an estimate is only corrected by calls, so
-// without the probe one slow first call could keep a worker idle for the rest of a run. The
-// trial, and with it the probing, ends after trial_calls calls or at a timeout, so a worker
-// really that slow, or one whose calls hang, costs at most a call or two.
+// than the worker is. A worker passed over for probe_after picks per live worker gets the
+// next call whatever its estimate: an estimate is only corrected by calls, so without the
+// probe one slow call could keep a worker idle for the rest of a run. A probed worker gets no
+// other probe until that call is answered, and none after a timeout until a call of it is
+// answered again, so a worker whose calls hang is not probed, and a truly slow one costs one
+// call in probe_after x workers.
 //
 // A timed-out call multiplies the worker's EMA by a penalty (it is chosen less, and waited
 // for longer); an error or a dead connection bans it until it announces itself again
@@ -60,7 +61,7 @@ struct router_options {
     double timeout_floor_seconds = 1;  // and never sooner than this, > 0
     double timeout_penalty = 2.0;      // a timed-out worker's EMA is multiplied by this, >= 1
     int trial_calls = 2;               // a worker's estimate is the fastest of its first calls, >= 1
-    int probe_after = 8;               // picks per live worker a worker on trial may be passed over, >= 1
+    int probe_after = 8;               // picks per live worker a worker may be passed over, >= 1
 };
 
 class router {
@@ -91,7 +92,7 @@ public:
         w.timed_calls = 0;
         w.class_calls = {};
         w.last_pick = picks_;
-        on_trial_.insert(id);
+        probe_eligible_.insert(id);
         push(id, w);
     }
     // A worker leaves (or moves to another stage): no more calls go to it.
@@ -100,7 +101,7 @@ public:
             it->second.live = false;
             ++it->second.version;
         }
-        on_trial_.erase(id);
+        probe_eligible_.erase(id);
     }
 
     // The worker the next call goes to; none when no worker is live.
@@ -110,7 +111,7 @@ public:
             // A probe: it is measured again, and goes on from the pool's present, as a joiner
             // does. No other probe goes to it until this call is timed, so that a slow worker's
             // calls do not pile up.
-            on_trial_.erase(*id);
+            probe_eligible_.erase(*id);
             worker& w = workers_.at(*id);
             w.virtual_time = minimum_virtual_time() + w.ema_seconds;
             w.last_pick = picks_;
@@ -147,8 +148,7 @@ public:
         const double before = w.ema_seconds;
         w.ema_seconds = *estimate_after(before, w.timed_calls++, seconds);
         w.measured = true;
-        if (w.live && w.timed_calls < options_.trial_calls) on_trial_.insert(id);  // it may be probed again
-        else on_trial_.erase(id);
+        if (w.live) probe_eligible_.insert(id);  // answered: it may be probed again
         if (on_trial && w.live && w.ema_seconds != before) {
             // Its place was reckoned with an estimate the trial has corrected: the guess
             // (initial_seconds), which may be ages of the pool's calls, or a first call that
@@ -159,14 +159,15 @@ public:
         }
     }
     // A call to `id` timed out: its EMA takes the penalty; the caller tries another worker.
-    // A timeout ends the trial: a worker whose calls hang is not probed again, and a later fast
-    // call is blended into the penalty rather than replacing it.
+    // A timeout ends the trial, so a later fast call is blended into the penalty rather than
+    // replacing it, and no probe goes to the worker until a call of it is answered: its calls
+    // may hang.
     void timed_out(worker_id id) {
         worker& w = known(id);
         w.ema_seconds *= options_.timeout_penalty;
         w.measured = true;
         w.timed_calls = std::max(w.timed_calls, options_.trial_calls);
-        on_trial_.erase(id);
+        probe_eligible_.erase(id);
     }
     // A call to `id` failed, or its connection died: banned until it announces itself again.
     // A worker that dies before it ever joined (while fetching its state) is recorded banned.
@@ -175,7 +176,7 @@ public:
         w.live = false;
         ++w.version;
         ++w.bans;
-        on_trial_.erase(id);
+        probe_eligible_.erase(id);
     }
 
     // How long to wait for a call to `id`: a multiple of its EMA, never below the floor.
@@ -241,14 +242,14 @@ private:
         if (calls_before < options_.trial_calls) return std::min(*estimate, seconds);
         return (1 - options_.ema_weight) * *estimate + options_.ema_weight * seconds;
     }
-    // The worker on trial passed over for probe_after picks per live worker, the longest passed
-    // over of those; none when every such worker has been picked recently enough.
+    // The worker eligible for a probe passed over for probe_after picks per live worker, the
+    // longest passed over of those; none when every such worker has been picked recently enough.
     [[nodiscard]] std::optional<worker_id> passed_over_longest() const {
-        if (on_trial_.empty()) return std::nullopt;
+        if (probe_eligible_.empty()) return std::nullopt;
         const auto limit = static_cast<std::uint64_t>(options_.probe_after) * live_workers();
         std::optional<worker_id> longest;
         std::uint64_t oldest_pick = picks_;
-        for (const worker_id id : on_trial_) {
+        for (const worker_id id : probe_eligible_) {
             const worker& w = workers_.at(id);
             if (picks_ - w.last_pick > limit && w.last_pick < oldest_pick) {
                 longest = id;
@@ -275,8 +276,10 @@ private:
     router_options options_;
     std::mt19937_64 random_;
     std::map<worker_id, worker> workers_;
-    std::uint64_t picks_ = 0;        // pick() calls so far, the clock that probe_after counts on
-    std::set<worker_id> on_trial_;  // live, on trial, no probe unanswered: the ones probe_after watches
+    std::uint64_t picks_ = 0;  // pick() calls so far, the clock that probe_after counts on
+    // Live, with no probe unanswered and no timeout since its last answered call: the workers
+    // that probe_after watches.
+    std::set<worker_id> probe_eligible_;
     std::priority_queue<entry, std::vector<entry>, std::greater<>> heap_;
 };
 
