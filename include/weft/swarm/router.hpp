@@ -37,7 +37,6 @@
 #include <optional>
 #include <queue>
 #include <random>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,7 +91,7 @@ public:
         w.timed_calls = 0;
         w.class_calls = {};
         w.last_pick = picks_;
-        probe_eligible_.insert(id);
+        w.probe_held = false;
         push(id, w);
     }
     // A worker leaves (or moves to another stage): no more calls go to it.
@@ -101,7 +100,6 @@ public:
             it->second.live = false;
             ++it->second.version;
         }
-        probe_eligible_.erase(id);
     }
 
     // The worker the next call goes to; none when no worker is live.
@@ -109,10 +107,10 @@ public:
         ++picks_;
         if (const auto id = passed_over_longest()) {
             // A probe: it is measured again, and goes on from the pool's present, as a joiner
-            // does. No other probe goes to it until this call is timed, so that a slow worker's
-            // calls do not pile up.
-            probe_eligible_.erase(*id);
+            // does. No other probe goes to it until this call is answered, so that a slow
+            // worker's calls do not pile up.
             worker& w = workers_.at(*id);
+            w.probe_held = true;
             w.virtual_time = minimum_virtual_time() + w.ema_seconds;
             w.last_pick = picks_;
             push(*id, w);
@@ -148,7 +146,7 @@ public:
         const double before = w.ema_seconds;
         w.ema_seconds = *estimate_after(before, w.timed_calls++, seconds);
         w.measured = true;
-        if (w.live) probe_eligible_.insert(id);  // answered: it may be probed again
+        w.probe_held = false;  // answered: it may be probed again
         if (on_trial && w.live && w.ema_seconds != before) {
             // Its place was reckoned with an estimate the trial has corrected: the guess
             // (initial_seconds), which may be ages of the pool's calls, or a first call that
@@ -167,7 +165,7 @@ public:
         w.ema_seconds *= options_.timeout_penalty;
         w.measured = true;
         w.timed_calls = std::max(w.timed_calls, options_.trial_calls);
-        probe_eligible_.erase(id);
+        w.probe_held = true;
     }
     // A call to `id` failed, or its connection died: banned until it announces itself again.
     // A worker that dies before it ever joined (while fetching its state) is recorded banned.
@@ -176,7 +174,6 @@ public:
         w.live = false;
         ++w.version;
         ++w.bans;
-        probe_eligible_.erase(id);
     }
 
     // How long to wait for a call to `id`: a multiple of its EMA, never below the floor.
@@ -216,6 +213,7 @@ private:
         int bans = 0;
         int timed_calls = 0;                                 // calls finished() since it joined
         std::uint64_t last_pick = 0;                         // picks_ when it was last picked or joined
+        bool probe_held = false;                             // a probe or a timeout, no call answered since
         std::array<std::optional<double>, 2> class_seconds;  // by call_class
         std::array<int, 2> class_calls{};                    // calls timed since it joined, by call_class
     };
@@ -242,21 +240,22 @@ private:
         if (calls_before < options_.trial_calls) return std::min(*estimate, seconds);
         return (1 - options_.ema_weight) * *estimate + options_.ema_weight * seconds;
     }
-    // The worker eligible for a probe passed over for probe_after picks per live worker, the
-    // longest passed over of those; none when every such worker has been picked recently enough.
+    // The live worker without a probe held that was picked longest ago, when that is more than
+    // probe_after picks per live worker ago; none otherwise. One pass over the workers.
     [[nodiscard]] std::optional<worker_id> passed_over_longest() const {
-        if (probe_eligible_.empty()) return std::nullopt;
-        const auto limit = static_cast<std::uint64_t>(options_.probe_after) * live_workers();
+        std::uint64_t live = 0;
         std::optional<worker_id> longest;
         std::uint64_t oldest_pick = picks_;
-        for (const worker_id id : probe_eligible_) {
-            const worker& w = workers_.at(id);
-            if (picks_ - w.last_pick > limit && w.last_pick < oldest_pick) {
+        for (const auto& [id, w] : workers_) {
+            if (!w.live) continue;
+            ++live;
+            if (!w.probe_held && w.last_pick < oldest_pick) {
                 longest = id;
                 oldest_pick = w.last_pick;
             }
         }
-        return longest;
+        if (picks_ - oldest_pick > static_cast<std::uint64_t>(options_.probe_after) * live) return longest;
+        return std::nullopt;
     }
     [[nodiscard]] double minimum_virtual_time() const {
         std::optional<double> least;
@@ -277,9 +276,6 @@ private:
     std::mt19937_64 random_;
     std::map<worker_id, worker> workers_;
     std::uint64_t picks_ = 0;  // pick() calls so far, the clock that probe_after counts on
-    // Live, with no probe unanswered and no timeout since its last answered call: the workers
-    // that probe_after watches.
-    std::set<worker_id> probe_eligible_;
     std::priority_queue<entry, std::vector<entry>, std::greater<>> heap_;
 };
 
