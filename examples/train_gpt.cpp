@@ -49,6 +49,8 @@ void train_on_device(Comm& world, const run_options& o) {
                   "valid: host-staged, nccl");
     weft::require(o.gpu_comm == "host-staged" || o.device == "cuda", "--gpu-comm", o.gpu_comm,
                   "is for --device cuda (the CPU's ranks talk over MPI or threads)");
+    weft::require(!o.cuda_graphs || o.device == "cuda", "--cuda-graphs", "given",
+                  "is for --device cuda (the CPU backend has no graphs to replay)");
     if (o.device == "cuda") {
 #if WEFT_TRAIN_GPT_CUDA
         weft_examples::train_gpt::train_on_cuda(world, o);
@@ -124,6 +126,9 @@ int main(int argc, char** argv) {
                    "threads), or nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go "
                    "over MPI; docs/cuda.md)")
         ->capture_default_str();
+    app.add_flag("--cuda-graphs", o.cuda_graphs,
+                 "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and "
+                 "replay it after (--tp 1 and --zero 0 or 1 only; docs/cuda.md)");
     app.add_option("--partition", o.partition,
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
                    "(default: balanced by estimated flops per stage)")

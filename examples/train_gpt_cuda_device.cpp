@@ -42,6 +42,26 @@ void check_cuda_model(const run_options& o) {
                       " must be 32, 64, 96 or 128 with --device cuda (its attention kernel's head sizes)");
 }
 
+// What --cuda-graphs cannot run yet, for every layout of the run (--switch included): a
+// tensor-parallel sum inside F and B would be a communication inside a graph, and ZeRO-2 and
+// 3 bring a stage's gradients (and ZeRO-3 its weights) back in new buffers every step, whose
+// addresses a captured graph cannot follow.
+void check_cuda_graphs(const run_options& o) {
+    if (!o.cuda_graphs) return;
+    const auto check = [](const std::string& where, int tp, int zero) {
+        weft::require(tp == 1, where + "tp", tp,
+                      "must be 1 with --cuda-graphs (a tensor-parallel sum inside an action is not captured yet)");
+        weft::require(zero <= 1, where + "zero", zero,
+                      "must be 0 or 1 with --cuda-graphs (ZeRO-2 and 3 gather gradients or weights into new "
+                      "buffers every step, which a graph cannot follow)");
+    };
+    check("--", o.tp, o.zero);
+    for (const std::string& text : o.switches) {
+        const auto s = weft_examples::parse_layout_switch(text);
+        check("--switch " + text + ": ", s.tp, s.zero);
+    }
+}
+
 // What a rank reports when its machine has no GPU: ctest reads the exit code as "skipped".
 run_stopped no_gpu() {
     return run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu", exit_no_gpu);
@@ -52,6 +72,7 @@ run_stopped no_gpu() {
 template <weft::communicator World, class MakeComm>
 void train_on_gpu(World& world, const run_options& o, int local_rank, const char* carried, MakeComm&& make_comm) {
     check_cuda_model(o);
+    check_cuda_graphs(o);
     const int gpus = weft::cuda::device_count();
     const int device = gpus > 0 ? local_rank % gpus : 0;
     auto comm = make_comm(device);
@@ -63,7 +84,9 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
             std::printf("device cuda | %d GPU(s) on this machine | rank 0 on GPU %d: %s | activations between "
                         "ranks %s\n",
                         gpus, device, weft::cuda::device_name(device).c_str(), carried);
-        return weft::exec::cuda(device);
+        weft::exec::cuda backend(device);
+        backend.enable_action_graphs(o.cuda_graphs);
+        return backend;
     };
     train(comm, o, make_backend, [device](auto& w) {
         const double peak = weft::cuda::bf16_peak_tflops(device);

@@ -53,6 +53,7 @@ struct run_options : weft_examples::gpt_run_options {
     // With --device cuda, what carries activations and reductions between GPUs: host-staged
     // (the world's communicator, through host memory) or nccl (MPI ranks only).
     std::string gpu_comm = "host-staged";
+    bool cuda_graphs = false;  // --device cuda: each F, B, I and W captured once, then replayed
     std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
     int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
     long long warmup_steps = 0;
@@ -375,6 +376,11 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
     }
     if (val_tokens && validated_step != steps_done()) validate();
     report_memory(host, engine);
+    if constexpr (requires { engine.backend().action_graph_launches(); })
+        if (o.cuda_graphs && world.rank() == 0 && !engine.is_spare())
+            std::printf("cuda graphs | %zu action graph launches on rank 0 (one per F, B, I and W from each "
+                        "action's second call)\n",
+                        engine.backend().action_graph_launches());
     if (!o.checkpoint_dir.empty() && saved_step != steps_done()) checkpoint();
     if (!o.save.empty() && !engine.is_spare()) {
         weft::train::save(engine, o.save);

@@ -163,6 +163,25 @@ tail -3 "$run/gpu_pp2.log"
 loss_row "pp=2 zb-h1 (1 GPU) vs pp=1 GPU losses" "$pp2_status" "$run/gpu_pp2.log" \
     "$run/gpu_pp2.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3
 
+echo "=== gpu-check: --cuda-graphs (each F, B, I and W replayed from a graph) against the eager runs"
+# The graphs hold the eager runs' kernels in the same order on the same addresses' data, and
+# the kernels reduce in a fixed order: the losses must be the eager runs' bit for bit.
+timeout 150 "${train[@]}" --device cuda --cuda-graphs --steps 20 --log-json "$run/gpu_graphs.jsonl" \
+    >"$run/gpu_graphs.log" 2>&1
+graphs_status=$?
+tail -3 "$run/gpu_graphs.log"
+loss_row "pp=1 --cuda-graphs vs eager pp=1 losses" "$graphs_status" "$run/gpu_graphs.log" \
+    "$run/gpu_graphs.jsonl" "$run/gpu_pp1.jsonl" 0 0
+timeout 150 "${train[@]}" --device cuda --cuda-graphs --steps 20 --ranks 2 --pp 2 --schedule zb-h1 \
+    --log-json "$run/gpu_graphs_pp2.jsonl" >"$run/gpu_graphs_pp2.log" 2>&1
+graphs_pp2_status=$?
+tail -3 "$run/gpu_graphs_pp2.log"
+loss_row "pp=2 zb-h1 --cuda-graphs vs eager pp=2 losses" "$graphs_pp2_status" "$run/gpu_graphs_pp2.log" \
+    "$run/gpu_graphs_pp2.jsonl" "$run/gpu_pp2.jsonl" 0 0
+step_ms() { grep -E "^step 19 " "$1" | grep -oE '[0-9.]+ ms' | head -1; }
+row "step 19 time, eager vs --cuda-graphs" "report" \
+    "pp=1 $(step_ms "$run/gpu_pp1.log") vs $(step_ms "$run/gpu_graphs.log"); pp=2 $(step_ms "$run/gpu_pp2.log") vs $(step_ms "$run/gpu_graphs_pp2.log")"
+
 echo "=== gpu-check: tp=2 on one GPU (two rank threads, comm::host_staged) against pp=1"
 # The tensor-parallel steps between kernels run on host copies (nn/tensor_parallel.hpp): the
 # partial products are summed in fp32 and rounded once, so bf16 rounds at other points.
@@ -187,6 +206,18 @@ if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
         "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
 else
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
+    fail
+fi
+timeout 150 "${train[@]}" --device cuda --cuda-graphs --layers 12 --d-model 768 --heads 12 --vocab 50304 \
+    --seq-len 1024 --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m_graphs.log" 2>&1
+graphs_mfu_status=$?
+last_step=$(grep -E "^step" "$run/gpt2_124m_graphs.log" | tail -1)
+if [[ $graphs_mfu_status -eq 0 && -n "$last_step" ]]; then
+    row "GPT-2 124M as above, --cuda-graphs: MFU" "report" \
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
+else
+    row "GPT-2 124M as above, --cuda-graphs: MFU" "FAIL" \
+        "exit $graphs_mfu_status; $(tail -1 "$run/gpt2_124m_graphs.log")"
     fail
 fi
 echo "=== gpu-check: training runs done in $(elapsed)"

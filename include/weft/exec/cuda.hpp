@@ -35,8 +35,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,7 +48,10 @@
 #include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/exec/action_key.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/exec/cuda/action_graphs.hpp"
+#include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/backend_kernels.hpp"
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
@@ -54,6 +59,7 @@
 #include "weft/exec/cuda/pinned_uploads.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/cuda/stream_memory.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
@@ -101,6 +107,38 @@ public:
         weft::cuda::set_thread_wait_limit(wait_limit_);
     }
     [[nodiscard]] weft::cuda::wait_limit wait_limit() const { return wait_limit_; }
+
+    // CUDA graphs per action (weft/exec/cuda/action_graphs.hpp): each F, B, I and W a stage
+    // runner asks for (exec::run_action) runs eagerly once, is captured into a graph at its
+    // second call and replayed by one launch after. Off by default. What runs inside an action
+    // must queue on this backend's stream only and never wait for it, and read buffers that
+    // keep their addresses: true of the engine's actions at tensor-parallel degree 1 and ZeRO
+    // stages 0 and 1 (train_gpt --cuda-graphs refuses the rest). Turning it off drops the
+    // graphs.
+    void enable_action_graphs(bool on = true) {
+        graphs_ = on ? std::make_unique<weft::cuda::action_graphs>(stream()) : nullptr;
+    }
+    [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
+    // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
+    [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
+
+    // exec::run_action's hooks (weft/exec/action_key.hpp).
+    template <class Action>
+    auto run_action(const action_key& key, Action&& action) {
+        if (!graphs_) return std::forward<Action>(action)();
+        return graphs_->run(key, std::forward<Action>(action), wait_limit_);
+    }
+    template <class Input, class Action>
+    auto run_action(const action_key& key, Input&& input, Action&& action) {
+        if (!graphs_) return std::forward<Action>(action)(std::forward<Input>(input));
+        return graphs_->run(key, std::as_const(input), std::forward<Action>(action), wait_limit_);
+    }
+    void forget_actions(int stage) {
+        if (graphs_) graphs_->forget(stage, wait_limit_);
+    }
+    void forget_all_actions() {
+        if (graphs_) graphs_->forget(std::nullopt, wait_limit_);
+    }
 
     // Copies between a matrix and fp32 host memory of its size: what host code (tests, model
     // inputs) reads and writes matrices with. The matrix's bf16 values widen exactly on the
@@ -491,8 +529,10 @@ public:
         float* lse = floats(saved);
         bf16* out = saved.data() + fp32_pair * a.lse_size();
         weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, stream());
-        weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice, stream()),
-                          "cudaMemcpyAsync (attention output)");
+        if (!weft::cuda::skip_recorded_work("attention output copy", y.data(), out, y.size()))
+            weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                              stream()),
+                              "cudaMemcpyAsync (attention output)");
         return y;
     }
 
@@ -679,27 +719,22 @@ private:
     public:
         scratch(std::size_t n, cudaStream_t stream) : stream_(stream), size_(n) {
             if (n == 0) return;
-            void* pointer = nullptr;
-            weft::cuda::check(cudaMallocAsync(&pointer, n * sizeof(T), stream),
-                              "cudaMallocAsync(" + std::to_string(n * sizeof(T)) + " bytes)");
-            data_ = static_cast<T*>(pointer);
+            memory_ = weft::cuda::allocate_on_stream(n * sizeof(T), stream);
         }
         scratch(const scratch&) = delete;
         scratch& operator=(const scratch&) = delete;
         scratch(scratch&& other) noexcept
-            : stream_(other.stream_), size_(std::exchange(other.size_, 0)), data_(std::exchange(other.data_, nullptr)) {}
+            : stream_(other.stream_), size_(std::exchange(other.size_, 0)), memory_(std::exchange(other.memory_, {})) {}
         scratch& operator=(scratch&&) = delete;
-        ~scratch() {
-            if (data_ != nullptr) static_cast<void>(cudaFreeAsync(data_, stream_));
-        }
-        [[nodiscard]] T* data() { return data_; }
-        [[nodiscard]] const T* data() const { return data_; }
+        ~scratch() { weft::cuda::free_on_stream(memory_, stream_); }
+        [[nodiscard]] T* data() { return static_cast<T*>(memory_.pointer); }
+        [[nodiscard]] const T* data() const { return static_cast<const T*>(memory_.pointer); }
         [[nodiscard]] std::size_t size() const { return size_; }
 
     private:
         cudaStream_t stream_;
         std::size_t size_;
-        T* data_ = nullptr;
+        weft::cuda::stream_allocation memory_;
     };
 
     // Queues cross_entropy's kernels; returns the device scalar its mean loss will be in.
@@ -835,10 +870,27 @@ private:
         require_size(labels_size, std::size_t(logits.rows()), std::string(kernel) + ": labels.size()");
     }
     // A new device buffer holding the host values, copied in stream order.
+    // Inside an action's graph (a capture or its shadow) the values go through the graph's own
+    // pinned buffer for this upload, which its copy node reads at every launch.
     template <class T>
     [[nodiscard]] scratch<T> upload(std::span<const T> values) {
         scratch<T> out(values.size(), stream());
-        uploads_.copy(out.data(), values.data(), values.size_bytes());
+        auto* recording = weft::cuda::current_recording();
+        if (recording == nullptr || values.empty()) {
+            uploads_.copy(out.data(), values.data(), values.size_bytes());
+            return out;
+        }
+        const std::size_t index = recording->note_upload(values.size_bytes());
+        if (recording->mode() == weft::cuda::recording_mode::measuring) {
+            uploads_.copy(out.data(), values.data(), values.size_bytes());
+            return out;
+        }
+        void* staged = recording->upload_buffer(index);
+        std::memcpy(staged, values.data(), values.size_bytes());
+        if (!weft::cuda::skip_recorded_work("upload", out.data(), staged, values.size_bytes()))
+            weft::cuda::check(cudaMemcpyAsync(out.data(), staged, values.size_bytes(), cudaMemcpyHostToDevice,
+                                              stream()),
+                              "cudaMemcpyAsync (an action's staged upload)");
         return out;
     }
 
@@ -849,6 +901,7 @@ private:
     // upload queues behind the kernels instead of waiting for them.
     weft::cuda::pinned_uploads uploads_{weft::cuda::pinned_upload_platform{stream_.get()}};
     weft::cuda::gemm gemm_;
+    std::unique_ptr<weft::cuda::action_graphs> graphs_;  // null: actions run eagerly
 };
 
 using cuda = cuda_backend;

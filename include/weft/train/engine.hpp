@@ -34,6 +34,7 @@
 #include "weft/elastic/switch_report.hpp"
 #include "weft/elastic/transfer.hpp"
 #include "weft/elastic/transition_plan.hpp"
+#include "weft/exec/action_key.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
@@ -213,6 +214,9 @@ public:
             spare_backend_.reset();
         }
         active_.reset();
+        // What the backend recorded of the old layout's actions (exec::cuda's CUDA graphs) read
+        // the old buffers: forgotten, before they go.
+        exec::forget_all_actions(*backend);
         // The new layout's buffers are made where the backend computes.
         const state_memory_scope memory(backend->state_memory());
         const double before_move = since(start);

@@ -6,12 +6,16 @@
 // the same bf16 activations between ranks, match the one-GPU run. With NCCL, the engine also
 // runs over comm::nccl (one rank: stream-ordered waits, host scalars staged through the
 // device, the grid's splits, ZeRO's gathers through NCCL) and matches comm::host_staged.
+// With CUDA graphs per action (exec::cuda::enable_action_graphs) pp=1, pp=2 zb-h1 and dp=2
+// ZeRO-1 repeat their eager losses bit for bit.
 // Exit 77 (skipped) without a GPU.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_check.hpp"
@@ -73,9 +77,12 @@ weft::parallel_config layout(int pp, int dp, int zero, weft::schedule_kind sched
                                   .world_size = pp * dp * tp});
 }
 
-// The losses of `steps` steps (rank 0's; every rank reports the same).
+// The losses of `steps` steps (rank 0's; every rank reports the same). With `graph_launches`
+// > 0, each rank's backend records its actions into CUDA graphs and must have launched that
+// many: every action of every step from the second on.
 template <class Engine, class Comm, class Backend>
-std::vector<double> train(int ranks, const weft::parallel_config& config, bool check_state_memory) {
+std::vector<double> train(int ranks, const weft::parallel_config& config, bool check_state_memory,
+                          std::size_t graph_launches = 0) {
     std::vector<double> losses;
     std::mutex lock;
     weft::comm::local::run(ranks, [&](weft::comm::local& world) {
@@ -85,7 +92,10 @@ std::vector<double> train(int ranks, const weft::parallel_config& config, bool c
             else
                 return Comm(std::move(world));
         }();
-        Engine engine(comm, config, model(), options(), Backend{});
+        Backend backend{};
+        if constexpr (requires { backend.enable_action_graphs(); })
+            backend.enable_action_graphs(graph_launches > 0);
+        Engine engine(comm, config, model(), options(), std::move(backend));
         if (check_state_memory && comm.rank() == 0) {
             const auto& memory = engine.state().stages.at(0).tensors.full.parameter_storage().get_allocator().memory();
             weft_test::expect(memory.name == "CUDA managed", "the training state is in CUDA managed memory, not " +
@@ -93,6 +103,12 @@ std::vector<double> train(int ranks, const weft::parallel_config& config, bool c
         }
         std::vector<double> mine;
         for (int s = 0; s < steps; ++s) mine.push_back(engine.step(batch_of(s)).loss);
+        if constexpr (requires { engine.backend().action_graph_launches(); })
+            if (graph_launches > 0)
+                weft_test::expect(engine.backend().action_graph_launches() == graph_launches,
+                                  "rank " + std::to_string(comm.rank()) + " launched " +
+                                      std::to_string(engine.backend().action_graph_launches()) +
+                                      " action graphs, expected " + std::to_string(graph_launches));
         if (comm.rank() == 0) {
             const std::lock_guard guard(lock);
             losses = mine;
@@ -137,6 +153,19 @@ void device_checks() {
     expect_close("dp=2 ZeRO-1 on two rank threads against pp=1, both on the GPU", sharded, gpu, 5e-3);
     // Tensor parallelism sums bf16 partial products in fp32 on the host and rounds once, where
     // one GPU rounds each whole product: bf16 rounding at other points, a looser bound.
+    // CUDA graphs per action replay the eager kernels in their order: the same losses, bit for
+    // bit. pp=1 gpipe: F and B of 4 micro-batches a step; pp=2 zb-h1: F, I and W on each rank;
+    // dp=2 ZeRO-1: F and B on each replica.
+    const std::size_t replayed_steps = steps - 1;
+    const auto graphed = train<gpu_engine, staged_local, weft::exec::cuda>(1, layout(1, 1, 0, gpipe), false,
+                                                                           replayed_steps * 2 * 4);
+    expect_close("pp=1 with CUDA graphs per action against pp=1 eager", graphed, gpu, 0.0);
+    const auto graphed_pp2 = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(2, 1, 0, zb_h1), false,
+                                                                               replayed_steps * 3 * 4);
+    expect_close("pp=2 zb-h1 with CUDA graphs per action against pp=2 eager", graphed_pp2, pipelined, 0.0);
+    const auto graphed_zero1 = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false,
+                                                                                 replayed_steps * 2 * 4);
+    expect_close("dp=2 ZeRO-1 with CUDA graphs per action against dp=2 eager", graphed_zero1, sharded, 0.0);
     const auto split = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 1, 0, gpipe, 2), false);
     expect_close("tp=2 on two rank threads against pp=1, both on the GPU", split, gpu, 1e-2);
     const auto both = train<gpu_engine, staged_local, weft::exec::cuda>(4, layout(2, 1, 0, zb_h1, 2), false);

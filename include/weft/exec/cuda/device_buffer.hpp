@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
@@ -26,6 +27,7 @@ public:
     explicit device_buffer(std::size_t size) : size_(size) {
         if (size_ > 0) {
             void* pointer = nullptr;
+            const device_wide_scope no_capture;  // capture_lock.hpp
             check(cudaMalloc(&pointer, bytes()),
                   "cudaMalloc(" + std::to_string(bytes()) + " bytes)");
             data_ = static_cast<T*>(pointer);
@@ -95,7 +97,13 @@ private:
     void release() noexcept {
         // A failed free in a destructor cannot be reported by throwing; the memory is
         // the driver's to reclaim at exit either way.
-        if (data_ != nullptr) static_cast<void>(cudaFree(data_));
+        if (data_ != nullptr) {
+            try {
+                const device_wide_scope no_capture;  // cudaFree may wait for the device: capture_lock.hpp
+                static_cast<void>(cudaFree(data_));
+            } catch (...) {  // the lock's system_error: the memory stays until exit
+            }
+        }
         data_ = nullptr;
         size_ = 0;
     }

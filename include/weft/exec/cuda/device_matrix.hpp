@@ -9,6 +9,8 @@
 // when it is made: a matrix freed after the kernels that read it were queued gives its
 // memory back in stream order, so a training step allocates without synchronizing and the
 // pool keeps the memory for the next micro-batch. Without a stream set, plain cudaMalloc.
+// Inside an action recorded into a CUDA graph, allocations are the graph's
+// (weft/exec/cuda/stream_memory.hpp).
 //
 // Host-only code (no kernels): plain C++ translation units hold and move these matrices.
 #pragma once
@@ -21,7 +23,9 @@
 #include <utility>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/exec/cuda/stream_memory.hpp"
 
 namespace weft::cuda {
 
@@ -45,19 +49,18 @@ public:
         const std::size_t bytes = size() * sizeof(value_type);
         if (bytes == 0) return;
         stream_ = allocation_stream();
-        void* pointer = nullptr;
-        if (stream_ != nullptr)
-            check(cudaMallocAsync(&pointer, bytes, stream_), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
-        else
-            check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
-        data_ = static_cast<value_type*>(pointer);
+        const stream_allocation memory = allocate_on_stream(bytes, stream_);
+        data_ = static_cast<value_type*>(memory.pointer);
+        in_graph_ = memory.in_graph;
     }
 
     // A deep copy, queued on this thread's allocation stream (layers keep copies of their
     // inputs, as they do of Eigen matrices).
     device_matrix(const device_matrix& other) : device_matrix(other.rows_, other.cols_) {
         if (size() == 0) return;
-        check(cudaMemcpyAsync(data_, other.data_, size() * sizeof(value_type), cudaMemcpyDeviceToDevice, stream_),
+        const std::size_t bytes = size() * sizeof(value_type);
+        if (skip_recorded_work("device_matrix copy", data_, other.data_, bytes)) return;
+        check(cudaMemcpyAsync(data_, other.data_, bytes, cudaMemcpyDeviceToDevice, stream_),
               "cudaMemcpyAsync (device_matrix copy)");
     }
     device_matrix& operator=(const device_matrix& other) {
@@ -68,7 +71,9 @@ public:
         : data_(std::exchange(other.data_, nullptr)),
           rows_(std::exchange(other.rows_, 0)),
           cols_(std::exchange(other.cols_, 0)),
-          stream_(std::exchange(other.stream_, nullptr)) {}
+          stream_(std::exchange(other.stream_, nullptr)),
+          in_graph_(std::exchange(other.in_graph_, false)),
+          owns_(std::exchange(other.owns_, true)) {}
     device_matrix& operator=(device_matrix&& other) noexcept {
         if (this != &other) {
             release();
@@ -76,10 +81,24 @@ public:
             rows_ = std::exchange(other.rows_, 0);
             cols_ = std::exchange(other.cols_, 0);
             stream_ = std::exchange(other.stream_, nullptr);
+            in_graph_ = std::exchange(other.in_graph_, false);
+            owns_ = std::exchange(other.owns_, true);
         }
         return *this;
     }
     ~device_matrix() { release(); }
+
+    // A matrix over this one's memory that never frees it: what an action's graph hands its
+    // layers as the input it copied into a buffer of its own (exec::cuda::run_action). It
+    // must not outlive this one; a copy of it is an owning deep copy.
+    [[nodiscard]] device_matrix view() const {
+        device_matrix v;
+        v.data_ = data_;
+        v.rows_ = rows_;
+        v.cols_ = cols_;
+        v.owns_ = false;
+        return v;
+    }
 
     // Device pointers: for kernels and device-memory communicators, never for host code.
     [[nodiscard]] value_type* data() { return data_; }
@@ -92,21 +111,20 @@ private:
     void release() noexcept {
         // A failed free in a destructor cannot be reported by throwing; the pool or the driver
         // reclaims the memory at exit either way.
-        if (data_ != nullptr) {
-            if (stream_ != nullptr)
-                static_cast<void>(cudaFreeAsync(data_, stream_));
-            else
-                static_cast<void>(cudaFree(data_));
-        }
+        if (owns_) free_on_stream({data_, in_graph_}, stream_);
         data_ = nullptr;
         rows_ = cols_ = 0;
         stream_ = nullptr;
+        in_graph_ = false;
+        owns_ = true;
     }
 
     value_type* data_ = nullptr;
     int rows_ = 0;
     int cols_ = 0;
     cudaStream_t stream_ = nullptr;  // where it was allocated and is freed
+    bool in_graph_ = false;          // allocated by an action's graph (stream_memory.hpp)
+    bool owns_ = true;               // false for a view()
 };
 
 }  // namespace weft::cuda

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -153,6 +154,10 @@ public:
             found = algorithms_.emplace(key, choose_algorithm(h, alignments)).first;
         }
         if (!found->second) return false;
+        // An action graph's shadow: the graph holds this GEMM (action_recording.hpp).
+        if (skip_recorded_work("cublasLtMatmul", a, b, c, bias, gelu_input, m, n, k, a_t, b_t, alpha, beta,
+                               epilogue))
+            return true;
         const cublasStatus_t status = cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c,
                                                      &*found->second, workspace_.data(), workspace_.bytes(), stream);
         // A heuristic's algorithm may still be refused at the call (cuBLASLt says so); then

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "weft/core/block_pool.hpp"
+#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream_registry.hpp"
@@ -39,6 +40,7 @@ inline void managed_zero(void* pointer, std::size_t bytes) {
 }
 
 inline void* managed_allocate_new(std::size_t bytes) {
+    const device_wide_scope no_capture;  // capture_lock.hpp
     void* pointer = nullptr;
     check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
           "cudaMallocManaged(" + std::to_string(bytes) + " bytes) for training state");
@@ -61,12 +63,24 @@ inline void managed_copy(void* to, const void* from, std::size_t bytes) {
 // (Only past the pool's capacity, at a layout switch and at exit.)
 inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
-    static_cast<void>(cudaFree(pointer));
+    try {
+        const device_wide_scope no_capture;  // capture_lock.hpp
+        static_cast<void>(cudaFree(pointer));
+    } catch (...) {  // the lock's system_error: the memory stays until exit
+    }
 }
 
 // The pool's fences: events after the work so far on every stream weft made. Null (no
 // event could be made) sends the buffer back through cudaFree.
-inline void* managed_fence() noexcept { return stream_fence::record(); }
+// Not while a stream is captured (capture_lock.hpp): its event would be part of the capture.
+inline void* managed_fence() noexcept {
+    try {
+        const device_wide_scope no_capture;
+        return stream_fence::record();
+    } catch (...) {  // the lock's system_error: then no fence, and the buffer goes through cudaFree
+        return nullptr;
+    }
+}
 inline bool managed_fence_passed(void* fence) noexcept { return static_cast<stream_fence*>(fence)->passed(); }
 // Within the wait limit of the thread's backend (weft/exec/cuda/wait_limit.hpp): the work a
 // fence follows may wait for a message that never comes.

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 
+#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
@@ -21,11 +22,18 @@ struct pinned_upload_platform {
     using fence = event;
 
     [[nodiscard]] void* allocate(std::size_t bytes) {
+        const device_wide_scope no_capture;  // capture_lock.hpp
         void* buffer = nullptr;
         check(cudaMallocHost(&buffer, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for uploads");
         return buffer;
     }
-    void deallocate(void* buffer) noexcept { static_cast<void>(cudaFreeHost(buffer)); }
+    void deallocate(void* buffer) noexcept {
+        try {
+            const device_wide_scope no_capture;  // capture_lock.hpp
+            static_cast<void>(cudaFreeHost(buffer));
+        } catch (...) {  // the lock's system_error: the buffer stays until exit
+        }
+    }
     void copy_async(void* to, const void* staged, std::size_t bytes) {
         check(cudaMemcpyAsync(to, staged, bytes, cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (staged host values to the device)");
