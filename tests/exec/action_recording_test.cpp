@@ -242,7 +242,12 @@ TEST_CASE("a failed capture or shadow abandons the addresses it handed out and s
         CHECK(r.replayed_allocation(8) == freed_in_action);
         CHECK(r.replayed_allocation(8) == kept);
         r.note_free(freed_in_action, true, nullptr);
+        r.note_free(other_graph, true, nullptr);
         r.abandon();
+        // The other graph's memory: its free node will not run, so it is freed by the owner.
+        const auto to_free = r.take_deferred_frees();
+        REQUIRE(to_free.size() == 1);
+        CHECK(to_free[0].pointer == other_graph);
     }
     CHECK_FALSE(r.captured());  // the next call starts again
     // Only the address still held is abandoned, and only once: its owner's free is skipped,

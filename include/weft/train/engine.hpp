@@ -203,6 +203,10 @@ public:
         phases.plan = since(start) - phases.check;
 
         // Out of the current engine (which points into its communicators) before they go.
+        // What the backend recorded of the old layout's actions (exec::cuda's CUDA graphs) reads
+        // the old buffers: forgotten first, while a failed wait for its launches still leaves
+        // the engine whole.
+        if (core_) exec::forget_all_actions(core_->backend());
         state_type state;
         std::optional<Backend> backend;
         if (core_) {
@@ -214,9 +218,6 @@ public:
             spare_backend_.reset();
         }
         active_.reset();
-        // What the backend recorded of the old layout's actions (exec::cuda's CUDA graphs) read
-        // the old buffers: forgotten, before they go.
-        exec::forget_all_actions(*backend);
         // The new layout's buffers are made where the backend computes.
         const state_memory_scope memory(backend->state_memory());
         const double before_move = since(start);

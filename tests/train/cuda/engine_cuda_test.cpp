@@ -151,8 +151,6 @@ void device_checks() {
     expect_close("pp=2 zb-h1 on two rank threads against pp=1, both on the GPU", pipelined, gpu, 5e-3);
     const auto sharded = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false);
     expect_close("dp=2 ZeRO-1 on two rank threads against pp=1, both on the GPU", sharded, gpu, 5e-3);
-    // Tensor parallelism sums bf16 partial products in fp32 on the host and rounds once, where
-    // one GPU rounds each whole product: bf16 rounding at other points, a looser bound.
     // CUDA graphs per action replay the eager kernels in their order: the same losses, bit for
     // bit. pp=1 gpipe: F and B of 4 micro-batches a step; pp=2 zb-h1: F, I and W on each rank;
     // dp=2 ZeRO-1: F and B on each replica.
@@ -166,6 +164,8 @@ void device_checks() {
     const auto graphed_zero1 = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false,
                                                                                  replayed_steps * 2 * 4);
     expect_close("dp=2 ZeRO-1 with CUDA graphs per action against dp=2 eager", graphed_zero1, sharded, 0.0);
+    // Tensor parallelism sums bf16 partial products in fp32 on the host and rounds once, where
+    // one GPU rounds each whole product: bf16 rounding at other points, a looser bound.
     const auto split = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 1, 0, gpipe, 2), false);
     expect_close("tp=2 on two rank threads against pp=1, both on the GPU", split, gpu, 1e-2);
     const auto both = train<gpu_engine, staged_local, weft::exec::cuda>(4, layout(2, 1, 0, zb_h1, 2), false);

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,7 +63,7 @@ public:
     // Runs `action()` as action `key`'s current phase; returns what it returns.
     template <class Action>
     auto run(const exec::action_key& key, Action&& action, const wait_limit& limit) {
-        require_allocation_stream();
+        require_usable();
         entry& e = find(key);
         auto call = [&] { return std::forward<Action>(action)(); };
         return run_phase(e, limit, call);
@@ -71,7 +72,7 @@ public:
     // Runs `action(view)` where `view` is a view of the graph's own copy of `input`.
     template <class Action>
     auto run(const exec::action_key& key, const device_matrix& input, Action&& action, const wait_limit& limit) {
-        require_allocation_stream();
+        require_usable();
         entry& e = find(key);
         stage_input(e, input, stream_);
         auto call = [&] { return std::forward<Action>(action)(e.input.view()); };
@@ -133,8 +134,12 @@ private:
     };
 
     // The action's matrices must be allocated on the captured stream to be the graph's; on
-    // another stream (or with none: cudaMalloc) a capture would fail or miss them.
-    void require_allocation_stream() const {
+    // another stream (or with none: cudaMalloc) a capture would fail or miss them. And the
+    // graphs must not have been left behind by a failure that could not wait for them.
+    void require_usable() const {
+        if (!broken_.empty())
+            throw error("CUDA graphs per action: unusable since a failed action's graphs could not be dropped (" +
+                        broken_ + ")");
         require(allocation_stream() == stream_, "action_graphs: this thread's allocation stream",
                 allocation_stream() == nullptr ? "none" : "another stream",
                 "must be the stream the graphs capture (the backend's: make the backend on this thread)");
@@ -227,17 +232,20 @@ private:
                 e.recording.finish();
             };
             record(body);
+            e.captured.launch(stream_);
         } catch (...) {
             e.recording.abandon();
             free_deferred(e);
             const int stage = find_stage(e);
             try {
                 forget(stage, limit);
-            } catch (...) {  // the first error is the one to report
+            } catch (const std::exception& wait_failed) {
+                // The first error is the one to report; the graphs left behind may still run.
+                broken_ = wait_failed.what();
             }
             throw;
         }
-        e.captured.launch(stream_);
+        e.recording.launched();
         ++launches_;
         if (!e.launched) e.launched.emplace();
         e.launched->record(stream_);
@@ -255,14 +263,20 @@ private:
     static void free_deferred(entry& e) noexcept {
         for (const auto& deferred : e.recording.take_deferred_frees()) {
             auto* on = static_cast<cudaStream_t>(deferred.stream);
-            if (on != nullptr)
+            if (on != nullptr) {
                 static_cast<void>(cudaFreeAsync(deferred.pointer, on));
-            else
+                continue;
+            }
+            try {
+                const device_wide_scope no_capture;  // cudaFree may wait for the device
                 static_cast<void>(cudaFree(deferred.pointer));
+            } catch (...) {  // the lock's system_error: the memory stays until exit
+            }
         }
     }
 
     cudaStream_t stream_;
+    std::string broken_;  // why the graphs are unusable (a failure's wait that failed)
     std::map<exec::action_key, entry> entries_;
     std::size_t launches_ = 0;
 };

@@ -66,6 +66,7 @@ public:
         next_operation_ = next_allocation_ = next_upload_ = 0;
         deferred_frees_.clear();
         held_.clear();
+        freed_from_other_graphs_.clear();
     }
 
     // Called by every piece of stream work before it is queued, with what it reads and writes.
@@ -103,7 +104,10 @@ public:
         require(mode_ != recording_mode::measuring, "action_recording::note_free", mode_name(),
                 "a measuring call frees at once");
         if (in_graph) {
-            held_.erase(pointer);  // first: if the note throws, this owner is gone all the same
+            // First: if the note throws, this owner is gone all the same. Memory this call did
+            // not hand out (an earlier action's graph made it) is remembered: should the call
+            // fail, its graph's free node never runs, and abandon() hands it back for freeing.
+            if (held_.erase(pointer) == 0) freed_from_other_graphs_.push_back({pointer, stream});
             note("free", signature_of("free", pointer));
         } else {
             note("free outside the graph", signature_of("free outside the graph"));
@@ -165,15 +169,26 @@ public:
     }
 
     // A capture or a shadow that failed: nothing of the graph will run, so the addresses it
-    // handed out so far hold no allocation. Their owners (the stash, as the step unwinds) skip
-    // their frees: is_abandoned() says so, once per address. The capture is forgotten.
+    // handed out and still held hold no allocation. Their owners (the stash, as the step
+    // unwinds) skip their frees: take_abandoned() says so, once per address. The memory of
+    // other graphs it freed was not freed after all: take_deferred_frees() now returns it
+    // too. The capture is forgotten.
     void abandon() {
         abandoned_addresses().insert(held_.begin(), held_.end());
         held_.clear();
+        deferred_frees_.insert(deferred_frees_.end(), freed_from_other_graphs_.begin(),
+                               freed_from_other_graphs_.end());
+        freed_from_other_graphs_.clear();
         captured_ = false;
         operations_.clear();
         allocations_.clear();
     }
+    // The graph of this call was launched: what it handed out and freed is its own business.
+    void launched() {
+        held_.clear();
+        freed_from_other_graphs_.clear();
+    }
+
     // True once for an address abandon() gave up (and forgets it): its free must be skipped.
     [[nodiscard]] static bool take_abandoned(const void* pointer) {
         auto& abandoned = abandoned_addresses();
@@ -273,6 +288,7 @@ private:
     std::vector<void*> upload_buffers_;
     std::vector<deferred_free> deferred_frees_;
     std::unordered_set<const void*> held_;  // handed out by this call and not freed in it
+    std::vector<deferred_free> freed_from_other_graphs_;  // by this call, in the graph
     std::size_t next_operation_ = 0;
     std::size_t next_allocation_ = 0;
     std::size_t next_upload_ = 0;

@@ -111,16 +111,34 @@ public:
         const cublasOperation_t op_a = b_t ? CUBLAS_OP_T : CUBLAS_OP_N;
         const cublasOperation_t op_b = a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
 
+        const cublasLtEpilogue_t epilogue = gelu == gelu_epilogue::forward    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                            : gelu == gelu_epilogue::backward ? CUBLASLT_EPILOGUE_DGELU
+                                            : bias != nullptr                 ? CUBLASLT_EPILOGUE_BIAS
+                                                                              : CUBLASLT_EPILOGUE_DEFAULT;
+        const std::array<std::uint32_t, 4> alignments = {alignment_of(b), alignment_of(a), alignment_of(c),
+                                                         bias != nullptr ? alignment_of(bias) : 256u};
+        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), int(epilogue),
+                              int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
+        // What an action graph notes of this GEMM under capture and compares in a shadow, where
+        // the graph holds it (action_recording.hpp): true when it must not be queued.
+        const auto recorded = [&] {
+            return skip_recorded_work("cublasLtMatmul", a, b, c, bias, gelu_input, m, n, k, a_t, b_t, alpha, beta,
+                                      epilogue);
+        };
+        // A shadow skips it with the algorithm its capture found, without making descriptors.
+        if (const auto* recording = current_recording(); recording != nullptr && recording->replaying()) {
+            if (const auto cached = algorithms_.find(key); cached != algorithms_.end()) {
+                if (!cached->second) return false;
+                if (recorded()) return true;
+            }
+        }
+
         detail_handles h;
         check(cublasLtMatmulDescCreate(&h.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
         check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
               "cublasLtMatmulDescSetAttribute(TRANSA)");
         check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
               "cublasLtMatmulDescSetAttribute(TRANSB)");
-        const cublasLtEpilogue_t epilogue = gelu == gelu_epilogue::forward    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                            : gelu == gelu_epilogue::backward ? CUBLASLT_EPILOGUE_DGELU
-                                            : bias != nullptr                 ? CUBLASLT_EPILOGUE_BIAS
-                                                                              : CUBLASLT_EPILOGUE_DEFAULT;
         if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
             check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE)");
@@ -145,19 +163,12 @@ public:
         check(cublasLtMatrixLayoutCreate(&h.c, out_type, lt_m, lt_n, std::int64_t(lt_m)),
               "cublasLtMatrixLayoutCreate(C)");
 
-        const std::array<std::uint32_t, 4> alignments = {alignment_of(b), alignment_of(a), alignment_of(c),
-                                                         bias != nullptr ? alignment_of(bias) : 256u};
-        const key_type key = {m, n, k, int(a_t), int(b_t), int(out_type), int(epilogue),
-                              int(alignments[0]), int(alignments[1]), int(alignments[2]), int(alignments[3])};
         auto found = algorithms_.find(key);
         if (found == algorithms_.end()) {
             found = algorithms_.emplace(key, choose_algorithm(h, alignments)).first;
         }
         if (!found->second) return false;
-        // An action graph's shadow: the graph holds this GEMM (action_recording.hpp).
-        if (skip_recorded_work("cublasLtMatmul", a, b, c, bias, gelu_input, m, n, k, a_t, b_t, alpha, beta,
-                               epilogue))
-            return true;
+        if (recorded()) return true;
         const cublasStatus_t status = cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c,
                                                      &*found->second, workspace_.data(), workspace_.bytes(), stream);
         // A heuristic's algorithm may still be refused at the call (cuBLASLt says so); then

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "weft/exec/cuda/action_recording.hpp"
+#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
@@ -30,10 +31,12 @@ struct stream_allocation {
     if (recording != nullptr && recording->mode() == recording_mode::replaying)
         return {recording->replayed_allocation(bytes), true};
     void* pointer = nullptr;
-    if (stream != nullptr)
+    if (stream != nullptr) {
         check(cudaMallocAsync(&pointer, bytes, stream), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
-    else
+    } else {
+        const device_wide_scope no_capture;  // cudaMalloc may wait for the device: capture_lock.hpp
         check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+    }
     const bool captured = recording != nullptr && recording->mode() == recording_mode::capturing;
     if (captured) recording->note_allocation(pointer, bytes);
     return {pointer, captured};
@@ -63,10 +66,15 @@ inline void free_on_stream(const stream_allocation& memory, cudaStream_t stream)
             return;
         }
     }
-    if (stream != nullptr)
+    if (stream != nullptr) {
         static_cast<void>(cudaFreeAsync(memory.pointer, stream));
-    else
+        return;
+    }
+    try {
+        const device_wide_scope no_capture;  // cudaFree may wait for the device: capture_lock.hpp
         static_cast<void>(cudaFree(memory.pointer));
+    } catch (...) {  // the lock's system_error: the memory stays until exit
+    }
 }
 
 }  // namespace weft::cuda
