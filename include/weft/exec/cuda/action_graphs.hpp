@@ -115,12 +115,7 @@ private:
         pinned_buffer(pinned_buffer&& other) noexcept : host(std::exchange(other.host, nullptr)) {}
         pinned_buffer& operator=(pinned_buffer&&) = delete;
         ~pinned_buffer() {
-            if (host == nullptr) return;
-            try {
-                const device_wide_scope no_capture;  // capture_lock.hpp
-                static_cast<void>(cudaFreeHost(host));
-            } catch (...) {  // the lock's system_error: the buffer stays until exit
-            }
+            if (host != nullptr) free_pinned_memory(host);
         }
     };
     struct entry {
@@ -263,15 +258,10 @@ private:
     static void free_deferred(entry& e) noexcept {
         for (const auto& deferred : e.recording.take_deferred_frees()) {
             auto* on = static_cast<cudaStream_t>(deferred.stream);
-            if (on != nullptr) {
+            if (on != nullptr)
                 static_cast<void>(cudaFreeAsync(deferred.pointer, on));
-                continue;
-            }
-            try {
-                const device_wide_scope no_capture;  // cudaFree may wait for the device
-                static_cast<void>(cudaFree(deferred.pointer));
-            } catch (...) {  // the lock's system_error: the memory stays until exit
-            }
+            else
+                free_device_memory(deferred.pointer);
         }
     }
 

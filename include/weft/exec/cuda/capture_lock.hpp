@@ -10,6 +10,8 @@
 // no wait of its own (an action only queues work). Recursive: a holder may call another.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <mutex>
 
 namespace weft::cuda {
@@ -27,5 +29,23 @@ public:
 private:
     std::lock_guard<std::recursive_mutex> guard_;
 };
+
+// cudaFree and cudaFreeHost, which may wait for the device, under the lock. For destructors'
+// paths: a failure (of the free, or the lock's system_error) is not reported, and the memory
+// is the driver's to reclaim at exit.
+inline void free_device_memory(void* pointer) noexcept {
+    try {
+        const device_wide_scope no_capture;
+        static_cast<void>(cudaFree(pointer));
+    } catch (...) {
+    }
+}
+inline void free_pinned_memory(void* pointer) noexcept {
+    try {
+        const device_wide_scope no_capture;
+        static_cast<void>(cudaFreeHost(pointer));
+    } catch (...) {
+    }
+}
 
 }  // namespace weft::cuda

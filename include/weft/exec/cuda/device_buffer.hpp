@@ -97,13 +97,7 @@ private:
     void release() noexcept {
         // A failed free in a destructor cannot be reported by throwing; the memory is
         // the driver's to reclaim at exit either way.
-        if (data_ != nullptr) {
-            try {
-                const device_wide_scope no_capture;  // cudaFree may wait for the device: capture_lock.hpp
-                static_cast<void>(cudaFree(data_));
-            } catch (...) {  // the lock's system_error: the memory stays until exit
-            }
-        }
+        if (data_ != nullptr) free_device_memory(data_);  // under the capture lock
         data_ = nullptr;
         size_ = 0;
     }

@@ -63,11 +63,7 @@ inline void managed_copy(void* to, const void* from, std::size_t bytes) {
 // (Only past the pool's capacity, at a layout switch and at exit.)
 inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
-    try {
-        const device_wide_scope no_capture;  // capture_lock.hpp
-        static_cast<void>(cudaFree(pointer));
-    } catch (...) {  // the lock's system_error: the memory stays until exit
-    }
+    free_device_memory(pointer);  // under the capture lock
 }
 
 // The pool's fences: events after the work so far on every stream weft made. Null (no

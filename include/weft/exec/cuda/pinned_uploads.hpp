@@ -27,13 +27,7 @@ struct pinned_upload_platform {
         check(cudaMallocHost(&buffer, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for uploads");
         return buffer;
     }
-    void deallocate(void* buffer) noexcept {
-        try {
-            const device_wide_scope no_capture;  // capture_lock.hpp
-            static_cast<void>(cudaFreeHost(buffer));
-        } catch (...) {  // the lock's system_error: the buffer stays until exit
-        }
-    }
+    void deallocate(void* buffer) noexcept { free_pinned_memory(buffer); }
     void copy_async(void* to, const void* staged, std::size_t bytes) {
         check(cudaMemcpyAsync(to, staged, bytes, cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (staged host values to the device)");

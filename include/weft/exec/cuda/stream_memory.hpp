@@ -66,15 +66,10 @@ inline void free_on_stream(const stream_allocation& memory, cudaStream_t stream)
             return;
         }
     }
-    if (stream != nullptr) {
+    if (stream != nullptr)
         static_cast<void>(cudaFreeAsync(memory.pointer, stream));
-        return;
-    }
-    try {
-        const device_wide_scope no_capture;  // cudaFree may wait for the device: capture_lock.hpp
-        static_cast<void>(cudaFree(memory.pointer));
-    } catch (...) {  // the lock's system_error: the memory stays until exit
-    }
+    else
+        free_device_memory(memory.pointer);
 }
 
 }  // namespace weft::cuda
