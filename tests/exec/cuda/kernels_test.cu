@@ -255,11 +255,15 @@ void test_gelu() {
     expect_close("gelu_backward" + tag, download(dx), weft_test::gelu_backward(x, dy), rtol<T>, 4e-5f);
 }
 
+// Rows of `spread` around `offset`. A spread of 1e-3 makes each row's variance (1e-6) ten
+// times smaller than epsilon (1e-5), so rstd = 1 / sqrt(var + eps) is about 300 where a
+// misplaced epsilon, 1 / (sqrt(var) + eps), would give about 990.
 template <class T>
-void test_layer_norm(int rows, int cols) {
-    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(cols) + " cols";
-    vec x = random_vec(std::size_t(rows) * cols, 30, 2.0f), dy = random_vec(std::size_t(rows) * cols, 31);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += 3.0f;  // a mean far from 0
+void test_layer_norm(int rows, int cols, float spread = 2.0f, float offset = 3.0f) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(cols) + " cols" +
+                            (spread == 2.0f ? "" : ", spread " + std::to_string(spread));
+    vec x = random_vec(std::size_t(rows) * cols, 30, spread), dy = random_vec(std::size_t(rows) * cols, 31);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += offset;  // by default a mean far from 0
     vec gamma = random_vec(std::size_t(cols), 32), beta = random_vec(std::size_t(cols), 33);
     if constexpr (std::is_same_v<T, bf16>)
         x = round_bf16(x), dy = round_bf16(dy), gamma = round_bf16(gamma), beta = round_bf16(beta);
@@ -292,10 +296,14 @@ void test_layer_norm(int rows, int cols) {
                  1e-5f * max_abs(want_dbeta));
 }
 
+// Logits of spread 3 around `offset`. At an offset of 100, exp(logit) overflows a float
+// (above 88.7), so only a kernel that subtracts each row's maximum first gives finite losses.
 template <class T>
-void test_cross_entropy(int rows, int classes) {
-    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(classes) + " classes";
+void test_cross_entropy(int rows, int classes, float offset = 0.0f) {
+    const std::string tag = (std::is_same_v<T, float> ? " fp32 " : " bf16 ") + std::to_string(classes) + " classes" +
+                            (offset == 0.0f ? "" : ", logits around " + std::to_string(offset));
     vec logits = random_vec(std::size_t(rows) * classes, 40, 3.0f);
+    for (float& v : logits) v += offset;
     if constexpr (std::is_same_v<T, bf16>) logits = round_bf16(logits);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
     for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
@@ -320,6 +328,24 @@ void test_cross_entropy(int rows, int classes) {
                                           scale, nullptr);
     const vec got = download(losses);
     expect(std::isnan(got[1]) && !std::isnan(got[0]), "cross_entropy: an out-of-range label gives a NaN loss" + tag);
+}
+
+// mean() over more values than its block has threads (1,024), so each thread sums several:
+// against a double sum, and bit-identical when run again (a fixed summation order).
+void test_mean(int n) {
+    const std::string tag = " of " + std::to_string(n) + " values";
+    std::mt19937 gen(50);
+    std::uniform_real_distribution<float> dist(1.0f, 2.0f);  // a mean far from 0: a relative check means something
+    vec values(static_cast<std::size_t>(n));
+    for (float& v : values) v = dist(gen);
+    double sum = 0;
+    for (float v : values) sum += v;
+    const cu::device_buffer<float> d_values{values};
+    cu::device_buffer<float> first{1}, again{1};
+    cu::mean(d_values.data(), n, first.data(), nullptr);
+    cu::mean(d_values.data(), n, again.data(), nullptr);
+    expect_close("mean" + tag, download(first), vec{float(sum / n)}, 1e-5f, 0.0f);
+    expect(bits_equal(first.to_host(), again.to_host()), "mean" + tag + " is the same bits when run again");
 }
 
 // The vocabulary padded to `stride` columns: the padding (filled with huge values here)
@@ -612,8 +638,17 @@ int main(int argc, char** argv) {
                                               test_layer_norm<bf16>(50, 768);
                                               // a warp's last pass over the columns partial
                                               test_layer_norm<float>(50, 100);
+                                              // variance below epsilon: where epsilon goes shows
+                                              test_layer_norm<float>(50, 96, 1e-3f, 0.0f);
+                                              test_layer_norm<bf16>(50, 768, 1e-3f, 0.0f);
                                               test_cross_entropy<float>(24, 1000);
                                               test_cross_entropy<bf16>(24, 50257);
+                                              test_cross_entropy<float>(24, 1000, 100.0f);
+                                              test_cross_entropy<bf16>(24, 50257, 100.0f);
+                                              test_mean(1);
+                                              test_mean(1000);
+                                              test_mean(5000);
+                                              test_mean(100003);
                                               test_attention<float>(2, 33, 3, 64);
                                               test_attention<bf16>(1, 70, 2, 128);
                                               test_attention<float>(1, 5, 1, 32);

@@ -52,8 +52,9 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels
 
 constexpr unsigned int mean_threads = 1024;
 
-// One block, strided partial sums in a fixed order, then the fixed block tree.
-__global__ inline void mean_kernel(const float* values, int n, float* out) {
+// One block, strided partial sums in a fixed order, then the fixed block tree. The bound
+// keeps the compiler within the registers that 1,024 threads in one block may use.
+__global__ inline void __launch_bounds__(mean_threads) mean_kernel(const float* values, int n, float* out) {
     __shared__ float scratch[32];
     float sum = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) sum += values[i];
