@@ -1,6 +1,7 @@
-// The SWARM router: interleaved weighted round-robin over a stage's workers, with joins at
-// the current minimum, a trial of each worker's first calls, probes of workers passed over,
-// bans, timeouts that follow each worker's EMA, and a clear error when no worker is live.
+// The SWARM router: interleaved weighted round-robin over a stage's workers by the time of
+// each class of call, with joins at the current minimum, a trial of each worker's first calls
+// of each class, probes of workers passed over, bans, timeouts that follow each worker's
+// estimates, and a clear error when no worker is live.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
@@ -45,6 +46,59 @@ TEST_CASE("calls go to workers in proportion to their speed, interleaved", "[swa
         ++so_far[even.pick_or_throw()];
         CHECK(std::abs(so_far[7] - so_far[8]) <= 1);
     }
+}
+
+TEST_CASE("a call moves its worker's turn on by the time of its class", "[swarm][router]") {
+    // Two equal workers whose backwards take three times their forwards. Whichever takes a
+    // backward has three forwards' work to do: the next three forwards go to the other, and
+    // then the two are level again. (One EMA over both classes would move them on by the same
+    // amount, and alternate them.)
+    router r(0, {.trial_calls = 1});
+    r.join(1);
+    r.join(2);
+    for (const worker_id id : {1, 2}) {
+        r.finished(id, 1.0, call_class::forward);
+        r.finished(id, 3.0, call_class::backward);
+    }
+    for (int round = 0; round < 5; ++round) {
+        INFO("round " << round);
+        const worker_id busy = r.pick_or_throw(call_class::backward);  // level: either may take it
+        const worker_id other = busy == 1 ? 2 : 1;
+        for (int forward = 0; forward < 3; ++forward) CHECK(r.pick_or_throw(call_class::forward) == other);
+    }
+}
+
+TEST_CASE("the trial is per class of call, and timeouts follow the class", "[swarm][router]") {
+    router r(0, {.timeout_multiple = 4, .timeout_floor_seconds = 0.1, .trial_calls = 2});
+    r.join(1);
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(1.0));  // initial_seconds, not measured yet
+    r.finished(1, 0.5, call_class::forward);
+    // A backward not timed yet is expected to take what the worker's calls took so far.
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(0.5));
+    r.finished(1, 1.5, call_class::backward);
+    // Each class's trial keeps its own fastest call: a fast forward is no measure of a backward.
+    CHECK(r.expected_seconds(1, call_class::forward) == Approx(0.5));
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(1.5));
+    CHECK(r.expected_seconds(1) == Approx(0.5));  // the fastest of all calls in the trial
+    CHECK(r.timeout_seconds(1, call_class::forward) == Approx(2.0));
+    CHECK(r.timeout_seconds(1, call_class::backward) == Approx(6.0));
+    // A timeout's penalty reaches every class the worker was timed in.
+    r.timed_out(1);
+    CHECK(r.expected_seconds(1, call_class::forward) == Approx(1.0));
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(3.0));
+    CHECK(*r.class_seconds(1, call_class::backward) == Approx(3.0));
+}
+
+TEST_CASE("a call timed at 0 s is an estimate of 0 s, not an unmeasured worker", "[swarm][router]") {
+    router r(0, {.initial_seconds = 1.0, .trial_calls = 1});
+    r.join(1);
+    r.join(2);
+    r.finished(1, 0.0);
+    r.finished(2, 0.5);
+    CHECK(r.is_measured(1));
+    for (int i = 0; i < 10; ++i) CHECK(r.pick_or_throw() == 1);  // it costs the pool no time
+    CHECK(r.expected_seconds(1) == 0.0);
+    CHECK(r.expected_seconds(1, call_class::forward) == 0.0);
 }
 
 TEST_CASE("a worker that joins enters at the current minimum", "[swarm][router]") {

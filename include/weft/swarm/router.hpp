@@ -3,26 +3,30 @@
 //
 // Each live worker has a virtual finish time. A call goes to the worker whose virtual time
 // is least, ties broken at random, and that worker's virtual time then moves on by its
-// expected time per call: after a short trial (below), the exponential moving average (EMA)
-// of the times it was measured at. A worker twice as fast is thus chosen twice as often, and
+// expected time for that class of call (a forward or a backward, which differ several-fold):
+// after a short trial (below), the exponential moving average (EMA) of the times its calls
+// of the class were measured at. A worker twice as fast is thus chosen twice as often, and
 // its calls interleave with the others' instead of coming in bursts. The times live in a
 // min-heap; entries a worker left behind (it was chosen again, banned, or left) are skipped
 // as they surface.
 //
 // A worker that joins enters at the current minimum, so it neither waits behind the pool
-// nor takes a burst of calls to catch up. Its first calls after each join are a trial: its
-// expected time is the fastest of them, since a first call pays one-time costs (allocations,
-// cold caches) and a loaded host can stretch any one call, but nothing makes a call faster
-// than the worker is. A worker passed over for probe_after picks per live worker gets the
+// nor takes a burst of calls to catch up. Its first calls of each class after each join are
+// a trial: its expected time is the fastest of them, since a first call pays one-time costs
+// (allocations, cold caches) and a loaded host can stretch any one call, but nothing makes a
+// call faster than the worker is. The trial is per class: a forward is no measure of how long
+// a backward takes. Until a class was timed since the join, the worker's estimate for it is
+// its EMA over all of its calls (initial_seconds before any). A worker passed over for probe_after picks per live worker gets the
 // next call whatever its estimate: an estimate is only corrected by calls, so without the
 // probe one slow call could keep a worker idle for the rest of a run. A probed worker gets no
 // other probe until that call is answered, and none after a timeout until a call of it is
 // answered again, so a worker whose calls hang is not probed, and a truly slow one costs one
 // call in probe_after x workers.
 //
-// A timed-out call multiplies the worker's EMA by a penalty (it is chosen less, and waited
-// for longer); an error or a dead connection bans it until it announces itself again
-// (join). Timeouts follow each worker's own EMA: a multiple of it, never below a floor.
+// A timed-out call multiplies the worker's estimates by a penalty (it is chosen less, and
+// waited for longer); an error or a dead connection bans it until it announces itself again
+// (join). Timeouts follow each worker's own estimate for the class of call: a multiple of
+// it, never below a floor.
 //
 // The router is plain data with no clock or I/O, so that the real trainer and the simulated
 // one (benchmarks/bench_swarm) make the same choices.
@@ -82,7 +86,7 @@ public:
     // minimum virtual time. A worker already live keeps its place.
     void join(worker_id id) {
         const double least = minimum_virtual_time();
-        worker& w = workers_[id];
+        worker& w = entry_of(id);
         if (w.live) return;
         w.live = true;
         w.virtual_time = least;
@@ -102,8 +106,8 @@ public:
         }
     }
 
-    // The worker the next call goes to; none when no worker is live.
-    [[nodiscard]] std::optional<worker_id> pick() {
+    // The worker the next call of class `kind` goes to; none when no worker is live.
+    [[nodiscard]] std::optional<worker_id> pick(call_class kind = call_class::forward) {
         ++picks_;
         if (const auto id = passed_over_longest()) {
             // A probe: it is measured again, and goes on from the pool's present, as a joiner
@@ -111,7 +115,7 @@ public:
             // worker's calls do not pile up.
             worker& w = workers_.at(*id);
             w.probe_held = true;
-            w.virtual_time = minimum_virtual_time() + w.ema_seconds;
+            w.virtual_time = minimum_virtual_time() + expected(w, kind);
             w.last_pick = picks_;
             push(*id, w);
             return id;
@@ -121,7 +125,7 @@ public:
             heap_.pop();
             worker& w = workers_.at(top.id);
             if (!w.live || top.version != w.version) continue;  // left behind
-            w.virtual_time = top.finish + w.ema_seconds;
+            w.virtual_time = top.finish + expected(w, kind);
             w.last_pick = picks_;
             push(top.id, w);
             return top.id;
@@ -129,8 +133,8 @@ public:
         return std::nullopt;
     }
     // As pick(), or a weft::error naming the stage when no worker is live.
-    [[nodiscard]] worker_id pick_or_throw() {
-        if (const auto id = pick()) return *id;
+    [[nodiscard]] worker_id pick_or_throw(call_class kind = call_class::forward) {
+        if (const auto id = pick(kind)) return *id;
         throw error("swarm stage " + std::to_string(stage_) +
                     " has no live worker: every one has left, failed or been banned (start workers for it, or "
                     "wait for one to announce itself)");
@@ -141,52 +145,66 @@ public:
         require(seconds >= 0, "call seconds", seconds, "must be >= 0");
         worker& w = known(id);
         const auto c = static_cast<std::size_t>(kind);
+        const bool on_trial = w.class_calls[c] < options_.trial_calls;
+        const double before = expected(w, kind);
         w.class_seconds[c] = estimate_after(w.class_seconds[c], w.class_calls[c]++, seconds);
-        const bool on_trial = w.timed_calls < options_.trial_calls;
-        const double before = w.ema_seconds;
-        w.ema_seconds = *estimate_after(before, w.timed_calls++, seconds);
+        w.ema_seconds = *estimate_after(w.ema_seconds, w.timed_calls++, seconds);
         w.measured = true;
         w.probe_held = false;  // answered: it may be probed again
-        if (on_trial && w.live && w.ema_seconds != before) {
+        const double after = expected(w, kind);
+        if (on_trial && w.live && after != before) {
             // Its place was reckoned with an estimate the trial has corrected: the guess
-            // (initial_seconds), which may be ages of the pool's calls, or a first call that
-            // paid one-time costs. Moved by the difference, it gets its share from now on rather
-            // than after the pool catches up with the old estimate.
-            w.virtual_time += w.ema_seconds - before;
+            // (initial_seconds, or its calls of the other class), which may be ages of the
+            // pool's calls, or a first call that paid one-time costs. Moved by the difference, it
+            // gets its share from now on rather than after the pool catches up with the old
+            // estimate.
+            w.virtual_time += after - before;
             push(id, w);
         }
     }
-    // A call to `id` timed out: its EMA takes the penalty; the caller tries another worker.
-    // A timeout ends the trial, so a later fast call is blended into the penalty rather than
-    // replacing it, and no probe goes to the worker until a call of it is answered: its calls
-    // may hang.
+    // A call to `id` timed out: its estimates take the penalty; the caller tries another
+    // worker. A timeout ends the trials, so a later fast call is blended into the penalty
+    // rather than replacing it, and no probe goes to the worker until a call of it is
+    // answered: its calls may hang.
     void timed_out(worker_id id) {
         worker& w = known(id);
         w.ema_seconds *= options_.timeout_penalty;
         w.measured = true;
         w.timed_calls = std::max(w.timed_calls, options_.trial_calls);
+        for (std::size_t c = 0; c < w.class_seconds.size(); ++c) {
+            if (w.class_calls[c] == 0) continue;  // not timed since it joined: it follows the EMA
+            *w.class_seconds[c] *= options_.timeout_penalty;
+            w.class_calls[c] = std::max(w.class_calls[c], options_.trial_calls);
+        }
         w.probe_held = true;
     }
     // A call to `id` failed, or its connection died: banned until it announces itself again.
     // A worker that dies before it ever joined (while fetching its state) is recorded banned.
     void failed(worker_id id) {
-        worker& w = workers_[id];
+        worker& w = entry_of(id);
         w.live = false;
         ++w.version;
         ++w.bans;
     }
 
-    // How long to wait for a call to `id`: a multiple of its EMA, never below the floor.
-    [[nodiscard]] double timeout_seconds(worker_id id) const {
-        const worker& w = known(id);
-        return std::max(options_.timeout_floor_seconds, options_.timeout_multiple * w.ema_seconds);
+    // How long to wait for a call of class `kind` to `id`: a multiple of its estimate, never
+    // below the floor. Without a class (a call the router does not route, such as a
+    // step's collect): a multiple of its EMA over all calls.
+    [[nodiscard]] double timeout_seconds(worker_id id, call_class kind) const {
+        return timeout_after(expected(known(id), kind));
     }
+    [[nodiscard]] double timeout_seconds(worker_id id) const { return timeout_after(known(id).ema_seconds); }
+    // The EMA of all of `id`'s calls (initial_seconds before any was timed).
     [[nodiscard]] double expected_seconds(worker_id id) const { return known(id).ema_seconds; }
+    // What a call of class `kind` to `id` is expected to take: the class's estimate, or the
+    // EMA of all calls until the class was timed since the worker joined.
+    [[nodiscard]] double expected_seconds(worker_id id, call_class kind) const { return expected(known(id), kind); }
     // The EMA of `id`'s calls of one class; none until one was timed.
     [[nodiscard]] std::optional<double> class_seconds(worker_id id, call_class kind) const {
         return known(id).class_seconds[static_cast<std::size_t>(kind)];
     }
-    // Whether a call of `id` has been timed yet (until then its EMA is initial_seconds).
+    // Whether a call of `id` has been timed (or timed out) yet; until then its EMA is
+    // initial_seconds.
     [[nodiscard]] bool is_measured(worker_id id) const {
         const auto it = workers_.find(id);
         return it != workers_.end() && it->second.measured;
@@ -205,13 +223,13 @@ public:
 
 private:
     struct worker {
-        double ema_seconds = 0;
+        double ema_seconds = 0;  // set to initial_seconds when the entry is made (entry_of)
         double virtual_time = 0;
         std::uint64_t version = 0;  // heap entries of older versions are stale
         bool live = false;
         bool measured = false;
         int bans = 0;
-        int timed_calls = 0;                                 // calls finished() since it joined
+        int timed_calls = 0;                                 // calls finished() since it joined, any class
         std::uint64_t last_pick = 0;                         // picks_ when it was last picked or joined
         bool probe_held = false;                             // a probe or a timeout, no call answered since
         std::array<std::optional<double>, 2> class_seconds;  // by call_class
@@ -227,8 +245,23 @@ private:
         }
     };
 
+    // The entry of `id`, made with the initial estimate if it has none. (A measured 0 s stays
+    // 0 s: it is not mistaken for "not measured yet".)
+    worker& entry_of(worker_id id) {
+        const auto [it, made] = workers_.try_emplace(id);
+        if (made) it->second.ema_seconds = options_.initial_seconds;
+        return it->second;
+    }
+    // A class timed since the worker joined has an estimate of its own; one not timed yet (or
+    // only before a ban: perhaps another process) follows the EMA of all of its calls.
+    [[nodiscard]] static double expected(const worker& w, call_class kind) {
+        const auto c = static_cast<std::size_t>(kind);
+        return w.class_calls[c] > 0 ? *w.class_seconds[c] : w.ema_seconds;
+    }
+    [[nodiscard]] double timeout_after(double expected_seconds) const {
+        return std::max(options_.timeout_floor_seconds, options_.timeout_multiple * expected_seconds);
+    }
     void push(worker_id id, worker& w) {
-        if (w.ema_seconds == 0) w.ema_seconds = options_.initial_seconds;
         ++w.version;
         heap_.push({w.virtual_time, random_(), id, w.version});
     }

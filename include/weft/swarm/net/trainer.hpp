@@ -239,6 +239,11 @@ private:
 
     // A call on its way: what it was for, so its answer (or its loss) can be handled.
     enum class call_kind { forward, backward, collect, apply, catch_up };
+    // The class the router times a call in; only forwards and backwards are routed by it.
+    static bool routed(call_kind kind) { return kind == call_kind::forward || kind == call_kind::backward; }
+    static call_class routed_as(call_kind kind) {
+        return kind == call_kind::forward ? call_class::forward : call_class::backward;
+    }
     struct pending_call {
         call_kind kind;
         worker_id worker;
@@ -554,9 +559,7 @@ private:
         const auto seconds = r.get<double>("seconds");
         // The router and the rebalancer weigh workers by the calls they route; a collect or
         // an apply costs every worker of a stage the same once a step.
-        if (p.kind == call_kind::forward || p.kind == call_kind::backward)
-            routers_[std::size_t(p.stage)].finished(
-                p.worker, seconds, p.kind == call_kind::forward ? call_class::forward : call_class::backward);
+        if (routed(p.kind)) routers_[std::size_t(p.stage)].finished(p.worker, seconds, routed_as(p.kind));
         ++m.calls;
         completions_.push_back({p, true, {}, message.bytes});
     }
@@ -566,13 +569,18 @@ private:
         member& m = members_.at(id);
         call.worker = id;
         call.sent = clock::now();
-        // A catching-up worker is in no router yet: its replayed steps get the expiry time.
-        const double timeout = call.kind == call_kind::catch_up ? expiry_seconds()
-                                                                : routers_[std::size_t(call.stage)].timeout_seconds(id);
-        // A worker serves its calls in turn: one sent behind others waits for them too.
-        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
-                                        std::chrono::duration<double>(timeout * double(m.outstanding + 1)));
-        if (call.kind == call_kind::forward || call.kind == call_kind::backward) {
+        // A worker serves its calls in turn: one sent behind others waits for them too. A routed
+        // call waits for its class's timeout, a collect or an apply for that of all calls, and
+        // each call ahead of it adds the latter (of either class). A catching-up worker is in no
+        // router yet: its replayed steps get the expiry time.
+        double timeout = expiry_seconds() * double(m.outstanding + 1);
+        if (call.kind != call_kind::catch_up) {
+            const router& route = routers_[std::size_t(call.stage)];
+            timeout = (routed(call.kind) ? route.timeout_seconds(id, routed_as(call.kind)) : route.timeout_seconds(id)) +
+                      route.timeout_seconds(id) * double(m.outstanding);
+        }
+        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout));
+        if (routed(call.kind)) {
             wire_bytes_ += w.size();
             plain_bytes_ += w.plain_size();
         }
@@ -584,9 +592,9 @@ private:
         pending_.emplace(call_id, std::move(call));
         return true;
     }
-    std::optional<worker_id> pick(int stage) {
+    std::optional<worker_id> pick(int stage, call_class kind) {
         auto& route = routers_[std::size_t(stage)];
-        while (auto id = route.pick()) {
+        while (auto id = route.pick(kind)) {
             const member& m = members_.at(*id);
             if (m.live && m.ready && m.step == step_) return id;
             route.leave(*id);
@@ -637,7 +645,9 @@ private:
                 auto& t = st.tasks[std::size_t(mb)];
                 if (t.done || t.in_flight) continue;
                 if (!t.started && started - done >= cap) continue;  // --in-flight: it waits its turn
-                const auto id = pick(t.stage);
+                // The last stage does forward, loss and backward in one call.
+                const bool backward = t.backward || is_last(t.stage);
+                const auto id = pick(t.stage, backward ? call_class::backward : call_class::forward);
                 if (!id) {
                     no_worker(t.stage, t.waiting_since);
                     continue;
@@ -648,8 +658,6 @@ private:
                     ++started;
                 }
                 const std::uint64_t call = next_call_++;
-                // The last stage does forward, loss and backward in one call.
-                const bool backward = t.backward || is_last(t.stage);
                 auto w = call_message(st, mb, t.stage, backward, call);
                 t.in_flight = send_call(*id, {backward ? call_kind::backward : call_kind::forward, *id, t.stage, mb,
                                               {}, {}, {}},
@@ -747,7 +755,7 @@ private:
             // Backwards to redo: any live worker of the stage, from the kept inputs.
             for (auto& [key, t] : redo) {
                 if (t.in_flight) continue;
-                const auto id = pick(key.first);
+                const auto id = pick(key.first, call_class::backward);
                 if (!id) {
                     no_worker(key.first, t.waiting_since);
                     continue;

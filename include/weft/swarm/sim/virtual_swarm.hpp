@@ -201,6 +201,10 @@ private:
         int outstanding = 0;  // calls the trainer awaits from it
     };
     enum class call_kind { forward, backward, redo };
+    // How the router times a call: a redone backward is a backward (with its forward).
+    static call_class routed_as(call_kind kind) {
+        return kind == call_kind::forward ? call_class::forward : call_class::backward;
+    }
     struct call_state {
         std::size_t worker;
         worker_id route_id;
@@ -316,10 +320,10 @@ private:
             dispatchable_.push_back(started_++);
         }
     }
-    std::optional<std::size_t> pick(int stage) {
+    std::optional<std::size_t> pick(int stage, call_class kind) {
         router& route = routers_[std::size_t(stage)];
         if (model_.routing == routing_policy::iwrr) {
-            while (const auto id = route.pick()) {
+            while (const auto id = route.pick(kind)) {
                 const std::size_t i = route_owner_[std::size_t(*id)];
                 if (workers_[i].ready && workers_[i].stage == stage && workers_[i].route_id == *id) return i;
                 route.leave(*id);
@@ -341,29 +345,36 @@ private:
             const int mb = dispatchable_.front();
             dispatchable_.pop_front();
             const int stage = mb >= 0 ? microbatches_[std::size_t(mb)].stage : redo_stage(mb);
-            const auto id = pick(stage);
+            const call_kind kind = kind_of(mb, stage);
+            const auto id = pick(stage, routed_as(kind));
             if (!id) {
                 stage_waiting_[std::size_t(stage)].push_back(mb);
                 continue;
             }
-            send(*id, mb, stage);
+            send(*id, mb, stage, kind);
         }
+    }
+    // A micro-batch's next call at `stage`: its forward, or its backward (the last stage's
+    // one call does both); a redone backward (mb < 0) recomputes the forward it lost.
+    [[nodiscard]] call_kind kind_of(int mb, int stage) const {
+        if (mb < 0) return call_kind::redo;
+        return microbatches_[std::size_t(mb)].backward || is_last(stage) ? call_kind::backward : call_kind::forward;
     }
     // Redone backwards are queued as negative numbers: -(1 + index into redo_).
     int redo_stage(int mb) const { return redo_[std::size_t(-mb - 1)].first; }
 
-    void send(std::size_t i, int mb, int stage) {
+    void send(std::size_t i, int mb, int stage, call_kind kind) {
         worker_state& w = workers_[i];
-        call_kind kind = call_kind::redo;
-        if (mb >= 0) kind = microbatches_[std::size_t(mb)].backward || is_last(stage) ? call_kind::backward : call_kind::forward;
         const double forward = model_.forward_seconds[std::size_t(stage)];
         const double compute = (kind == call_kind::forward ? forward : (1 + model_.backward_multiple) * forward) / w.speed;
         const std::size_t c = calls_.size();
         calls_.push_back({i, w.route_id, mb, stage, kind, now_, compute, true});
         ++out_.calls;
-        // Its deadline, as the real trainer's: the router's timeout for this worker, times the
-        // calls it already owes.
-        const double timeout = routers_[std::size_t(stage)].timeout_seconds(w.route_id) * double(w.outstanding + 1);
+        // Its deadline, as the real trainer's: the router's timeout for this worker and class of
+        // call, plus its timeout for any call for each call it already owes.
+        const router& route = routers_[std::size_t(stage)];
+        const double timeout = route.timeout_seconds(w.route_id, routed_as(kind)) +
+                               route.timeout_seconds(w.route_id) * double(w.outstanding);
         ++w.outstanding;
         push(now_ + model_.latency_seconds, event_kind::deliver, c, w.epoch);
         push(now_ + timeout, event_kind::timeout, c);
@@ -396,7 +407,7 @@ private:
         worker_state& w = workers_[call.worker];
         --w.outstanding;
         routers_[std::size_t(call.stage)].finished(
-            call.route_id, call.compute_seconds, call.kind == call_kind::forward ? call_class::forward : call_class::backward);
+            call.route_id, call.compute_seconds, routed_as(call.kind));
         if (call.kind == call_kind::redo) {
             auto& [stage, mb] = redo_[std::size_t(-call.microbatch - 1)];
             holders_[{stage, mb}] = {call.worker, w.epoch};
