@@ -90,15 +90,63 @@ TEST_CASE("the trial is per class of call, and timeouts follow the class", "[swa
 }
 
 TEST_CASE("a call timed at 0 s is an estimate of 0 s, not an unmeasured worker", "[swarm][router]") {
-    router r(0, {.initial_seconds = 1.0, .trial_calls = 1});
+    // Worker 2 takes 0.5 s a call; worker 1 was timed at 0 s. Were that taken for "not
+    // measured" (the guess, 2 s), worker 2 would take most calls.
+    router r(0, {.initial_seconds = 2.0, .trial_calls = 1, .probe_after = 8});
     r.join(1);
     r.join(2);
     r.finished(1, 0.0);
     r.finished(2, 0.5);
     CHECK(r.is_measured(1));
-    for (int i = 0; i < 10; ++i) CHECK(r.pick_or_throw() == 1);  // it costs the pool no time
+    const auto counts = count_picks(r, 15);  // under 8 x 2 picks: no probe yet
+    CHECK(counts.at(1) >= 14);               // it costs the pool no time (a tie may go to 2 once)
     CHECK(r.expected_seconds(1) == 0.0);
     CHECK(r.expected_seconds(1, call_class::forward) == 0.0);
+    CHECK(count_picks(r, 10).count(2) == 1);  // passed over, worker 2 still gets its probe
+}
+
+TEST_CASE("the trial corrects a worker's place by what its pick was charged", "[swarm][router]") {
+    router r(0, {.initial_seconds = 1.0, .trial_calls = 2, .probe_after = 100});
+    r.join(1);
+    REQUIRE(r.pick_or_throw(call_class::backward) == 1);  // charged the guess: 1 s
+    r.join(2);                                            // enters level with worker 1's charge
+    r.finished(1, 0.1, call_class::forward);              // a forward it was not picked for here
+    r.finished(1, 0.3, call_class::backward);             // the backward: 0.3 s, 0.7 s less than charged
+    r.finished(2, 0.1, call_class::forward);
+    // Worker 1 is 0.7 s behind worker 2 now, seven of its 0.1 s forwards. (Corrected from the
+    // estimate when the call came back, 0.1 s, it would have been moved on, not back.)
+    for (int i = 0; i < 6; ++i) {
+        INFO("forward " << i);
+        CHECK(r.pick_or_throw(call_class::forward) == 1);
+    }
+}
+
+TEST_CASE("a timeout ends the trial of a class not timed yet", "[swarm][router]") {
+    router r(0, {.ema_weight = 0.2, .initial_seconds = 1.0, .timeout_penalty = 2});
+    r.join(1);
+    r.join(2);
+    r.timed_out(1);  // its first call: nothing timed yet, the guess doubled
+    CHECK(r.expected_seconds(1, call_class::forward) == Approx(2.0));
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(2.0));
+    CHECK(*r.class_seconds(1, call_class::backward) == Approx(2.0));
+    // A fast call after it is blended into the penalty, not taken as the trial's first.
+    r.finished(1, 0.1, call_class::forward);
+    CHECK(r.expected_seconds(1, call_class::forward) == Approx(0.8 * 2.0 + 0.2 * 0.1));
+    CHECK(r.expected_seconds(1, call_class::backward) == Approx(2.0));
+}
+
+TEST_CASE("a worker back from a ban is timed afresh", "[swarm][router]") {
+    router r(0, {.initial_seconds = 1.0, .timeout_multiple = 4, .timeout_floor_seconds = 0.5});
+    r.failed(9);  // died while fetching its state, before it ever joined
+    CHECK(r.times_banned(9) == 1);
+    CHECK(r.timeout_seconds(9) == Approx(4.0));  // the guess, not a zero estimate at the floor
+    r.join(9);
+    r.finished(9, 0.5, call_class::forward);
+    r.finished(9, 1.5, call_class::backward);
+    r.failed(9);
+    r.join(9);  // perhaps another process on other hardware: its old times are not its own
+    CHECK_FALSE(r.class_seconds(9, call_class::forward).has_value());
+    CHECK_FALSE(r.class_seconds(9, call_class::backward).has_value());
 }
 
 TEST_CASE("a worker that joins enters at the current minimum", "[swarm][router]") {
@@ -190,7 +238,7 @@ TEST_CASE("a timeout ends the trial, and a join starts a new one", "[swarm][rout
     r.failed(2);
     r.join(2);
     // It enters at the minimum, level with worker 1: one of the next two calls is its.
-    const bool picked = r.pick_or_throw() == 2 || r.pick_or_throw() == 2;
+    const bool picked = r.pick_or_throw(call_class::backward) == 2 || r.pick_or_throw(call_class::backward) == 2;
     REQUIRE(picked);
     r.finished(2, 0.001, call_class::backward);
     CHECK(r.expected_seconds(2) == Approx(0.001));

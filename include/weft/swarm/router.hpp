@@ -16,12 +16,12 @@
 // (allocations, cold caches) and a loaded host can stretch any one call, but nothing makes a
 // call faster than the worker is. The trial is per class: a forward is no measure of how long
 // a backward takes. Until a class was timed since the join, the worker's estimate for it is
-// its EMA over all of its calls (initial_seconds before any). A worker passed over for probe_after picks per live worker gets the
-// next call whatever its estimate: an estimate is only corrected by calls, so without the
-// probe one slow call could keep a worker idle for the rest of a run. A probed worker gets no
-// other probe until that call is answered, and none after a timeout until a call of it is
-// answered again, so a worker whose calls hang is not probed, and a truly slow one costs one
-// call in probe_after x workers.
+// its EMA over all of its calls (initial_seconds before any). A worker passed over for
+// probe_after picks per live worker gets the next call whatever its estimate: an estimate is
+// only corrected by calls, so without the probe one slow call could keep a worker idle for
+// the rest of a run. A probed worker gets no other probe until that call is answered, and
+// none after a timeout until a call of it is answered again, so a worker whose calls hang is
+// not probed, and a truly slow one costs one call in probe_after x workers.
 //
 // A timed-out call multiplies the worker's estimates by a penalty (it is chosen less, and
 // waited for longer); an error or a dead connection bans it until it announces itself again
@@ -94,6 +94,7 @@ public:
         // another stage, and be cold again. Its estimate so far is the trial's starting guess.
         w.timed_calls = 0;
         w.class_calls = {};
+        w.charged = {};
         w.last_pick = picks_;
         w.probe_held = false;
         push(id, w);
@@ -115,7 +116,7 @@ public:
             // worker's calls do not pile up.
             worker& w = workers_.at(*id);
             w.probe_held = true;
-            w.virtual_time = minimum_virtual_time() + expected(w, kind);
+            w.virtual_time = minimum_virtual_time() + charge(w, kind);
             w.last_pick = picks_;
             push(*id, w);
             return id;
@@ -125,7 +126,7 @@ public:
             heap_.pop();
             worker& w = workers_.at(top.id);
             if (!w.live || top.version != w.version) continue;  // left behind
-            w.virtual_time = top.finish + expected(w, kind);
+            w.virtual_time = top.finish + charge(w, kind);
             w.last_pick = picks_;
             push(top.id, w);
             return top.id;
@@ -146,25 +147,29 @@ public:
         worker& w = known(id);
         const auto c = static_cast<std::size_t>(kind);
         const bool on_trial = w.class_calls[c] < options_.trial_calls;
-        const double before = expected(w, kind);
+        // What its place was reckoned with: the charge of its latest pick of this class, or
+        // (timed without a pick here) its estimate until now.
+        const double charged = w.charged[c].value_or(expected(w, kind));
         w.class_seconds[c] = estimate_after(w.class_seconds[c], w.class_calls[c]++, seconds);
         w.ema_seconds = *estimate_after(w.ema_seconds, w.timed_calls++, seconds);
         w.measured = true;
         w.probe_held = false;  // answered: it may be probed again
         const double after = expected(w, kind);
-        if (on_trial && w.live && after != before) {
+        if (on_trial && w.live && after != charged) {
             // Its place was reckoned with an estimate the trial has corrected: the guess
             // (initial_seconds, or its calls of the other class), which may be ages of the
             // pool's calls, or a first call that paid one-time costs. Moved by the difference, it
             // gets its share from now on rather than after the pool catches up with the old
             // estimate.
-            w.virtual_time += after - before;
+            w.virtual_time += after - charged;
+            w.charged[c] = after;
             push(id, w);
         }
     }
     // A call to `id` timed out: its estimates take the penalty; the caller tries another
-    // worker. A timeout ends the trials, so a later fast call is blended into the penalty
-    // rather than replacing it, and no probe goes to the worker until a call of it is
+    // worker. A timeout ends the trials of both classes, so a later fast call is blended into
+    // the penalty rather than replacing it (a class not timed since the join starts from the
+    // penalised EMA of all calls), and no probe goes to the worker until a call of it is
     // answered: its calls may hang.
     void timed_out(worker_id id) {
         worker& w = known(id);
@@ -172,8 +177,7 @@ public:
         w.measured = true;
         w.timed_calls = std::max(w.timed_calls, options_.trial_calls);
         for (std::size_t c = 0; c < w.class_seconds.size(); ++c) {
-            if (w.class_calls[c] == 0) continue;  // not timed since it joined: it follows the EMA
-            *w.class_seconds[c] *= options_.timeout_penalty;
+            w.class_seconds[c] = w.class_calls[c] > 0 ? *w.class_seconds[c] * options_.timeout_penalty : w.ema_seconds;
             w.class_calls[c] = std::max(w.class_calls[c], options_.trial_calls);
         }
         w.probe_held = true;
@@ -199,9 +203,12 @@ public:
     // What a call of class `kind` to `id` is expected to take: the class's estimate, or the
     // EMA of all calls until the class was timed since the worker joined.
     [[nodiscard]] double expected_seconds(worker_id id, call_class kind) const { return expected(known(id), kind); }
-    // The EMA of `id`'s calls of one class; none until one was timed.
+    // The EMA of `id`'s calls of one class; none until one was timed (or timed out) since the
+    // worker last joined: a worker back from a ban may be another process, on other hardware.
     [[nodiscard]] std::optional<double> class_seconds(worker_id id, call_class kind) const {
-        return known(id).class_seconds[static_cast<std::size_t>(kind)];
+        const worker& w = known(id);
+        const auto c = static_cast<std::size_t>(kind);
+        return w.class_calls[c] > 0 ? w.class_seconds[c] : std::nullopt;
     }
     // Whether a call of `id` has been timed (or timed out) yet; until then its EMA is
     // initial_seconds.
@@ -234,6 +241,7 @@ private:
         bool probe_held = false;                             // a probe or a timeout, no call answered since
         std::array<std::optional<double>, 2> class_seconds;  // by call_class
         std::array<int, 2> class_calls{};                    // calls timed since it joined, by call_class
+        std::array<std::optional<double>, 2> charged;        // what its latest pick of each class was charged
     };
     struct entry {
         double finish;
@@ -256,7 +264,14 @@ private:
     // only before a ban: perhaps another process) follows the EMA of all of its calls.
     [[nodiscard]] static double expected(const worker& w, call_class kind) {
         const auto c = static_cast<std::size_t>(kind);
-        return w.class_calls[c] > 0 ? *w.class_seconds[c] : w.ema_seconds;
+        return w.class_calls[c] > 0 ? w.class_seconds[c].value() : w.ema_seconds;
+    }
+    // What a pick of class `kind` moves the worker's virtual time on by; remembered, so that
+    // the trial can correct it by the difference when the call is timed.
+    static double charge(worker& w, call_class kind) {
+        const double seconds = expected(w, kind);
+        w.charged[static_cast<std::size_t>(kind)] = seconds;
+        return seconds;
     }
     [[nodiscard]] double timeout_after(double expected_seconds) const {
         return std::max(options_.timeout_floor_seconds, options_.timeout_multiple * expected_seconds);

@@ -233,6 +233,7 @@ private:
         std::uint64_t step = 0;
         clock::time_point heard;
         long long calls = 0, timeouts = 0, deaths = 0, outstanding = 0;
+        double owed_seconds = 0;  // its outstanding calls' timeouts, summed: a new call waits behind them
         int catching_up = 0;        // replayed steps on their way
         bool catch_up_failed = false;
     };
@@ -251,6 +252,7 @@ private:
         int microbatch;
         std::vector<std::int32_t> microbatches;  // collect
         clock::time_point sent, deadline;
+        double timeout_seconds = 0;  // its own share of the deadline (the rest: the calls ahead of it)
     };
     struct completion {
         pending_call call;
@@ -473,6 +475,8 @@ private:
                      m.stage, why.c_str());
         // Its calls on the way are lost, its replayed steps with them.
         m.catching_up = 0;
+        m.outstanding = 0;
+        m.owed_seconds = 0;
         for (auto it = pending_.begin(); it != pending_.end();) {
             if (it->second.worker == id) {
                 if (it->second.kind != call_kind::catch_up)
@@ -499,7 +503,7 @@ private:
             if (now > it->second.deadline) {
                 auto& m = members_.at(it->second.worker);
                 ++m.timeouts;
-                --m.outstanding;
+                settle(m, it->second);
                 const pending_call call = it->second;
                 it = pending_.erase(it);
                 if (call.kind == call_kind::catch_up) {
@@ -542,7 +546,7 @@ private:
         pending_call p = it->second;
         pending_.erase(it);
         member& m = members_.at(p.worker);
-        --m.outstanding;
+        settle(m, p);
         m.heard = clock::now();
         if (p.kind == call_kind::catch_up) {
             caught_up(p.worker, r.kind() == message_kind::apply_reply);
@@ -569,17 +573,17 @@ private:
         member& m = members_.at(id);
         call.worker = id;
         call.sent = clock::now();
-        // A worker serves its calls in turn: one sent behind others waits for them too. A routed
-        // call waits for its class's timeout, a collect or an apply for that of all calls, and
-        // each call ahead of it adds the latter (of either class). A catching-up worker is in no
-        // router yet: its replayed steps get the expiry time.
-        double timeout = expiry_seconds() * double(m.outstanding + 1);
+        // A routed call gets its worker's timeout for its class, a collect or an apply that for
+        // any call. A catching-up worker is in no router yet: its replayed steps get the expiry
+        // time. A worker serves its calls in turn, so one sent behind others waits for theirs too.
+        call.timeout_seconds = expiry_seconds();
         if (call.kind != call_kind::catch_up) {
             const router& route = routers_[std::size_t(call.stage)];
-            timeout = (routed(call.kind) ? route.timeout_seconds(id, routed_as(call.kind)) : route.timeout_seconds(id)) +
-                      route.timeout_seconds(id) * double(m.outstanding);
+            call.timeout_seconds =
+                routed(call.kind) ? route.timeout_seconds(id, routed_as(call.kind)) : route.timeout_seconds(id);
         }
-        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout));
+        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
+                                        std::chrono::duration<double>(m.owed_seconds + call.timeout_seconds));
         if (routed(call.kind)) {
             wire_bytes_ += w.size();
             plain_bytes_ += w.plain_size();
@@ -589,8 +593,14 @@ private:
             return false;
         }
         ++m.outstanding;
+        m.owed_seconds += call.timeout_seconds;
         pending_.emplace(call_id, std::move(call));
         return true;
+    }
+    // A call of `m` is answered, or given up on: the calls sent after it wait that much less.
+    static void settle(member& m, const pending_call& call) {
+        --m.outstanding;
+        m.owed_seconds = m.outstanding > 0 ? std::max(0.0, m.owed_seconds - call.timeout_seconds) : 0.0;
     }
     std::optional<worker_id> pick(int stage, call_class kind) {
         auto& route = routers_[std::size_t(stage)];

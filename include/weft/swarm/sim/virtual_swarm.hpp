@@ -198,7 +198,8 @@ private:
         worker_id route_id = 0;
         std::deque<std::size_t> queue;  // calls delivered, not started
         bool busy = false;
-        int outstanding = 0;  // calls the trainer awaits from it
+        int outstanding = 0;      // calls the trainer awaits from it
+        double owed_seconds = 0;  // their timeouts, summed: a new call waits behind them
     };
     enum class call_kind { forward, backward, redo };
     // How the router times a call: a redone backward is a backward (with its forward).
@@ -213,7 +214,8 @@ private:
         call_kind kind;
         double sent;
         double compute_seconds = 0;
-        bool awaited = true;  // false once timed out, or its worker left
+        bool awaited = true;         // false once timed out, or its worker left
+        double timeout_seconds = 0;  // its own share of the deadline (the rest: the calls ahead of it)
     };
     struct microbatch_state {
         int stage = 0;
@@ -371,13 +373,17 @@ private:
         calls_.push_back({i, w.route_id, mb, stage, kind, now_, compute, true});
         ++out_.calls;
         // Its deadline, as the real trainer's: the router's timeout for this worker and class of
-        // call, plus its timeout for any call for each call it already owes.
-        const router& route = routers_[std::size_t(stage)];
-        const double timeout = route.timeout_seconds(w.route_id, routed_as(kind)) +
-                               route.timeout_seconds(w.route_id) * double(w.outstanding);
-        ++w.outstanding;
+        // call, after the timeouts of the calls it already owes.
+        calls_[c].timeout_seconds = routers_[std::size_t(stage)].timeout_seconds(w.route_id, routed_as(kind));
         push(now_ + model_.latency_seconds, event_kind::deliver, c, w.epoch);
-        push(now_ + timeout, event_kind::timeout, c);
+        push(now_ + w.owed_seconds + calls_[c].timeout_seconds, event_kind::timeout, c);
+        ++w.outstanding;
+        w.owed_seconds += calls_[c].timeout_seconds;
+    }
+    // A call of `w` is answered, or given up on: the calls sent after it wait that much less.
+    static void settle(worker_state& w, const call_state& call) {
+        --w.outstanding;
+        w.owed_seconds = w.outstanding > 0 ? std::max(0.0, w.owed_seconds - call.timeout_seconds) : 0.0;
     }
     void deliver(std::size_t c, std::uint64_t epoch) {
         worker_state& w = workers_[calls_[c].worker];
@@ -405,9 +411,8 @@ private:
         if (!call.awaited) return;  // given up on: the work was wasted
         call.awaited = false;
         worker_state& w = workers_[call.worker];
-        --w.outstanding;
-        routers_[std::size_t(call.stage)].finished(
-            call.route_id, call.compute_seconds, routed_as(call.kind));
+        settle(w, call);
+        routers_[std::size_t(call.stage)].finished(call.route_id, call.compute_seconds, routed_as(call.kind));
         if (call.kind == call_kind::redo) {
             auto& [stage, mb] = redo_[std::size_t(-call.microbatch - 1)];
             holders_[{stage, mb}] = {call.worker, w.epoch};
@@ -437,7 +442,7 @@ private:
         if (!call.awaited) return;
         call.awaited = false;
         worker_state& w = workers_[call.worker];
-        --w.outstanding;
+        settle(w, call);
         routers_[std::size_t(call.stage)].timed_out(call.route_id);
         ++out_.retried_calls;
         dispatchable_.push_back(call.microbatch);  // the same micro-batch (or redo), elsewhere
