@@ -376,6 +376,14 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
     }
     if (val_tokens && validated_step != steps_done()) validate();
     report_memory(host, engine);
+    if constexpr (requires { engine.backend().memory_high_water(); })
+        if (world.rank() == 0 && !engine.is_spare()) {
+            const auto high = engine.backend().memory_high_water();
+            std::printf("device memory | most held at once on GPU %d (all of its ranks): stream pool %.1f MiB | "
+                        "action graphs %.1f MiB\n",
+                        engine.backend().device(), double(high.stream_pool_bytes) / 1048576,
+                        double(high.graph_bytes) / 1048576);
+        }
     if constexpr (requires { engine.backend().action_graph_launches(); })
         if (o.cuda_graphs && world.rank() == 0 && !engine.is_spare())
             std::printf("cuda graphs | %zu action graph launches on rank 0 (one per F, B, I and W from each "

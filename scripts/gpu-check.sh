@@ -5,9 +5,11 @@
 #   - 20 steps of train_gpt --device cuda (pp=1) against the same run on the CPU, loss by loss;
 #   - 20 steps of a 2-stage zb-h1 pipeline on the one GPU (two rank threads over
 #     comm::host_staged) against the pp=1 GPU run;
+#   - 20 steps with --cuda-graphs (pp=1, pp=2 zb-h1) against the eager runs, bit for bit, with
+#     step 19's time and the device memory each held;
 #   - 20 steps of tp=2 on the one GPU (two rank threads) against the pp=1 GPU run;
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
-#     the GPU's dense bf16 peak);
+#     the GPU's dense bf16 peak), eager and with --cuda-graphs, and the device memory each held;
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
 #     bench_cuda_gemm.
 #
@@ -181,6 +183,10 @@ loss_row "pp=2 zb-h1 --cuda-graphs vs eager pp=2 losses" "$graphs_pp2_status" "$
 step_ms() { grep -E "^step 19 " "$1" | grep -oE '[0-9.]+ ms' | head -1; }
 row "step 19 time, eager vs --cuda-graphs" "report" \
     "pp=1 $(step_ms "$run/gpu_pp1.log") vs $(step_ms "$run/gpu_graphs.log"); pp=2 $(step_ms "$run/gpu_pp2.log") vs $(step_ms "$run/gpu_graphs_pp2.log")"
+# train_gpt's "device memory" line: the most the stream-ordered pool and the graphs' pool held.
+device_mib() { grep -oE 'stream pool [0-9.]+ MiB \| action graphs [0-9.]+ MiB' "$1" | sed 's/ | / + /'; }
+row "device memory high-water, eager vs graphs" "report" \
+    "pp=1 $(device_mib "$run/gpu_pp1.log") vs $(device_mib "$run/gpu_graphs.log")"
 
 echo "=== gpu-check: tp=2 on one GPU (two rank threads, comm::host_staged) against pp=1"
 # The tensor-parallel steps between kernels run on host copies (nn/tensor_parallel.hpp): the
@@ -203,7 +209,7 @@ grep -E "^step|device cuda|MFU is" "$run/gpt2_124m.log" | tail -6
 last_step=$(grep -E "^step" "$run/gpt2_124m.log" | tail -1)
 if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m.log")"
 else
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
     fail
@@ -223,7 +229,7 @@ if [[ $graphs_mfu_status == skip ]]; then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "skip" "past 6 minutes ($(elapsed)), left for the benchmarks"
 elif [[ $graphs_mfu_status -eq 0 && -n "$last_step" ]]; then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m_graphs.log")"
 else
     row "GPT-2 124M as above, --cuda-graphs: MFU" "FAIL" \
         "exit $graphs_mfu_status; $(tail -1 "$run/gpt2_124m_graphs.log")"
@@ -248,6 +254,9 @@ for pass in forward backward; do
         fail
     fi
 done
+embedding=$(grep -E "^embedding_backward" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
+grouping=$(grep -E "^group_rows_by_token" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
+row "embedding weight gradient, GPT-2 shapes" "report" "device ${embedding:-?}; host grouping ${grouping:-?}"
 
 print_table
 exit "$status"

@@ -1,11 +1,14 @@
 // weft's own CUDA kernels at GPT-2 124M training shapes (16 x 1024 tokens, C = 768,
 // 12 heads, vocab 50304): time per call and achieved memory bandwidth, and TFLOP/s for
 // attention: the flash kernels on tensor cores that exec::cuda runs, and the straightforward
-// exact ones they replaced, for comparison. Exits 77 without a GPU.
+// exact ones they replaced, for comparison; the embedding's weight gradient with the host's
+// grouping of its rows by token. Exits 77 without a GPU.
 #include <cuda_bf16.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,10 +18,12 @@
 #include "weft/exec/cuda/kernels/attention.cuh"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
+#include "weft/exec/cuda/kernels/embedding.cuh"
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/token_groups.hpp"
 
 namespace cu = weft::cuda;
 using cu::bf16;
@@ -116,6 +121,28 @@ int main() {
                 cu::mean(losses.data(), N, loss.data(), s);
             }),
             2.0 * NV * 2);
+
+        // The embedding's weight gradient: the host groups the rows by token (a counting sort
+        // over the vocabulary), then one block per token that occurs sums its rows.
+        std::vector<std::int32_t> tokens(static_cast<std::size_t>(N));
+        for (int i = 0; i < N; ++i) tokens[std::size_t(i)] = std::int32_t((std::uint32_t(i) * 2654435761u) % V);
+        constexpr int grouping_runs = 20;
+        std::vector<std::int32_t> groups;
+        const auto grouping_start = std::chrono::steady_clock::now();
+        for (int i = 0; i < grouping_runs; ++i) groups = weft::exec::group_rows_by_token(tokens, 0, V);
+        const double grouping_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - grouping_start).count() /
+            grouping_runs;
+        std::printf("%-28s %9.3f ms (host, %d distinct tokens)\n", "group_rows_by_token", grouping_ms, groups[0]);
+        const cu::device_buffer<std::int32_t> device_groups{std::span<const std::int32_t>(groups)};
+        cu::device_buffer<float> dwte(std::size_t(V) * C), dwpe(std::size_t(T) * C);
+        dwte.fill_zero();
+        dwpe.fill_zero();
+        row("embedding_backward (N x C)", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::embedding_backward(device_groups.data(), dy.data(), dwte.data(), dwpe.data(), B, T, C, V, s);
+            }),
+            // dy read twice (tokens, positions), each touched wte row and wpe read and written
+            2.0 * NC * 2 + 2.0 * double(groups[0]) * C * 4 + 2.0 * T * C * 4);
 
         cu::device_buffer<float> p(params), grad(params), m(params), v(params);
         cu::device_buffer<bf16> p16(params);

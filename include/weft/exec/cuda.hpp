@@ -56,11 +56,13 @@
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/managed_state_memory.hpp"
+#include "weft/exec/cuda/memory_high_water.hpp"
 #include "weft/exec/cuda/pinned_uploads.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/stream_memory.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
+#include "weft/exec/token_groups.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
@@ -121,6 +123,12 @@ public:
     [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
     // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
     [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
+    // The most memory this GPU's eager work and its action graphs have held at once, each in
+    // its own pool (weft/exec/cuda/memory_high_water.hpp): device-wide, so rank threads
+    // sharing the GPU count together.
+    [[nodiscard]] weft::cuda::memory_high_water memory_high_water() const {
+        return weft::cuda::memory_high_water_of(device_);
+    }
 
     // exec::run_action's hooks (weft/exec/action_key.hpp).
     template <class Action>
@@ -471,9 +479,16 @@ public:
         if (held > 0) require_device(dwte_rows, "embedding_backward_weight: wte gradient");
         require_device(dwpe, "embedding_backward_weight: wpe gradient");
         if (dy.size() == 0) return;
-        const auto device_tokens = upload(tokens);
-        weft::cuda::launch::embedding_backward_rows(device_tokens.data(), dy.data(), dwte_rows.data(), first_row, held,
-                                                    dwpe.data(), sequences, seq_len, width, stream());
+        // The rows grouped by token on the host (exec/token_groups.hpp): one device block per
+        // token that occurs, rather than one per vocabulary row scanning every token.
+        std::optional<scratch<std::int32_t>> device_groups;
+        if (held > 0) {
+            const std::vector<std::int32_t> groups = exec::group_rows_by_token(tokens, first_row, held);
+            device_groups.emplace(upload(std::span<const std::int32_t>(groups)));
+        }
+        weft::cuda::launch::embedding_backward_rows(device_groups ? device_groups->data() : nullptr, dy.data(),
+                                                    dwte_rows.data(), first_row, held, dwpe.data(), sequences, seq_len,
+                                                    width, stream());
     }
 
     // y = x W^T with W stored [out, in] (the LM head tied to the [vocab, width] embedding).

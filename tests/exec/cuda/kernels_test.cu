@@ -33,6 +33,7 @@
 #include "weft/exec/cuda/kernels/residual_add.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
+#include "weft/exec/token_groups.hpp"
 
 namespace cu = weft::cuda;
 using cu::bf16;
@@ -381,9 +382,9 @@ void test_cross_entropy_padded(int rows, int classes, int stride) {
     expect(zero, "cross_entropy dlogits of the padding columns are zero" + tag);
 }
 
-// Enough rows and columns for several token chunks and column chunks of the backward's
-// blocks (256 each, the last ones partial), a small vocabulary so tokens repeat, and
-// ids that never occur. fp32 sums in the CPU's order (ascending rows per token, sequences
+// Enough columns for several column passes of the backward's blocks (256 threads, the last
+// pass partial), a small vocabulary so tokens repeat (groups of many rows), and ids that
+// never occur (no group). fp32 sums in the CPU's order (ascending rows per token, sequences
 // in order per position), so fp32 storage agrees to rounding.
 template <class T>
 void test_embedding(int sequences, int seq_len, int width, int vocab) {
@@ -408,10 +409,25 @@ void test_embedding(int sequences, int seq_len, int width, int vocab) {
     weft_test::embedding_backward(tokens, dy, vocab, width, seq_len, want_dwte, want_dwpe);
     auto d_dy = upload<T>(dy);
     cu::device_buffer<float> dwte{vec(wte.size(), 0.5f)}, dwpe{vec(wpe.size(), 0.5f)};
-    cu::embedding_backward(d_tokens.data(), d_dy.data(), dwte.data(), dwpe.data(), sequences, seq_len, width, vocab,
+    const std::vector<std::int32_t> groups = weft::exec::group_rows_by_token(tokens, 0, vocab);
+    const cu::device_buffer<std::int32_t> d_groups{std::span<const std::int32_t>(groups)};
+    cu::embedding_backward(d_groups.data(), d_dy.data(), dwte.data(), dwpe.data(), sequences, seq_len, width, vocab,
                            nullptr);
     expect_close("embedding_backward dwte" + tag, download(dwte), want_dwte, 1e-6f, 1e-6f);
     expect_close("embedding_backward dwpe" + tag, download(dwpe), want_dwpe, 1e-6f, 1e-6f);
+
+    // A rank's slice of the vocabulary (tensor parallelism): only its rows, the same sums.
+    const int first_row = vocab / 3, held_rows = vocab / 3;
+    const std::vector<std::int32_t> slice_groups = weft::exec::group_rows_by_token(tokens, first_row, held_rows);
+    const cu::device_buffer<std::int32_t> d_slice_groups{std::span<const std::int32_t>(slice_groups)};
+    cu::device_buffer<float> dwte_rows{vec(std::size_t(held_rows) * width, 0.5f)}, dwpe_again{vec(wpe.size(), 0.5f)};
+    cu::embedding_backward_rows(d_slice_groups.data(), d_dy.data(), dwte_rows.data(), first_row, held_rows,
+                                dwpe_again.data(), sequences, seq_len, width, nullptr);
+    const vec want_rows(want_dwte.begin() + std::ptrdiff_t(first_row) * width,
+                        want_dwte.begin() + std::ptrdiff_t(first_row + held_rows) * width);
+    expect_close("embedding_backward_rows dwte rows [" + std::to_string(first_row) + ", " +
+                     std::to_string(first_row + held_rows) + ")" + tag,
+                 download(dwte_rows), want_rows, 1e-6f, 1e-6f);
 
     // A token outside the vocabulary cannot throw from the device: its row is NaN.
     tokens[1] = vocab;

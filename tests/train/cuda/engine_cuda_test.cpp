@@ -7,7 +7,8 @@
 // runs over comm::nccl (one rank: stream-ordered waits, host scalars staged through the
 // device, the grid's splits, ZeRO's gathers through NCCL) and matches comm::host_staged.
 // With CUDA graphs per action (exec::cuda::enable_action_graphs) pp=1, pp=2 zb-h1 and dp=2
-// ZeRO-1 repeat their eager losses bit for bit.
+// ZeRO-1 repeat their eager losses bit for bit, and so does pp=2 zb-h1 with an evaluation
+// (forwards only, sharing the training's F graphs) after each step.
 // Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstddef>
@@ -79,10 +80,11 @@ weft::parallel_config layout(int pp, int dp, int zero, weft::schedule_kind sched
 
 // The losses of `steps` steps (rank 0's; every rank reports the same). With `graph_launches`
 // > 0, each rank's backend records its actions into CUDA graphs and must have launched that
-// many: every action of every step from the second on.
+// many: every action of every step from the second on. With `evaluate`, each step is followed
+// by a validation loss on another batch, appended after the step's loss.
 template <class Engine, class Comm, class Backend>
 std::vector<double> train(int ranks, const weft::parallel_config& config, bool check_state_memory,
-                          std::size_t graph_launches = 0) {
+                          std::size_t graph_launches = 0, bool evaluate = false) {
     std::vector<double> losses;
     std::mutex lock;
     weft::comm::local::run(ranks, [&](weft::comm::local& world) {
@@ -102,7 +104,10 @@ std::vector<double> train(int ranks, const weft::parallel_config& config, bool c
                                                                  std::string(memory.name));
         }
         std::vector<double> mine;
-        for (int s = 0; s < steps; ++s) mine.push_back(engine.step(batch_of(s)).loss);
+        for (int s = 0; s < steps; ++s) {
+            mine.push_back(engine.step(batch_of(s)).loss);
+            if (evaluate) mine.push_back(engine.evaluate(batch_of(1000 + s)));
+        }
         if constexpr (requires { engine.backend().action_graph_launches(); })
             if (graph_launches > 0)
                 weft_test::expect(engine.backend().action_graph_launches() == graph_launches,
@@ -164,6 +169,18 @@ void device_checks() {
     const auto graphed_zero1 = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 2, 1, gpipe), false,
                                                                                  replayed_steps * 2 * 4);
     expect_close("dp=2 ZeRO-1 with CUDA graphs per action against dp=2 eager", graphed_zero1, sharded, 0.0);
+    // An evaluation after each step runs the training's F actions (same keys) and drops their
+    // activations outside any graph: the same losses and validation losses as eager, and each
+    // rank launches its F graphs twice a step from the first evaluation on.
+    const auto evaluated = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(2, 1, 0, zb_h1), false, 0,
+                                                                             true);
+    const auto graphed_evaluated = train<gpu_engine, staged_local, weft::exec::cuda>(
+        2, layout(2, 1, 0, zb_h1), false, (2 * steps - 1) * 4 + replayed_steps * 2 * 4, true);
+    expect_close("pp=2 zb-h1 with graphs and an evaluation after each step against eager", graphed_evaluated,
+                 evaluated, 0.0);
+    std::vector<double> trained_only;
+    for (std::size_t i = 0; i < evaluated.size(); i += 2) trained_only.push_back(evaluated[i]);
+    expect_close("pp=2 zb-h1's losses with evaluations against without", trained_only, pipelined, 0.0);
     // Tensor parallelism sums bf16 partial products in fp32 on the host and rounds once, where
     // one GPU rounds each whole product: bf16 rounding at other points, a looser bound.
     const auto split = train<gpu_engine, staged_local, weft::exec::cuda>(2, layout(1, 1, 0, gpipe, 2), false);

@@ -118,12 +118,12 @@ void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int f
                            width)) return;
     weft::cuda::vocab_slice_lookup(tokens, wte_rows, first_row, held_rows, out, sequences, seq_len, width, stream);
 }
-void embedding_backward_rows(const std::int32_t* tokens, const bf16* dy, float* dwte_rows, int first_row,
+void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, float* dwte_rows, int first_row,
                              int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream) {
-    if (skip_recorded_work("embedding_backward_rows", tokens, dy, dwte_rows, first_row, held_rows, dwpe, sequences,
-                           seq_len, width)) return;
-    weft::cuda::embedding_backward_rows(tokens, dy, dwte_rows, first_row, held_rows, dwpe, sequences, seq_len, width,
-                                        stream);
+    if (skip_recorded_work("embedding_backward_rows", token_groups, dy, dwte_rows, first_row, held_rows, dwpe,
+                           sequences, seq_len, width)) return;
+    weft::cuda::embedding_backward_rows(token_groups, dy, dwte_rows, first_row, held_rows, dwpe, sequences, seq_len,
+                                        width, stream);
 }
 
 void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,

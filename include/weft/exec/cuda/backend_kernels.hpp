@@ -72,7 +72,7 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
 // this over every row).
 void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
                         int sequences, int seq_len, int width, cudaStream_t stream);
-void embedding_backward_rows(const std::int32_t* tokens, const bf16* dy, float* dwte_rows, int first_row,
+void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, float* dwte_rows, int first_row,
                              int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream);
 
 // Causal attention over qkv [batch * seq, 3 * heads * head_dim] on tensor cores

@@ -3,8 +3,9 @@
 // backward into dwte and dwpe without atomics, so that gradients are bit-reproducible
 // and a CUDA graph replay equals the eager run:
 //   dwpe[t] += the sum over sequences b of dy[b * seq_len + t], one thread per (t, column);
-//   dwte[v] += the sum of the dy rows whose token is v, one block per vocabulary row that
-//              scans the token list in order (a ballot per chunk finds the matching rows).
+//   dwte[v] += the sum of the dy rows whose token is v, one block per token that occurs,
+//              over its rows in ascending order, from the rows grouped by token on the host
+//              (weft/exec/token_groups.hpp): the work is the rows' size, not vocab x tokens.
 // Arithmetic is fp32; gradients accumulate (+=) into fp32 buffers. Under tensor parallelism
 // a rank holds the wte rows [first_row, first_row + held_rows) of the vocabulary: its lookup
 // writes those tokens' rows and zeros elsewhere (fp32, summed over the group before the
@@ -73,40 +74,27 @@ __global__ void embedding_backward_position_kernel(const T* dy, float* dwpe, int
     }
 }
 
-constexpr int embedding_token_threads = 256;  // a multiple of 32: every warp is full for the ballot
-constexpr int embedding_token_warps = embedding_token_threads / 32;
+constexpr int embedding_token_threads = 256;
 
-// Block b owns row b of dwte_rows (vocabulary row v = first_row + b), so no other block
-// writes it. Threads take columns [c0, c0 + blockDim.x); for each chunk of blockDim.x
-// tokens a ballot per warp marks the rows whose token is v, and every thread adds those rows
-// (ascending row order) to its column's sum. The row is written once, and only if some
-// token matched.
+// Block g sums group g of `token_groups` (packed as weft/exec/token_groups.hpp says, for
+// `tokens` tokens): the dy rows of one token v, in ascending order, into row v - first_row
+// of dwte_rows, which no other block writes. Threads take the columns. The grid has one
+// block per token, so its size does not depend on how many tokens are distinct (a CUDA
+// graph replays it unchanged); blocks past the groups return at once.
 template <class T>
-__global__ void embedding_backward_token_kernel(const std::int32_t* tokens, const T* dy, float* dwte_rows,
-                                                int first_row, int rows, int width) {
-    __shared__ unsigned int masks[embedding_token_warps];
-    const std::int32_t v = first_row + std::int32_t(blockIdx.x);
-    const int lane = int(threadIdx.x) % 32;
-    const int warp = int(threadIdx.x) / 32;
-    for (int c0 = 0; c0 < width; c0 += embedding_token_threads) {
-        const int c = c0 + int(threadIdx.x);
+__global__ void embedding_backward_token_kernel(const std::int32_t* token_groups, int tokens, const T* dy,
+                                                float* dwte_rows, int first_row, int width) {
+    const int g = int(blockIdx.x);
+    if (g >= token_groups[0]) return;
+    const std::int32_t* group_token = token_groups + 1;
+    const std::int32_t* group_start = token_groups + 1 + tokens;
+    const std::int32_t* order = token_groups + 2 + 2 * std::ptrdiff_t(tokens);
+    const int begin = group_start[g], end = group_start[g + 1];
+    float* row = dwte_rows + std::size_t(group_token[g] - first_row) * std::size_t(width);
+    for (int c = int(threadIdx.x); c < width; c += int(blockDim.x)) {
         float sum = 0;
-        bool any = false;  // the same in every thread: all read the same masks
-        for (int base = 0; base < rows; base += embedding_token_threads) {
-            const int r = base + int(threadIdx.x);
-            const unsigned int mask = __ballot_sync(0xffffffffu, r < rows && tokens[r] == v);
-            if (lane == 0) masks[warp] = mask;
-            __syncthreads();
-            for (int w = 0; w < embedding_token_warps; ++w) {
-                for (unsigned int m = masks[w]; m != 0; m &= m - 1) {
-                    const int bit = __ffs(int(m)) - 1;  // lowest set bit first: ascending rows
-                    any = true;
-                    if (c < width) sum += to_float(dy[std::size_t(base + 32 * w + bit) * width + c]);
-                }
-            }
-            __syncthreads();  // the next chunk rewrites masks
-        }
-        if (any && c < width) dwte_rows[std::size_t(blockIdx.x) * width + c] += sum;
+        for (int i = begin; i < end; ++i) sum += to_float(dy[std::size_t(order[i]) * std::size_t(width) + c]);
+        row[c] += sum;
     }
 }
 
@@ -159,32 +147,37 @@ void vocab_slice_lookup(const std::int32_t* tokens, const P* wte_rows, int first
 
 // dwte_rows [held_rows, width] += per-token sums of the dy rows whose token is in
 // [first_row, first_row + held_rows), dwpe [seq_len, width] += per-position sums (fp32);
-// dy [sequences * seq_len, width]. Bit-reproducible (fixed summation order).
+// dy [sequences * seq_len, width]. `token_groups` is the device copy of
+// exec::group_rows_by_token(tokens, first_row, held_rows) (not read when held_rows is 0).
+// Bit-reproducible (fixed summation order).
 template <class T>
-void embedding_backward_rows(const std::int32_t* tokens, const T* dy, float* dwte_rows, int first_row, int held_rows,
-                             float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream) {
+void embedding_backward_rows(const std::int32_t* token_groups, const T* dy, float* dwte_rows, int first_row,
+                             int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream) {
     detail::require_embedding_shape(sequences, seq_len, width, "held_rows", held_rows, 0, "embedding_backward");
     require(first_row >= 0, "embedding_backward: first_row", first_row, "must be a vocabulary row (>= 0)");
-    require(tokens != nullptr && dy != nullptr && (dwte_rows != nullptr || held_rows == 0) && dwpe != nullptr,
-            "embedding_backward: tokens, dy, dwte, dwpe", "a null pointer", "must be device pointers");
+    require((token_groups != nullptr || held_rows == 0) && dy != nullptr &&
+                (dwte_rows != nullptr || held_rows == 0) && dwpe != nullptr,
+            "embedding_backward: token groups, dy, dwte, dwpe", "a null pointer", "must be device pointers");
     constexpr unsigned int threads = 256;
     const std::size_t positions = std::size_t(seq_len) * std::size_t(width);
     detail::embedding_backward_position_kernel<<<detail::elementwise_blocks(positions, threads), threads, 0, stream>>>(
         dy, dwpe, sequences, seq_len, width);
     check(cudaGetLastError(), "embedding_backward (positions) kernel launch");
     if (held_rows == 0) return;
-    detail::embedding_backward_token_kernel<<<unsigned(held_rows), detail::embedding_token_threads, 0, stream>>>(
-        tokens, dy, dwte_rows, first_row, sequences * seq_len, width);
+    const int tokens = sequences * seq_len;  // one block per token: the most groups there can be
+    detail::embedding_backward_token_kernel<<<unsigned(tokens), detail::embedding_token_threads, 0, stream>>>(
+        token_groups, tokens, dy, dwte_rows, first_row, width);
     check(cudaGetLastError(), "embedding_backward (tokens) kernel launch");
 }
 
 // dwte [vocab, width] += per-token sums of dy rows, dwpe [seq_len, width] += per-position
-// sums (fp32); dy [sequences * seq_len, width]. Bit-reproducible (fixed summation order).
+// sums (fp32); dy [sequences * seq_len, width]; `token_groups` the device copy of
+// exec::group_rows_by_token(tokens, 0, vocab). Bit-reproducible (fixed summation order).
 template <class T>
-void embedding_backward(const std::int32_t* tokens, const T* dy, float* dwte, float* dwpe, int sequences, int seq_len,
-                        int width, int vocab, cudaStream_t stream) {
+void embedding_backward(const std::int32_t* token_groups, const T* dy, float* dwte, float* dwpe, int sequences,
+                        int seq_len, int width, int vocab, cudaStream_t stream) {
     require(vocab > 0, "embedding_backward: vocab", vocab, "must be positive");
-    embedding_backward_rows(tokens, dy, dwte, 0, vocab, dwpe, sequences, seq_len, width, stream);
+    embedding_backward_rows(token_groups, dy, dwte, 0, vocab, dwpe, sequences, seq_len, width, stream);
 }
 
 }  // namespace weft::cuda
