@@ -378,11 +378,16 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
     report_memory(host, engine);
     if constexpr (requires { engine.backend().memory_high_water(); })
         if (world.rank() == 0 && !engine.is_spare()) {
-            const auto high = engine.backend().memory_high_water();
-            std::printf("device memory | most held at once on GPU %d (all of its ranks): stream pool %.1f MiB | "
-                        "action graphs %.1f MiB\n",
-                        engine.backend().device(), double(high.stream_pool_bytes) / 1048576,
-                        double(high.graph_bytes) / 1048576);
+            // A figure for the log: a failed query must not stop the run's checkpoint and save.
+            try {
+                const auto high = engine.backend().memory_high_water();
+                std::printf("device memory | most held at once on GPU %d (all of its ranks): stream pool %.1f MiB | "
+                            "action graphs %.1f MiB\n",
+                            engine.backend().device(), double(high.stream_pool_bytes) / 1048576,
+                            double(high.graph_bytes) / 1048576);
+            } catch (const std::exception& e) {
+                std::printf("device memory | unavailable: %s\n", e.what());
+            }
         }
     if constexpr (requires { engine.backend().action_graph_launches(); })
         if (o.cuda_graphs && world.rank() == 0 && !engine.is_spare())

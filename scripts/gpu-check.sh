@@ -184,9 +184,10 @@ step_ms() { grep -E "^step 19 " "$1" | grep -oE '[0-9.]+ ms' | head -1; }
 row "step 19 time, eager vs --cuda-graphs" "report" \
     "pp=1 $(step_ms "$run/gpu_pp1.log") vs $(step_ms "$run/gpu_graphs.log"); pp=2 $(step_ms "$run/gpu_pp2.log") vs $(step_ms "$run/gpu_graphs_pp2.log")"
 # train_gpt's "device memory" line: the most the stream-ordered pool and the graphs' pool held.
-device_mib() { grep -oE 'stream pool [0-9.]+ MiB \| action graphs [0-9.]+ MiB' "$1" | sed 's/ | / + /'; }
+# (Two peaks, each in its own pool and at its own time: they do not add up.)
+device_mib() { grep -oE 'stream pool [0-9.]+ MiB \| action graphs [0-9.]+ MiB' "$1" | sed 's/ | /, /'; }
 row "device memory high-water, eager vs graphs" "report" \
-    "pp=1 $(device_mib "$run/gpu_pp1.log") vs $(device_mib "$run/gpu_graphs.log")"
+    "pp=1 $(device_mib "$run/gpu_pp1.log") vs $(device_mib "$run/gpu_graphs.log"); pp=2 $(device_mib "$run/gpu_pp2.log") vs $(device_mib "$run/gpu_graphs_pp2.log")"
 
 echo "=== gpu-check: tp=2 on one GPU (two rank threads, comm::host_staged) against pp=1"
 # The tensor-parallel steps between kernels run on host copies (nn/tensor_parallel.hpp): the
@@ -256,7 +257,9 @@ for pass in forward backward; do
 done
 embedding=$(grep -E "^embedding_backward" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
 grouping=$(grep -E "^group_rows_by_token" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
-row "embedding weight gradient, GPT-2 shapes" "report" "device ${embedding:-?}; host grouping ${grouping:-?}"
+skewed=$(grep -E "^embedding_backward, skewed" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
+row "embedding weight gradient, GPT-2 shapes" "report" \
+    "device ${embedding:-?} (ids spread), ${skewed:-?} (ids skewed); host grouping ${grouping:-?}"
 
 print_table
 exit "$status"

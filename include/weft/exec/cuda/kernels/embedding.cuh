@@ -76,11 +76,13 @@ __global__ void embedding_backward_position_kernel(const T* dy, float* dwpe, int
 
 constexpr int embedding_token_threads = 256;
 
-// Block g sums group g of `token_groups` (packed as weft/exec/token_groups.hpp says, for
-// `tokens` tokens): the dy rows of one token v, in ascending order, into row v - first_row
-// of dwte_rows, which no other block writes. Threads take the columns. The grid has one
-// block per token, so its size does not depend on how many tokens are distinct (a CUDA
-// graph replays it unchanged); blocks past the groups return at once.
+// Block (g, y) sums group g of `token_groups` (packed as weft/exec/token_groups.hpp says,
+// for `tokens` tokens) over its column tile y: the dy rows of one token v, in ascending
+// order, into row v - first_row of dwte_rows, which no other block writes. A frequent token
+// (punctuation, " the") has many rows; its column tiles run side by side rather than one
+// after another in one block. The grid has one row of blocks per token, so its size does not
+// depend on how many tokens are distinct (a CUDA graph replays it unchanged); blocks past
+// the groups return at once.
 template <class T>
 __global__ void embedding_backward_token_kernel(const std::int32_t* token_groups, int tokens, const T* dy,
                                                 float* dwte_rows, int first_row, int width) {
@@ -90,12 +92,11 @@ __global__ void embedding_backward_token_kernel(const std::int32_t* token_groups
     const std::int32_t* group_start = token_groups + 1 + tokens;
     const std::int32_t* order = token_groups + 2 + 2 * std::ptrdiff_t(tokens);
     const int begin = group_start[g], end = group_start[g + 1];
-    float* row = dwte_rows + std::size_t(group_token[g] - first_row) * std::size_t(width);
-    for (int c = int(threadIdx.x); c < width; c += int(blockDim.x)) {
-        float sum = 0;
-        for (int i = begin; i < end; ++i) sum += to_float(dy[std::size_t(order[i]) * std::size_t(width) + c]);
-        row[c] += sum;
-    }
+    const int c = int(blockIdx.y * blockDim.x + threadIdx.x);
+    if (c >= width) return;
+    float sum = 0;
+    for (int i = begin; i < end; ++i) sum += to_float(dy[std::size_t(order[i]) * std::size_t(width) + c]);
+    dwte_rows[std::size_t(group_token[g] - first_row) * std::size_t(width) + c] += sum;
 }
 
 // rows_name: what the kernel calls its wte rows (vocab, or held_rows of a rank's slice,
@@ -164,8 +165,10 @@ void embedding_backward_rows(const std::int32_t* token_groups, const T* dy, floa
         dy, dwpe, sequences, seq_len, width);
     check(cudaGetLastError(), "embedding_backward (positions) kernel launch");
     if (held_rows == 0) return;
-    const int tokens = sequences * seq_len;  // one block per token: the most groups there can be
-    detail::embedding_backward_token_kernel<<<unsigned(tokens), detail::embedding_token_threads, 0, stream>>>(
+    const int tokens = sequences * seq_len;  // a row of blocks per token: the most groups there can be
+    const dim3 grid(unsigned(tokens), unsigned((width + detail::embedding_token_threads - 1) /
+                                               detail::embedding_token_threads));
+    detail::embedding_backward_token_kernel<<<grid, detail::embedding_token_threads, 0, stream>>>(
         token_groups, tokens, dy, dwte_rows, first_row, width);
     check(cudaGetLastError(), "embedding_backward (tokens) kernel launch");
 }
