@@ -46,6 +46,7 @@
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
 #include "weft/swarm/protocol.hpp"
+#include "weft/swarm/owed_calls.hpp"
 #include "weft/swarm/rebalancer.hpp"
 #include "weft/swarm/router.hpp"
 #include "weft/swarm/stage_service.hpp"
@@ -232,8 +233,8 @@ private:
         bool ready = false;  // holds the current step's state and is in its router
         std::uint64_t step = 0;
         clock::time_point heard;
-        long long calls = 0, timeouts = 0, deaths = 0, outstanding = 0;
-        double owed_seconds = 0;  // its outstanding calls' timeouts, summed: a new call waits behind them
+        long long calls = 0, timeouts = 0, deaths = 0;
+        owed_calls owed{};  // the calls it has not answered: a new call waits behind them
         int catching_up = 0;        // replayed steps on their way
         bool catch_up_failed = false;
     };
@@ -475,8 +476,7 @@ private:
                      m.stage, why.c_str());
         // Its calls on the way are lost, its replayed steps with them.
         m.catching_up = 0;
-        m.outstanding = 0;
-        m.owed_seconds = 0;
+        m.owed.clear();
         for (auto it = pending_.begin(); it != pending_.end();) {
             if (it->second.worker == id) {
                 if (it->second.kind != call_kind::catch_up)
@@ -503,7 +503,7 @@ private:
             if (now > it->second.deadline) {
                 auto& m = members_.at(it->second.worker);
                 ++m.timeouts;
-                settle(m, it->second);
+                m.owed.settle(it->second.timeout_seconds);
                 const pending_call call = it->second;
                 it = pending_.erase(it);
                 if (call.kind == call_kind::catch_up) {
@@ -546,7 +546,7 @@ private:
         pending_call p = it->second;
         pending_.erase(it);
         member& m = members_.at(p.worker);
-        settle(m, p);
+        m.owed.settle(p.timeout_seconds);
         m.heard = clock::now();
         if (p.kind == call_kind::catch_up) {
             caught_up(p.worker, r.kind() == message_kind::apply_reply);
@@ -583,7 +583,7 @@ private:
                 routed(call.kind) ? route.timeout_seconds(id, routed_as(call.kind)) : route.timeout_seconds(id);
         }
         call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
-                                        std::chrono::duration<double>(m.owed_seconds + call.timeout_seconds));
+                                        std::chrono::duration<double>(m.owed.due_after(call.timeout_seconds)));
         if (routed(call.kind)) {
             wire_bytes_ += w.size();
             plain_bytes_ += w.plain_size();
@@ -592,15 +592,9 @@ private:
             mark_dead(id, m, "its connection is gone");
             return false;
         }
-        ++m.outstanding;
-        m.owed_seconds += call.timeout_seconds;
+        m.owed.add(call.timeout_seconds);
         pending_.emplace(call_id, std::move(call));
         return true;
-    }
-    // A call of `m` is answered, or given up on: the calls sent after it wait that much less.
-    static void settle(member& m, const pending_call& call) {
-        --m.outstanding;
-        m.owed_seconds = m.outstanding > 0 ? std::max(0.0, m.owed_seconds - call.timeout_seconds) : 0.0;
     }
     std::optional<worker_id> pick(int stage, call_class kind) {
         auto& route = routers_[std::size_t(stage)];

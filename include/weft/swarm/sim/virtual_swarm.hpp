@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/swarm/owed_calls.hpp"
 #include "weft/swarm/rebalancer.hpp"
 #include "weft/swarm/router.hpp"
 
@@ -198,8 +199,7 @@ private:
         worker_id route_id = 0;
         std::deque<std::size_t> queue;  // calls delivered, not started
         bool busy = false;
-        int outstanding = 0;      // calls the trainer awaits from it
-        double owed_seconds = 0;  // their timeouts, summed: a new call waits behind them
+        owed_calls owed;  // the calls the trainer awaits from it: a new call waits behind them
     };
     enum class call_kind { forward, backward, redo };
     // How the router times a call: a redone backward is a backward (with its forward).
@@ -373,17 +373,12 @@ private:
         calls_.push_back({i, w.route_id, mb, stage, kind, now_, compute, true});
         ++out_.calls;
         // Its deadline, as the real trainer's: the router's timeout for this worker and class of
-        // call, after the timeouts of the calls it already owes.
+        // call, after the timeouts of the calls it already owes. (Added to the clock in this
+        // order: the events' times are compared exactly, and another rounding reorders ties.)
         calls_[c].timeout_seconds = routers_[std::size_t(stage)].timeout_seconds(w.route_id, routed_as(kind));
         push(now_ + model_.latency_seconds, event_kind::deliver, c, w.epoch);
-        push(now_ + w.owed_seconds + calls_[c].timeout_seconds, event_kind::timeout, c);
-        ++w.outstanding;
-        w.owed_seconds += calls_[c].timeout_seconds;
-    }
-    // A call of `w` is answered, or given up on: the calls sent after it wait that much less.
-    static void settle(worker_state& w, const call_state& call) {
-        --w.outstanding;
-        w.owed_seconds = w.outstanding > 0 ? std::max(0.0, w.owed_seconds - call.timeout_seconds) : 0.0;
+        push(now_ + w.owed.seconds() + calls_[c].timeout_seconds, event_kind::timeout, c);
+        w.owed.add(calls_[c].timeout_seconds);
     }
     void deliver(std::size_t c, std::uint64_t epoch) {
         worker_state& w = workers_[calls_[c].worker];
@@ -411,7 +406,7 @@ private:
         if (!call.awaited) return;  // given up on: the work was wasted
         call.awaited = false;
         worker_state& w = workers_[call.worker];
-        settle(w, call);
+        w.owed.settle(call.timeout_seconds);
         routers_[std::size_t(call.stage)].finished(call.route_id, call.compute_seconds, routed_as(call.kind));
         if (call.kind == call_kind::redo) {
             auto& [stage, mb] = redo_[std::size_t(-call.microbatch - 1)];
@@ -442,7 +437,7 @@ private:
         if (!call.awaited) return;
         call.awaited = false;
         worker_state& w = workers_[call.worker];
-        settle(w, call);
+        w.owed.settle(call.timeout_seconds);
         routers_[std::size_t(call.stage)].timed_out(call.route_id);
         ++out_.retried_calls;
         dispatchable_.push_back(call.microbatch);  // the same micro-batch (or redo), elsewhere
