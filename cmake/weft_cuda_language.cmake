@@ -7,7 +7,8 @@
 #
 # .cu targets do not link weft_project_options' compile flags: nvcc rejects -Wpedantic
 # and compiles its own generated host stubs with whatever it is given. Host warnings reach
-# the host compiler through -Xcompiler instead, and nvcc's own warnings are errors.
+# the host compiler through -Xcompiler instead; with WEFT_WARNINGS_AS_ERRORS (the default)
+# nvcc's own warnings and the host compiler's are errors.
 
 include(CheckLanguage)
 
@@ -48,8 +49,8 @@ function(weft_cuda_target_options target)
         target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
     endif()
     target_compile_options(${target} PRIVATE
-        $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra>
-        $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${WEFT_WARNINGS_AS_ERRORS}>>:-Xcompiler=-Werror>)
+        $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>
+        $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${WEFT_WARNINGS_AS_ERRORS}>>:--Werror=all-warnings -Xcompiler=-Werror>)
 endfunction()
 
 # exec::cuda's kernels (weft/exec/cuda/backend_kernels.cu) compiled once for all of weft's

@@ -14,8 +14,8 @@
 #     bench_cuda_gemm.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
-#                                    # nlohmann/json, CLI11) into .gpu-deps/ (git-ignored) to
-#                                    # carry to the GPU machine
+#                                    # nlohmann/json, CLI11) and the GPL-3 text the runs train
+#                                    # on into .gpu-deps/ (git-ignored) to carry to the GPU machine
 #   scripts/gpu-check.sh             # on the GPU machine (no network there)
 #
 # With the device tool: run(command="bash scripts/gpu-check.sh", carry=[".gpu-deps"]).
@@ -37,6 +37,8 @@ if [[ "${1:-}" == "--prepare" ]]; then
     # Catch2Targets.cmake checks that the library it names exists, even though weft uses
     # its own main and never links it.
     if [[ -f /usr/lib/libCatch2WithMain.a ]]; then cp /usr/lib/libCatch2WithMain.a "$deps/lib/"; fi
+    # The text the examples' tests and the runs below train on, for a machine without it.
+    cp /usr/share/common-licenses/GPL-3 "$deps/"
     du -sh "$deps"
     exit 0
 fi
@@ -54,31 +56,77 @@ print_table() {
 }
 status=0
 fail() { status=1; }
+# The table, and with the device tool the logs too (its reply holds only the output's end:
+# a failed build or test needs the rest), then the exit status $1.
+finish() {
+    print_table
+    if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
+        tar czf "$OUT/gpu-check-logs.tar.gz" build/gpu-*.log build/gpu/check_runs/*.log \
+            build/gpu/check_runs/*.jsonl build/gpu/Testing/Temporary/LastTest*.log 2>/dev/null
+    fi
+    exit "$1"
+}
 
+mkdir -p build  # a fresh checkout has none, and the logs below go there
 echo "=== gpu-check: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 prefix=()
 if [[ -d "$deps" ]]; then prefix=(-DCMAKE_PREFIX_PATH="$PWD/$deps"); fi
+text=/usr/share/common-licenses/GPL-3
+if [[ ! -f "$text" && -f "$deps/GPL-3" ]]; then text="$PWD/$deps/GPL-3"; fi
 nvcc=()
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     nvcc=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
-if ! cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
-        -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF >build/gpu-configure.log 2>&1; then
-    cat build/gpu-configure.log
-    row "configure" "FAIL" "see the log above"
-    print_table
-    exit 1
+# NCCL: the system's where it has one, else the one in Python's NCCL wheel (nvidia-nccl-cu*),
+# as on a machine whose CUDA libraries came with PyTorch. Without either, everything but
+# test_comm_nccl still builds and runs (host staging needs no NCCL).
+nccl=()
+system_nccl=no
+for header in /usr/include/nccl.h /usr/local/include/nccl.h /usr/local/cuda/include/nccl.h \
+        /usr/local/cuda/targets/*/include/nccl.h; do
+    if [[ -f "$header" ]]; then system_nccl=yes; fi
+done
+if [[ $system_nccl == no ]]; then
+    for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        header=$(find -L "$site/nvidia" -name nccl.h 2>/dev/null | head -1)
+        library=$(find -L "$site/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
+        if [[ -n "$header" && -n "$library" ]]; then
+            nccl=(-DWEFT_NCCL_INCLUDE_DIR="$(dirname "$header")" -DWEFT_NCCL_LIBRARY="$library")
+            echo "=== gpu-check: NCCL from Python's wheel: $library"
+            break
+        fi
+    done
 fi
+# Warnings are not errors here: this machine's host compiler may be newer than CI's, and a
+# warning new to it must not cost the one GPU run its results. They are counted in the table.
+if ! cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" "${nccl[@]}" \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
+        -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF -DWEFT_WARNINGS_AS_ERRORS=OFF \
+        -DWEFT_DATASET_TEXT="$text" \
+        >build/gpu-configure.log 2>&1 || ! grep -q "CUDA ON" build/gpu-configure.log; then
+    cat build/gpu-configure.log
+    row "configure" "FAIL" "see the log above (weft needs the CUDA toolkit found: 'CUDA ON')"
+    finish 1
+fi
+grep -E "^-- weft:" build/gpu-configure.log
 
 # Only what this check runs (the CPU tests are CI's job).
-targets=(test_cuda_runtime test_comm_nccl test_comm_host_staged test_cuda_kernels test_cuda_backend test_cuda_engine
+targets=(test_cuda_runtime test_comm_host_staged test_cuda_kernels test_cuda_backend test_cuda_engine
          bench_cuda_gemm bench_cuda_kernels train_gpt make_dataset)
+if grep -q "NCCL ON" build/gpu-configure.log; then
+    targets+=(test_comm_nccl)
+else
+    row "NCCL" "skip" "not found (system or Python wheel): test_comm_nccl not built"
+fi
 if ! cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" >build/gpu-build.log 2>&1; then
     grep -E "error|Error" build/gpu-build.log | head -40
     row "build (${targets[*]})" "FAIL" "see the errors above"
-    print_table
-    exit 1
+    finish 1
+fi
+warnings=$(grep -c "warning" build/gpu-build.log)
+if [[ $warnings -gt 0 ]]; then
+    grep -m 10 "warning" build/gpu-build.log
+    row "build warnings (errors in CI)" "report" "$warnings lines with 'warning': the first 10 are above"
 fi
 echo "=== gpu-check: built in $(elapsed)"
 
@@ -86,12 +134,20 @@ echo "=== gpu-check: CUDA tests"
 ctest --test-dir build/gpu -L cuda --output-on-failure --no-tests=error --timeout 240 >build/gpu-ctest.log 2>&1
 ctest_status=$?
 cat build/gpu-ctest.log | tail -40
-summary=$(grep -E "tests passed|tests failed" build/gpu-ctest.log | tail -1)
+summary="$(grep -E "tests passed|tests failed" build/gpu-ctest.log | tail -1); $(grep -c '(Skipped)' build/gpu-ctest.log) skipped"
 if [[ $ctest_status -eq 0 ]]; then row "CUDA tests (ctest -L cuda)" "pass" "$summary"; else
     row "CUDA tests (ctest -L cuda)" "FAIL" "$summary; failed: $(grep -E '^\s+[0-9]+ - ' build/gpu-ctest.log | grep -v Skipped | awk '{print $3}' | tr '\n' ' ')"
     fail
 fi
 echo "=== gpu-check: tests done in $(elapsed)"
+
+# Without a GPU (test_cuda_runtime's exit 77) the build and the skipped tests are all there is
+# to see: the runs below would each fail for want of a device, so stop here with 77 too.
+build/gpu/tests/exec/cuda/test_cuda_runtime >/dev/null 2>&1
+if [[ $? -eq 77 ]]; then
+    row "GPU" "skip" "no CUDA device: built, and the CUDA tests skip; the runs and benchmarks need one"
+    finish 77
+fi
 
 # The kernels' tests once more under compute-sanitizer's memcheck: a write past a partial
 # tile can land in memory that belongs to no check (the next sequence's rows, pool memory).
@@ -114,8 +170,8 @@ fi
 
 run=build/gpu/check_runs
 mkdir -p "$run"
-input=()
-if [[ ! -f /usr/share/common-licenses/GPL-3 ]]; then input=(--input README.md); fi
+input=(--input "$text")
+if [[ ! -f "$text" ]]; then input=(--input README.md); fi
 build/gpu/examples/make_dataset "${input[@]}" --out-dir "$run/data" >/dev/null
 train=(build/gpu/examples/train_gpt --data "$run/data/train.bin")
 
@@ -261,5 +317,4 @@ skewed=$(grep -E "^embedding_backward, skewed" "$run/bench_kernels.log" | grep -
 row "embedding weight gradient, GPT-2 shapes" "report" \
     "device ${embedding:-?} (ids spread), ${skewed:-?} (ids skewed); host grouping ${grouping:-?}"
 
-print_table
-exit "$status"
+finish "$status"
