@@ -9,6 +9,7 @@
 //                            --switch 40:dp=2,tp=2,zero=3 --switch 50:world=2,pp=2   (docs/elastic.md)
 //   mpirun -np 8 ./train_gpt --device cuda --pp 2 --dp 4 --data data/train.bin   (one GPU per rank)
 //   mpirun -np 8 ./train_gpt --device cuda --gpu-comm nccl --pp 2 --dp 4 --data data/train.bin
+//   mpirun -np 8 ./train_gpt --device cuda --gpu-comm cuda-aware-mpi --pp 2 --dp 4 --data data/train.bin
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -45,8 +46,8 @@ double measured_cpu_peak_tflops(Comm& world) {
 template <weft::communicator Comm>
 void train_on_device(Comm& world, const run_options& o) {
     weft::require(o.device == "cpu" || o.device == "cuda", "--device", o.device, "valid: cpu, cuda");
-    weft::require(o.gpu_comm == "host-staged" || o.gpu_comm == "nccl", "--gpu-comm", o.gpu_comm,
-                  "valid: host-staged, nccl");
+    weft::require(o.gpu_comm == "host-staged" || o.gpu_comm == "nccl" || o.gpu_comm == "cuda-aware-mpi", "--gpu-comm",
+                  o.gpu_comm, "valid: host-staged, nccl, cuda-aware-mpi");
     weft::require(o.gpu_comm == "host-staged" || o.device == "cuda", "--gpu-comm", o.gpu_comm,
                   "is for --device cuda (the CPU's ranks talk over MPI or threads)");
     weft::require(!o.cuda_graphs || o.device == "cuda", "--cuda-graphs", "given",
@@ -123,8 +124,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--gpu-comm", o.gpu_comm,
                    "with --device cuda: host-staged (activations and reductions through host memory over MPI or "
-                   "threads), or nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go "
-                   "over MPI; docs/cuda.md)")
+                   "threads), nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go "
+                   "over MPI), or cuda-aware-mpi (device buffers handed to an MPI that reads GPU memory itself; "
+                   "docs/cuda.md)")
         ->capture_default_str();
     app.add_flag("--cuda-graphs", o.cuda_graphs,
                  "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and "

@@ -3,8 +3,9 @@
 // over the world it was given, which carries activations between GPUs through host memory
 // (ranks may share a GPU). With --gpu-comm nccl (MPI ranks, one GPU each) activations and
 // reductions go over comm::nccl, paired with the MPI world (comm::with_host) for what moves
-// host memory point to point: checkpoints and --switch. The training state lives in CUDA
-// managed memory either way.
+// host memory point to point: checkpoints and --switch. With --gpu-comm cuda-aware-mpi (MPI
+// ranks, an MPI that reads device memory itself) device buffers go to MPI as they are, through
+// comm::device_direct. The training state lives in CUDA managed memory every way.
 #include "train_gpt_cuda_device.hpp"
 
 #include <cstdio>
@@ -15,6 +16,10 @@
 #include "weft/exec/cuda.hpp"
 #include "weft/exec/cuda/peak_flops.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#if WEFT_HAS_MPI
+#include "weft/comm/cuda/device_direct.hpp"
+#include "weft/comm/mpi_cuda_support.hpp"
+#endif
 #if WEFT_HAS_MPI && WEFT_HAS_NCCL
 #include "weft/comm/nccl.hpp"
 #include "weft/comm/with_host.hpp"
@@ -106,6 +111,24 @@ void train_host_staged(World& world, const run_options& o, int local_rank) {
                  [&](int) { return weft::comm::host_staged<World>(world.split(0, world.rank())); });
 }
 
+#if WEFT_HAS_MPI
+// --gpu-comm cuda-aware-mpi: device buffers handed to MPI as they are, over a split of the
+// world of its own. Refused, before any GPU is looked for, where the MPI says it cannot read
+// device memory; taken on the user's word where it cannot say.
+void train_device_direct(weft::comm::mpi& world, const run_options& o, int local_rank) {
+    const auto support = weft::comm::query_mpi_cuda_support();
+    weft::require(support.cuda_aware != weft::comm::mpi_cuda_support::answer::no, "--gpu-comm", o.gpu_comm,
+                  "needs an MPI that reads GPU memory, and this one does not (" + support.how +
+                      "); use host-staged or nccl");
+    const std::string carried =
+        std::string("directly in device memory (comm::device_direct over MPI; ") +
+        (support.cuda_aware == weft::comm::mpi_cuda_support::answer::yes ? "" : "not checked: ") + support.how + ")";
+    train_on_gpu(world, o, local_rank, carried.c_str(), [&](int) {
+        return weft::comm::device_direct<weft::comm::mpi>(world.split(0, world.rank()));
+    });
+}
+#endif
+
 }  // namespace
 
 void train_on_cuda(weft::comm::local& world, const run_options& o) {
@@ -119,6 +142,7 @@ void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
     const int launched = launcher_local_rank();
     const int local_rank = launched >= 0 ? launched : world.rank();
     if (o.gpu_comm == "host-staged") return train_host_staged(world, o, local_rank);
+    if (o.gpu_comm == "cuda-aware-mpi") return train_device_direct(world, o, local_rank);
 #if WEFT_HAS_NCCL
     using nccl_with_mpi = weft::comm::with_host<weft::comm::nccl, weft::comm::mpi>;
     train_on_gpu(world, o, local_rank, "over NCCL (comm::nccl; checkpoints and switches over MPI)",

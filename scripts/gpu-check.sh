@@ -111,7 +111,7 @@ fi
 grep -E "^-- weft:" build/gpu-configure.log
 
 # Only what this check runs (the CPU tests are CI's job).
-targets=(test_cuda_runtime test_comm_host_staged test_cuda_kernels test_cuda_backend test_cuda_engine
+targets=(test_cuda_runtime test_comm_host_staged test_comm_device_direct test_cuda_kernels test_cuda_backend test_cuda_engine
          bench_cuda_gemm bench_cuda_kernels train_gpt make_dataset)
 if grep -q "NCCL ON" build/gpu-configure.log; then
     targets+=(test_comm_nccl)

@@ -23,26 +23,18 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/cuda/device_fence.hpp"
 #include "weft/comm/message_matching.hpp"
 #include "weft/core/memory_space.hpp"
-#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::comm {
 
 namespace detail {
 
-// Whether `p` is device memory the host cannot read (managed memory it can).
-inline bool is_device_only(const void* p) { return cuda::memory_type(p) == cudaMemoryTypeDevice; }
-
 inline void copy_down(void* host, const void* device, std::size_t bytes) {
     if (bytes == 0) return;
-    // Whoever wrote `device` may have done it on any stream. Not while another rank thread
-    // captures an action's graph on this device (weft/exec/cuda/capture_lock.hpp).
-    {
-        const cuda::device_wide_scope no_capture;
-        cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (host_staged, before staging down)");
-    }
+    finish_device_work("cudaDeviceSynchronize (host_staged, before staging down)");  // whoever wrote `device`
     cuda::check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (host_staged, device to host)");
 }
 
