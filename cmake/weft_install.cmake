@@ -13,7 +13,7 @@ if(WEFT_HAS_CUDA)
     install(TARGETS weft_cuda weft_cuda_backend EXPORT weft-cuda-targets)
     install(EXPORT weft-cuda-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 endif()
-# weft::nccl records the NCCL library and include directory found here, as weft::cuda does.
+# weft::nccl records the NCCL library and include directory found here.
 if(WEFT_HAS_NCCL)
     install(TARGETS weft_nccl EXPORT weft-nccl-targets)
     install(EXPORT weft-nccl-targets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)

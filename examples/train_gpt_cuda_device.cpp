@@ -113,17 +113,26 @@ void train_host_staged(World& world, const run_options& o, int local_rank) {
 
 #if WEFT_HAS_MPI
 // --gpu-comm cuda-aware-mpi: device buffers handed to MPI as they are, over a split of the
-// world of its own. Refused, before any GPU is looked for, where the MPI says it cannot read
-// device memory; taken on the user's word where it cannot say.
-void train_device_direct(weft::comm::mpi& world, const run_options& o, int local_rank) {
-    const auto support = weft::comm::query_mpi_cuda_support();
+// world of its own. An MPI built without CUDA is refused before any GPU is looked for; the
+// running MPI's own answer is asked once a GPU is known to be there (without one, Open MPI
+// says no). Where the MPI cannot say, the flag is the user's word for it.
+void refuse_unless_cuda_aware(const run_options& o, const weft::comm::mpi_cuda_support& support) {
     weft::require(support.cuda_aware != weft::comm::mpi_cuda_support::answer::no, "--gpu-comm", o.gpu_comm,
                   "needs an MPI that reads GPU memory, and this one does not (" + support.how +
-                      "); use host-staged or nccl");
-    const std::string carried =
-        std::string("directly in device memory (comm::device_direct over MPI; ") +
-        (support.cuda_aware == weft::comm::mpi_cuda_support::answer::yes ? "" : "not checked: ") + support.how + ")";
-    train_on_gpu(world, o, local_rank, carried.c_str(), [&](int) {
+                      "); use host-staged or nccl, or set " +
+                      weft::comm::assume_cuda_aware_mpi_variable + "=1 if it does");
+}
+
+void train_device_direct(weft::comm::mpi& world, const run_options& o, int local_rank) {
+    refuse_unless_cuda_aware(o, weft::comm::query_mpi_cuda_build_support());
+    train_on_gpu(world, o, local_rank, "directly in device memory (comm::device_direct over MPI)", [&](int) {
+        if (weft::cuda::device_count() == 0) throw no_gpu();  // before the run-time query
+        const auto support = weft::comm::query_mpi_cuda_support();
+        refuse_unless_cuda_aware(o, support);
+        if (world.rank() == 0)
+            std::printf("cuda-aware-mpi | %s%s\n",
+                        support.cuda_aware == weft::comm::mpi_cuda_support::answer::yes ? "" : "not checked: ",
+                        support.how.c_str());
         return weft::comm::device_direct<weft::comm::mpi>(world.split(0, world.rank()));
     });
 }
@@ -155,7 +164,8 @@ void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
                  });
 #else
     throw weft::invalid_argument("--gpu-comm", o.gpu_comm,
-                                 "this train_gpt was built without NCCL (weft::nccl); valid: host-staged");
+                                 "this train_gpt was built without NCCL (weft::nccl); valid: host-staged, "
+                                 "cuda-aware-mpi");
 #endif
 }
 #endif

@@ -66,6 +66,8 @@ finish() {
     fi
     exit "$1"
 }
+# Killed from outside (a time limit), the table so far and the logs still come out.
+trap 'row "gpu-check" "FAIL" "stopped by a signal after $(elapsed)"; finish 124' TERM INT
 
 mkdir -p build  # a fresh checkout has none, and the logs below go there
 echo "=== gpu-check: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
@@ -87,7 +89,9 @@ for header in /usr/include/nccl.h /usr/local/include/nccl.h /usr/local/cuda/incl
     if [[ -f "$header" ]]; then system_nccl=yes; fi
 done
 if [[ $system_nccl == no ]]; then
-    for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    sites=$(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' \
+        2>/dev/null)
+    for site in $sites; do
         header=$(find -L "$site/nvidia" -name nccl.h 2>/dev/null | head -1)
         library=$(find -L "$site/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
         if [[ -n "$header" && -n "$library" ]]; then
@@ -103,7 +107,8 @@ if ! cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" 
         -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
         -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF -DWEFT_WARNINGS_AS_ERRORS=OFF \
         -DWEFT_DATASET_TEXT="$text" \
-        >build/gpu-configure.log 2>&1 || ! grep -q "CUDA ON" build/gpu-configure.log; then
+        >build/gpu-configure.log 2>&1 ||
+        ! grep -q "^-- weft: MPI .*, CUDA ON" build/gpu-configure.log; then
     cat build/gpu-configure.log
     row "configure" "FAIL" "see the log above (weft needs the CUDA toolkit found: 'CUDA ON')"
     finish 1
@@ -111,9 +116,10 @@ fi
 grep -E "^-- weft:" build/gpu-configure.log
 
 # Only what this check runs (the CPU tests are CI's job).
-targets=(test_cuda_runtime test_comm_host_staged test_comm_device_direct test_cuda_kernels test_cuda_backend test_cuda_engine
+targets=(test_cuda_runtime test_comm_host_staged test_comm_device_direct test_cuda_kernels test_cuda_backend
+         test_cuda_engine
          bench_cuda_gemm bench_cuda_kernels train_gpt make_dataset)
-if grep -q "NCCL ON" build/gpu-configure.log; then
+if grep -q "^-- weft: MPI .*, NCCL ON" build/gpu-configure.log; then
     targets+=(test_comm_nccl)
 else
     row "NCCL" "skip" "not found (system or Python wheel): test_comm_nccl not built"
@@ -134,7 +140,8 @@ echo "=== gpu-check: CUDA tests"
 ctest --test-dir build/gpu -L cuda --output-on-failure --no-tests=error --timeout 240 >build/gpu-ctest.log 2>&1
 ctest_status=$?
 cat build/gpu-ctest.log | tail -40
-summary="$(grep -E "tests passed|tests failed" build/gpu-ctest.log | tail -1); $(grep -c '(Skipped)' build/gpu-ctest.log) skipped"
+summary="$(grep -E "tests passed|tests failed" build/gpu-ctest.log | tail -1)"
+summary+="; $(grep -c '(Skipped)' build/gpu-ctest.log) skipped"
 if [[ $ctest_status -eq 0 ]]; then row "CUDA tests (ctest -L cuda)" "pass" "$summary"; else
     row "CUDA tests (ctest -L cuda)" "FAIL" "$summary; failed: $(grep -E '^\s+[0-9]+ - ' build/gpu-ctest.log | grep -v Skipped | awk '{print $3}' | tr '\n' ' ')"
     fail
@@ -146,7 +153,7 @@ echo "=== gpu-check: tests done in $(elapsed)"
 build/gpu/tests/exec/cuda/test_cuda_runtime >/dev/null 2>&1
 if [[ $? -eq 77 ]]; then
     row "GPU" "skip" "no CUDA device: built, and the CUDA tests skip; the runs and benchmarks need one"
-    finish 77
+    finish $(( status != 0 ? 1 : 77 ))  # a test that failed without a GPU is a failure still
 fi
 
 # The kernels' tests once more under compute-sanitizer's memcheck: a write past a partial

@@ -7,6 +7,20 @@
 // that still use the memory a receive will fill, have finished. When an operation's wait()
 // returns, what it received is in device memory for the kernels queued after.
 //
+// Unlike host_staged, which copies a send's buffer when it is posted, the MPI reads a device
+// buffer until the operation's wait(): it must not be written or freed (cudaFreeAsync is not
+// ordered with MPI either) before then. The engine keeps every message buffer until its wait.
+//
+// The non-blocking collectives (iallreduce_sum, iallgather, ireduce_scatter_sum) on device
+// buffers run as their blocking forms and return a completed request: Open MPI takes device
+// pointers in point to point and the blocking collectives only (its CUDA FAQ), reducing a
+// non-blocking one on the CPU. The engine hands these the training state, which is managed
+// memory and goes through non-blocking as it is.
+//
+// Same-node transfers of stream-ordered pool memory (cudaMallocAsync, where weft's message
+// buffers come from) need a UCX that can export such memory over CUDA IPC; older ones fail
+// with "cuIpcGetMemHandle failed" (docs/cuda.md).
+//
 // Over a communicator that cannot reach device memory (an MPI that is not CUDA-aware,
 // comm::local) only host and managed buffers may be given: a device buffer would be read as
 // a host address. Whoever makes it checks the inner side first (train_gpt's
@@ -14,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <utility>
@@ -26,6 +41,7 @@
 namespace weft::comm {
 
 template <communicator Inner>
+    requires std::default_initializable<typename Inner::request>  // a completed request (see the top)
 class device_direct {
 public:
     using memory_space = device_space;
@@ -80,29 +96,36 @@ public:
     }
     void barrier() { inner_.barrier(); }
 
+    // On device buffers, the blocking forms and a completed request (see the top).
     template <class T>
     [[nodiscard]] request iallreduce_sum(std::span<T> values) {
-        fence(values.data());
-        return inner_.iallreduce_sum(values);
+        if (!fence(values.data())) return inner_.iallreduce_sum(values);
+        inner_.allreduce_sum(values);
+        return request{};
     }
     template <class T>
     [[nodiscard]] request iallgather(std::span<const T> mine, std::span<T> all) {
-        fence(mine.data(), all.data());
-        return inner_.iallgather(mine, all);
+        if (!fence(mine.data(), all.data())) return inner_.iallgather(mine, all);
+        inner_.allgather(mine, all);
+        return request{};
     }
     template <class T>
     [[nodiscard]] request ireduce_scatter_sum(std::span<const T> all, std::span<T> mine) {
-        fence(all.data(), mine.data());
-        return inner_.ireduce_scatter_sum(all, mine);
+        if (!fence(all.data(), mine.data())) return inner_.ireduce_scatter_sum(all, mine);
+        inner_.reduce_scatter_sum(all, mine);
+        return request{};
     }
 
     [[nodiscard]] device_direct split(int color, int key) { return device_direct(inner_.split(color, key)); }
 
 private:
     // Host and managed buffers go as they are; a device buffer waits for the device first.
-    static void fence(const void* a, const void* b = nullptr) {
-        if (detail::is_device_only(a) || (b != nullptr && detail::is_device_only(b)))
+    // Returns whether one of the buffers is device memory.
+    static bool fence(const void* a, const void* b = nullptr) {
+        const bool device = detail::is_device_only(a) || (b != nullptr && detail::is_device_only(b));
+        if (device)
             detail::finish_device_work("cudaDeviceSynchronize (device_direct, before handing device memory to MPI)");
+        return device;
     }
 
     Inner inner_;
