@@ -19,7 +19,7 @@
 //
 // Same-node transfers of stream-ordered pool memory (cudaMallocAsync, where weft's message
 // buffers come from) need a UCX that can export such memory over CUDA IPC; older ones fail
-// with "cuIpcGetMemHandle failed" (docs/cuda.md).
+// with "cuIpcGetMemHandle failed" (docs/running.md, --gpu-comm cuda-aware-mpi).
 //
 // Over a communicator that cannot reach device memory (an MPI that is not CUDA-aware,
 // comm::local) only host and managed buffers may be given: a device buffer would be read as
