@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <span>
@@ -27,6 +26,7 @@
 #include "weft/comm/mpi.hpp"
 #include "weft/comm/mpi_environment.hpp"
 #include "weft/core/error.hpp"
+#include "weft/io/atomic_file.hpp"
 
 namespace {
 
@@ -231,6 +231,8 @@ int run(int argc, char** argv) {
                             "[--warmup 5] [--op all|sendrecv|allreduce|allgather|reduce_scatter] [--json FILE]\n");
             return 0;
         }
+        // Before the measuring, not after: rank 0 writes the figures.
+        if (rank == 0 && !o.json.empty()) weft::io::require_writable(o.json, "--json");
         const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
         if (rank == 0) {
             std::printf("# weft bench_comm: weft::comm::mpi next to the raw MPI calls, %d ranks, type float\n", n);
@@ -465,9 +467,9 @@ int run(int argc, char** argv) {
                                        {"weft", side(r.weft)}, {"raw", side(r.raw)},
                                        {"weft_over_raw", r.weft.seconds / r.raw.seconds}});
                 }
-                std::ofstream file(o.json);
-                weft::require(file.good(), "--json", o.json, "must be a writable file path");
-                file << out.dump(2) << '\n';
+                // Whole or not at all: an earlier run's figures are not left half overwritten.
+                const std::string text = out.dump(2) + '\n';
+                weft::io::write_file_atomically(o.json, std::as_bytes(std::span<const char>(text)));
             }
         }
         return wrong == 0 ? 0 : 1;

@@ -20,7 +20,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <span>
 #include <string>
 #include <thread>
@@ -31,6 +30,7 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cpu_heap.hpp"
+#include "weft/io/atomic_file.hpp"
 #include "weft/models/gpt.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/one_f_one_b.hpp"
@@ -168,6 +168,8 @@ int run(int argc, char** argv) {
     try {
         const options o = parse(argc, argv);
         weft::require(world.size() == 4, "ranks", world.size(), "bench_reshard runs with 4 ranks (mpirun -np 4)");
+        // Before the minutes of measuring, not after: rank 0 writes the figures.
+        if (rank == 0 && !o.json.empty()) weft::io::require_writable(o.json, "--json");
         const bandwidths bw = measure(world);
         const double parallel_copies =
             std::min<double>(world.size(), std::max(1u, std::thread::hardware_concurrency()));
@@ -261,9 +263,10 @@ int run(int argc, char** argv) {
         if (rank == 0) {
             std::filesystem::remove_all(scratch);
             if (!o.json.empty()) {
-                std::ofstream out(o.json);
-                out << nlohmann::json{{"memcpy_gbs", bw.memcpy_gbs}, {"mpi_gbs", bw.mpi_gbs}, {"rows", rows}}.dump(2)
-                    << '\n';
+                // Whole or not at all: an earlier run's figures are not left half overwritten.
+                const std::string text =
+                    nlohmann::json{{"memcpy_gbs", bw.memcpy_gbs}, {"mpi_gbs", bw.mpi_gbs}, {"rows", rows}}.dump(2) + '\n';
+                weft::io::write_file_atomically(o.json, std::as_bytes(std::span<const char>(text)));
             }
         }
         return 0;

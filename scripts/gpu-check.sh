@@ -50,7 +50,8 @@ if [[ "${1:-}" == "--prepare" ]]; then
 fi
 
 budget=${WEFT_GPU_CHECK_SECONDS:-450}
-if ! [[ $budget =~ ^[0-9]+$ ]] || (( budget < 60 || budget > 3600 )); then
+# (No leading zero: bash would read 0450 as octal.)
+if ! [[ $budget =~ ^[1-9][0-9]*$ ]] || (( budget < 60 || budget > 3600 )); then
     echo "weft: WEFT_GPU_CHECK_SECONDS is '$budget': the check's budget must be whole seconds from 60 to 3600" >&2
     exit 2
 fi
@@ -77,8 +78,14 @@ within() {
     if (( left < limit )); then limit=$left; fi
     local began code
     began=$(date +%s)
-    timeout --kill-after=5 "$limit" "$@"  # KILL 5 s after TERM: the reserve above covers it
+    # KILL 5 s after TERM: the reserve above covers it. In the background and waited for, so
+    # that a signal to the check runs its trap at once (bash holds a trap until a foreground
+    # command ends, and timeout's own process group does not get the signal the check got).
+    timeout --kill-after=5 "$limit" "$@" &
+    step_pid=$!
+    wait "$step_pid"
     code=$?
+    step_pid=""
     # 137: killed, by timeout when TERM was not enough (or by the kernel, sooner: not ours).
     if (( code == 124 || (code == 137 && $(date +%s) - began >= limit) )); then
         echo "gpu-check: stopped after ${limit} s (its limit within the budget)" >&2
@@ -106,8 +113,13 @@ finish() {
     fi
     exit "$1"
 }
-# Killed from outside (a time limit), the table so far and the logs still come out.
-trap 'row "gpu-check" "FAIL" "stopped by a signal after $(elapsed)"; finish 124' TERM INT
+# Killed from outside (a time limit), the table so far and the logs still come out; the step
+# running then (within, above) is stopped first. The table goes to the check's own output
+# (fd 3, 4), not to the log the interrupted step's output was going to.
+exec 3>&1 4>&2
+step_pid=""
+trap 'if [[ -n $step_pid ]]; then kill -TERM "$step_pid" 2>/dev/null; fi
+      { row "gpu-check" "FAIL" "stopped by a signal after $(elapsed)"; finish 124; } >&3 2>&4' TERM INT
 
 mkdir -p "$(dirname "$build")"  # a fresh checkout has no build/, and the logs go there
 echo "=== gpu-check: $(within 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
@@ -143,14 +155,15 @@ if [[ $system_nccl == no ]]; then
 fi
 # Warnings are not errors here: this machine's host compiler may be newer than CI's, and a
 # warning new to it must not cost the one GPU run its results. They are counted in the table.
-if ! within 180 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" "${nccl[@]}" \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
-        -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF -DWEFT_WARNINGS_AS_ERRORS=OFF \
-        -DWEFT_DATASET_TEXT="$text" \
-        >"$build"-configure.log 2>&1 ||
-        ! grep -q "^-- weft: MPI .*, CUDA ON" "$build"-configure.log; then
+within 180 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "${nvcc[@]}" "${nccl[@]}" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DWEFT_ENABLE_MPI=OFF -DWEFT_BUILD_EXAMPLES=ON \
+    -DWEFT_BUILD_BENCHMARKS=ON -DWEFT_BUILD_UNIT_TESTS=OFF -DWEFT_WARNINGS_AS_ERRORS=OFF \
+    -DWEFT_DATASET_TEXT="$text" >"$build"-configure.log 2>&1
+configure_status=$?
+if (( configure_status != 0 )) || ! grep -q "^-- weft: MPI .*, CUDA ON" "$build"-configure.log; then
     cat "$build"-configure.log
-    row "configure" "FAIL" "see the log above (weft needs the CUDA toolkit found: 'CUDA ON')"
+    row "configure" "FAIL" "exit $configure_status; $(grep -m 1 "^gpu-check:" "$build"-configure.log ||
+        echo "see the log above (weft needs the CUDA toolkit found: 'CUDA ON')")"
     finish 1
 fi
 grep -E "^-- weft:" "$build"-configure.log
@@ -303,9 +316,9 @@ else
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
     fail
 fi
-# The same with --cuda-graphs, unless less than 2 minutes of the budget are left: the
-# benchmarks still have to fit in it.
-if (( $(seconds_left) < 120 )); then
+# The same with --cuda-graphs, unless less than 90 s of the budget are left: the benchmarks
+# still have to fit in it.
+if (( $(seconds_left) < 90 )); then
     graphs_mfu_status=skip
     last_step=""
 else
@@ -361,8 +374,13 @@ if [[ -n "$sanitizer" ]]; then
     tail -5 "$build"-memcheck.log
     case $memcheck_status in
         0) row "memcheck (test_cuda_backend)" "pass" "$(grep -E 'ERROR SUMMARY' "$build"-memcheck.log | tail -1)" ;;
-        124 | 137) row "memcheck (test_cuda_backend)" "skip" "$(grep -m 1 "^gpu-check:" "$build"-memcheck.log)" ;;
-        125) row "memcheck (test_cuda_backend)" "skip" "not started: the budget is spent ($(elapsed))" ;;
+        124 | 125 | 137) # out of time, unless a 137 came from elsewhere (the kernel's OOM killer)
+            if cut=$(grep -m 1 "^gpu-check:" "$build"-memcheck.log); then
+                row "memcheck (test_cuda_backend)" "skip" "$cut"
+            else
+                row "memcheck (test_cuda_backend)" "FAIL" "exit $memcheck_status; $(tail -1 "$build"-memcheck.log)"
+                fail
+            fi ;;
         *) row "memcheck (test_cuda_backend)" "FAIL" \
                "exit $memcheck_status; $(grep -E 'ERROR SUMMARY' "$build"-memcheck.log | tail -1)"
            fail ;;
