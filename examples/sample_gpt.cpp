@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
         ->check(weft_examples::int_in(0, 1 << 24))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "seed of the draws: the same seed gives the same text")->capture_default_str();
+    weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
     try {
         return run(o);

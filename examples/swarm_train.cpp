@@ -396,6 +396,7 @@ int main(int argc, char** argv) {
     app.add_option("--connect-timeout-s", o.connect_timeout_s, "worker: seconds to reach the rendezvous")
         ->check(weft_examples::finite_at_least(0, false))
         ->capture_default_str();
+    weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
     const char* program = o.role == "worker" ? "swarm_train worker" : "swarm_train";
     try {

@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     app.add_option("--staging-mib", o.staging_mib, "the staging cap of a switch's transfers, in MiB")
         ->check(weft_examples::finite_at_least(0, false))
         ->capture_default_str();
+    weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
 
     // Reuse freed activation memory from step to step instead of page-faulting it in again

@@ -11,6 +11,7 @@
 #include <exception>
 #include <string>
 
+#include "cli_checks.hpp"
 #include "weft/weft.hpp"
 #include "launch.hpp"
 
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
     app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")->capture_default_str();
     app.add_option("--seed", o.seed, "seed of weights and data")->capture_default_str();
+    weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
 
     // Without mpirun the default is one thread per rank of the layout.

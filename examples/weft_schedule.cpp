@@ -208,6 +208,7 @@ int main(int argc, char** argv) {
         ->excludes(mem_limit);
     bool list = false;
     app.add_flag("--list", list, "print each schedule's name and default chunks per rank, one per line, and exit");
+    weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
     if (list) {
         const std::string table = schedule_table();

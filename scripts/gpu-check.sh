@@ -169,7 +169,7 @@ fi
 grep -E "^-- weft:" "$build"-configure.log
 
 # Only what this check runs (the CPU tests are CI's job).
-targets=(test_cuda_runtime test_comm_host_staged test_comm_device_direct test_cuda_kernels test_cuda_backend
+targets=(test_cuda_runtime test_cuda_interval_clock test_comm_host_staged test_comm_device_direct test_cuda_kernels test_cuda_backend
          test_cuda_engine
          bench_cuda_gemm bench_cuda_kernels train_gpt make_dataset)
 if grep -q "^-- weft: MPI .*, NCCL ON" "$build"-configure.log; then
@@ -311,7 +311,7 @@ grep -E "^step|device cuda|MFU is" "$run/gpt2_124m.log" | tail -6
 last_step=$(grep -E "^step" "$run/gpt2_124m.log" | tail -1)
 if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m.log")"
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m.log")"
 else
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
     fail
@@ -361,6 +361,8 @@ grouping=$(grep -E "^group_rows_by_token" "$run/bench_kernels.log" | grep -oE '[
 skewed=$(grep -E "^embedding_backward, skewed" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms' | head -1)
 row "embedding weight gradient, GPT-2 shapes" "report" \
     "device ${embedding:-?} (ids spread), ${skewed:-?} (ids skewed); host grouping ${grouping:-?}"
+loss_kernel=$(grep -E "^cross_entropy fwd\+bwd" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms +[0-9.]+ GB/s' | head -1)
+row "cross-entropy forward+backward, N x V" "report" "${loss_kernel:-?} (bench_cuda_kernels)"
 
 # The kernels' tests once more under compute-sanitizer's memcheck: a write past a partial
 # tile can land in memory that belongs to no check (the next sequence's rows, pool memory).

@@ -50,11 +50,13 @@
 #include "weft/core/memory_space.hpp"
 #include "weft/exec/action_key.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/exec/compute_timing.hpp"
 #include "weft/exec/cuda/action_graphs.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/backend_kernels.hpp"
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
+#include "weft/exec/cuda/interval_clock.hpp"
 #include "weft/exec/cuda/managed_state_memory.hpp"
 #include "weft/exec/cuda/memory_high_water.hpp"
 #include "weft/exec/cuda/pinned_uploads.hpp"
@@ -129,6 +131,14 @@ public:
     [[nodiscard]] weft::cuda::memory_high_water memory_high_water() const {
         return weft::cuda::memory_high_water_of(device_);
     }
+
+    // exec::device_timed (weft/exec/compute_timing.hpp): the program loop marks each F, B, I
+    // and W on the stream, and reads their time on the GPU once the program is queued; host
+    // time around them would be launch time.
+    void begin_compute_interval() { compute_clock_.begin(); }
+    void end_compute_interval() { compute_clock_.end(); }
+    [[nodiscard]] double take_compute_seconds() { return compute_clock_.take_seconds(wait_limit_); }
+    void discard_compute_intervals() { compute_clock_.discard(); }
 
     // exec::run_action's hooks (weft/exec/action_key.hpp).
     template <class Action>
@@ -915,6 +925,7 @@ private:
     // Token ids, labels and other small host values go up through pinned buffers, so that an
     // upload queues behind the kernels instead of waiting for them.
     weft::cuda::pinned_uploads uploads_{weft::cuda::pinned_upload_platform{stream_.get()}};
+    weft::cuda::interval_clock compute_clock_{stream_.get()};
     weft::cuda::gemm gemm_;
     std::unique_ptr<weft::cuda::action_graphs> graphs_;  // null: actions run eagerly
 };
@@ -922,6 +933,7 @@ private:
 using cuda = cuda_backend;
 
 static_assert(compute_backend<cuda_backend>);
+static_assert(device_timed<cuda_backend>);
 static_assert(fused_kernels<cuda_backend> && optimizer_kernels<cuda_backend> &&
               vocab_parallel_loss_kernels<cuda_backend> && matrix_reduction_kernels<cuda_backend>);
 

@@ -177,7 +177,10 @@ public:
             // MPI forbids a send buffer inside the receive buffer; the range goes out of a copy,
             // made where the state lives (a GPU's: the copy and the gather move no page to the
             // host, and NCCL reads it where it is).
-            const state_memory& memory = this->grad_range_.get_allocator().memory();
+            // (The allocator is named, not a temporary: GCC 13 warns of a reference that a
+            // temporary's member function returns, though memory() outlives every allocator.)
+            const auto allocator = this->grad_range_.get_allocator();
+            const state_memory& memory = allocator.memory();
             state_vector<Scalar> mine = lazy_zeros<Scalar>(t.range.size, memory);
             memory.copy_bytes(mine.data(), all.data() + t.range.offset, t.range.size * sizeof(Scalar));
             this->group_->allgather(std::span<const Scalar>(mine), all);

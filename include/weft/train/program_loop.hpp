@@ -31,6 +31,7 @@
 #include "weft/comm/watchdog.hpp"
 #include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
+#include "weft/exec/compute_timing.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/channel_order.hpp"
 #include "weft/sched/message_channels.hpp"
@@ -169,11 +170,13 @@ public:
             for (auto& send : messages.sends) send.request.wait();
             for (const auto& loss : messages.losses)
                 report.loss_sum += static_cast<double>(loss.get()) / program_.num_microbatches;
+            if constexpr (exec::device_timed<Backend>)
+                for_each_backend(runners, [&](Backend& b) { report.compute_seconds += b.take_compute_seconds(); });
         } catch (const comm::timeout_error& e) {
-            for (auto& [index, r] : runners) r.clear();
+            clear_after_failure(runners);
             throw e.with_action(describe_activity(this, current));
         } catch (...) {
-            for (auto& [index, r] : runners) r.clear();
+            clear_after_failure(runners);
             throw;
         }
         report.program_seconds = seconds_since(start);
@@ -218,6 +221,39 @@ private:
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
 
+    // A compute action's time (exec/compute_timing.hpp): on the host around it, or, for a
+    // backend that queues its work and returns, marked on the backend and taken after the
+    // program (take_device_compute_seconds).
+    static std::chrono::steady_clock::time_point begin_compute(Backend& backend) {
+        if constexpr (exec::device_timed<Backend>) backend.begin_compute_interval();
+        return std::chrono::steady_clock::now();
+    }
+    static void end_compute(Backend& backend, std::chrono::steady_clock::time_point start, program_report& report) {
+        if constexpr (exec::device_timed<Backend>)
+            backend.end_compute_interval();
+        else
+            report.compute_seconds += seconds_since(start);
+    }
+    // Each backend of this rank's stages once (interleaved stages share one); `take` returns
+    // its seconds or discards its marks.
+    template <class Take>
+    static void for_each_backend(std::map<int, runner>& runners, Take take) {
+        std::vector<const Backend*> seen;
+        for (auto& [index, r] : runners) {
+            Backend& backend = r.backend();
+            if (std::find(seen.begin(), seen.end(), &backend) != seen.end()) continue;
+            seen.push_back(&backend);
+            take(backend);
+        }
+    }
+
+    // A program that threw leaves no stash and no open timing mark behind for the next one.
+    static void clear_after_failure(std::map<int, runner>& runners) {
+        for (auto& [index, r] : runners) r.clear();
+        if constexpr (exec::device_timed<Backend>)
+            for_each_backend(runners, [](Backend& b) { b.discard_compute_intervals(); });
+    }
+
     static runner& find(std::map<int, runner>& runners, int stage, int rank) {
         const auto it = runners.find(stage);
         if (it == runners.end())
@@ -252,18 +288,20 @@ private:
             case action_kind::B:
             case action_kind::I:
             case action_kind::W: {
-                const auto start = std::chrono::steady_clock::now();
+                Backend& backend = find(runners, a.stage, pipeline_rank_).backend();
+                const auto start = begin_compute(backend);
                 compute(a, batch, first_row, runners, actions, m, report);
-                report.compute_seconds += seconds_since(start);
+                end_compute(backend, start, report);
                 break;
             }
             case action_kind::OVERLAP_F_B: {
                 // On the CPU backend the pair runs back to back; the overlap DualPipe gains is
                 // compute hiding communication, which needs separate streams (CUDA).
-                const auto start = std::chrono::steady_clock::now();
+                Backend& backend = find(runners, a.stage, pipeline_rank_).backend();
+                const auto start = begin_compute(backend);
                 compute(sched::forward_part(a), batch, first_row, runners, actions, m, report);
                 compute(sched::backward_part(a), batch, first_row, runners, actions, m, report);
-                report.compute_seconds += seconds_since(start);
+                end_compute(backend, start, report);
                 break;
             }
             case action_kind::REDUCE_GRAD: actions.reduce_grad(a.stage); break;

@@ -112,9 +112,10 @@ public:
     void clear() { stash_.clear(); }
     // Drops one micro-batch's activations: a forward-only pass (evaluation) needs no backward.
     void discard(int microbatch) { stash_.erase(microbatch); }
+    // The backend the stage runs on (the program loop times its actions there).
+    [[nodiscard]] Backend& backend() const { return stage_.backend(); }
 
 private:
-    [[nodiscard]] Backend& backend() const { return stage_.backend(); }
     [[nodiscard]] exec::action_key key(exec::action_part part, int microbatch, int rows) const {
         return {.stage = index_, .part = part, .microbatch = microbatch, .rows = rows};
     }

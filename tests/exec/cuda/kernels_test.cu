@@ -670,6 +670,8 @@ int main(int argc, char** argv) {
                                               test_attention<bf16>(1, 70, 2, 128);
                                               test_attention<float>(1, 5, 1, 32);
                                               test_cross_entropy_padded(24, 1000, 1024);
+                                              // a last partial vector, unpadded rows unaligned
+                                              test_cross_entropy_padded(24, 1001, 1024);
                                               test_embedding<float>(3, 200, 300, 50);
                                               test_embedding<bf16>(2, 129, 64, 20);
                                               test_residual_add();

@@ -56,7 +56,7 @@ public:
     [[nodiscard]] std::size_t bytes() const { return size_ * sizeof(T); }
     [[nodiscard]] bool empty() const { return size_ == 0; }
 
-    // Synchronous copies (cudaMemcpy waits for the device); sizes must match exactly so
+    // Synchronous copies (they wait for the device's work, see below); sizes must match exactly so
     // that a short host vector never leaves stale device data behind.
     void copy_from_host(std::span<const T> host) {
         require_same_size(host.size(), "device_buffer::copy_from_host: host.size()");
@@ -70,8 +70,14 @@ public:
     }
     void copy_to_host(std::span<T> host) const {
         require_same_size(host.size(), "device_buffer::copy_to_host: host.size()");
-        if (size_ > 0)
+        if (size_ > 0) {
+            // cudaMemcpy is ordered on the legacy default stream only, and weft's streams are
+            // non-blocking: a kernel still writing data_ on one of them would race the copy
+            // (seen on an H200 under compute-sanitizer, which slows kernels enough to lose it).
+            // Wait for the whole device first.
+            check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before cudaMemcpy to host");
             check(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+        }
     }
     [[nodiscard]] std::vector<T> to_host() const {
         std::vector<T> host(size_);

@@ -1,6 +1,8 @@
 // Softmax cross-entropy fused forward+backward, one block per row of logits [rows,
 // classes]: per-row losses, dlogits = scale/rows (softmax - onehot), and a
-// deterministic mean of the losses (the CPU backend's cross_entropy, on the GPU).
+// deterministic mean of the losses (the CPU backend's cross_entropy, on the GPU). Two passes
+// over each row (the max and the sum together, then the gradient), in 16-byte loads where
+// the rows are aligned.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,19 +23,66 @@ namespace detail {
 
 constexpr unsigned int cross_entropy_threads = 256;
 
-// Rows lie `stride` elements apart (stride >= classes); columns [classes, stride) are padding.
+// A running softmax denominator: the largest value seen, m, and the sum of exp(x - m). One
+// pass over a row gives both, where a max pass then a sum pass read the row twice (the
+// LM head's rows are 50k wide: reading them is the kernel's whole cost).
+struct running_softmax {
+    float m, s;  // start from no_values()
+    __device__ void add(float x) {
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;  // 0 * 0 + 1 on the first value
+            m = x;
+        } else {
+            s += expf(x - m);  // a NaN value makes s NaN, as it makes the loss
+        }
+    }
+};
+
+// (A free function, not member initializers: CUDART_INF_F exists on the device only, and the
+// host compiler reads a class's member functions.)
+[[nodiscard]] __device__ inline running_softmax no_values() { return {-CUDART_INF_F, 0.0f}; }
+
+// Rows of 16-byte vectors of T: `vector` elements each.
 template <class T>
+constexpr int vector_elements = int(16 / sizeof(T));
+template <class T>
+struct alignas(16) vector_of {
+    T v[vector_elements<T>];
+};
+
+// Calls f(c, x) for each column c < classes of the row and its value. Thread t takes the
+// vectors (runs of vector_elements<T> columns) t, t + blockDim.x, ..., in column order, on
+// either path, so a padded and an unpadded row sum in the same order, bit for bit.
+// `Vectorized`: 16-byte loads (the stride a whole number of vectors, the rows 16-byte
+// aligned); else one element at a time.
+template <bool Vectorized, class T, class F>
+__device__ inline void for_each_value(const T* x, int classes, F&& f) {
+    constexpr int n = vector_elements<T>;
+    const int count = (classes + n - 1) / n;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        if constexpr (Vectorized) {
+            const vector_of<T> value = reinterpret_cast<const vector_of<T>*>(x)[i];
+#pragma unroll
+            for (int k = 0; k < n; ++k)
+                if (i * n + k < classes) f(i * n + k, to_float(value.v[k]));
+        } else {
+            for (int c = i * n; c < i * n + n && c < classes; ++c) f(c, to_float(x[c]));
+        }
+    }
+}
+
+// Rows lie `stride` elements apart (stride >= classes); columns [classes, stride) are padding.
+template <bool Vectorized, class T>
 __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels, float* losses, T* dlogits,
                                      int classes, int stride, float row_scale) {
     __shared__ float scratch[32];
     const int row = blockIdx.x;
     const T* x = logits + std::size_t(row) * std::size_t(stride);
-    float m = -CUDART_INF_F;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) m = fmaxf(m, to_float(x[c]));
-    m = block_max(m, scratch);
-    float s = 0;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) s += expf(to_float(x[c]) - m);
-    s = block_sum(s, scratch);
+    running_softmax mine = no_values();
+    for_each_value<Vectorized>(x, classes, [&](int, float value) { mine.add(value); });
+    const float m = block_max(mine.m, scratch);
+    // Each thread's sum moved to the row's max; a thread that saw no value adds nothing.
+    const float s = block_sum(mine.m == -CUDART_INF_F ? 0.0f : mine.s * expf(mine.m - m), scratch);
     const std::int32_t label = labels[row];
     // A label outside [0, classes) cannot throw from the device: the row's loss and
     // gradient become NaN, which no training run mistakes for a result.
@@ -42,12 +91,30 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels
     if (dlogits == nullptr) return;
     T* d = dlogits + std::size_t(row) * std::size_t(stride);
     const float inv = 1.0f / s;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) {
-        const float p = expf(to_float(x[c]) - m) * inv;
-        d[c] = from_float<T>(valid ? (p - (c == label ? 1.0f : 0.0f)) * row_scale : CUDART_NAN_F);
+    const auto gradient = [&](int c, float value) {
+        const float p = expf(value - m) * inv;
+        return from_float<T>(valid ? (p - (c == label ? 1.0f : 0.0f)) * row_scale : CUDART_NAN_F);
+    };
+    if constexpr (Vectorized) {
+        // Whole vectors out, the padding's exact zeros with them.
+        constexpr int n = vector_elements<T>;
+        const auto* in = reinterpret_cast<const vector_of<T>*>(x);
+        auto* out = reinterpret_cast<vector_of<T>*>(d);
+        const int count = (classes + n - 1) / n;
+        for (int i = threadIdx.x; i < count; i += blockDim.x) {
+            const vector_of<T> value = in[i];
+            vector_of<T> grad;
+#pragma unroll
+            for (int k = 0; k < n; ++k)
+                grad.v[k] = i * n + k < classes ? gradient(i * n + k, to_float(value.v[k])) : from_float<T>(0.0f);
+            out[i] = grad;
+        }
+        for (int c = count * n + int(threadIdx.x); c < stride; c += blockDim.x) d[c] = from_float<T>(0.0f);
+    } else {
+        for (int c = threadIdx.x; c < classes; c += blockDim.x) d[c] = gradient(c, to_float(x[c]));
+        // Padding gets an exact zero gradient, so GEMMs over the padded width add nothing.
+        for (int c = classes + int(threadIdx.x); c < stride; c += blockDim.x) d[c] = from_float<T>(0.0f);
     }
-    // Padding gets an exact zero gradient, so GEMMs over the padded width add nothing.
-    for (int c = classes + int(threadIdx.x); c < stride; c += blockDim.x) d[c] = from_float<T>(0.0f);
 }
 
 constexpr unsigned int mean_threads = 1024;
@@ -76,8 +143,16 @@ void cross_entropy_forward_backward(const T* logits, const std::int32_t* labels,
     require(classes > 0, "cross_entropy: classes", classes, "must be positive");
     require(stride >= classes, "cross_entropy: stride", stride,
             "must be at least classes = " + std::to_string(classes));
-    detail::cross_entropy_kernel<<<rows, detail::cross_entropy_threads, 0, stream>>>(
-        logits, labels, losses, dlogits, classes, stride, scale / float(rows));
+    // 16-byte loads where every row starts on a 16-byte boundary (the padded vocabulary).
+    const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    const bool vectorized = stride % detail::vector_elements<T> == 0 && aligned(logits) &&
+                            (dlogits == nullptr || aligned(dlogits));
+    if (vectorized)
+        detail::cross_entropy_kernel<true><<<rows, detail::cross_entropy_threads, 0, stream>>>(
+            logits, labels, losses, dlogits, classes, stride, scale / float(rows));
+    else
+        detail::cross_entropy_kernel<false><<<rows, detail::cross_entropy_threads, 0, stream>>>(
+            logits, labels, losses, dlogits, classes, stride, scale / float(rows));
     check(cudaGetLastError(), "cross_entropy kernel launch");
 }
 

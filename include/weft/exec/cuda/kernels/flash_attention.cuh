@@ -7,7 +7,8 @@
 // feature dimension, head h at columns h*D; out and dout [batch*seq, C]; lse and delta
 // [batch, heads, seq] fp32.
 //
-// A block of 4 warps takes one 64-row tile (of queries, or of keys) of one (batch, head);
+// A block of 4 warps takes one 64-row tile (of queries, or of keys) of one (batch, head),
+// the heaviest tiles first (view_of_block);
 // each warp owns 16 of its rows. Products run as 16x16x16 WMMA bf16 fragments with fp32
 // accumulators; the per-row softmax arithmetic runs in fp32 on the scores staged in shared
 // memory, two lanes per row. Probabilities and their gradients are rounded to bf16 where they
@@ -67,6 +68,22 @@ struct head_view {
     [[nodiscard]] __device__ std::size_t row(int t) const { return std::size_t(b) * seq + t; }
     [[nodiscard]] __device__ std::size_t stat(int t) const { return (std::size_t(b) * heads + h) * seq + t; }
 };
+
+// The grid is (head, batch, tile): the tile is its slowest dimension, so blocks start tile by
+// tile over every head and batch. A causal tile's work grows (queries) or shrinks (keys) with
+// its index; started heaviest first, the light tiles fill the last wave instead of a few heavy
+// ones running alone at the end.
+[[nodiscard]] __device__ inline head_view view_of_block(int seq, int heads) {
+    return {seq, heads, int(blockIdx.y), int(blockIdx.x)};
+}
+// A query tile, the last (with the most keys before it) first.
+[[nodiscard]] __device__ inline int heaviest_first() { return int(gridDim.z - 1 - blockIdx.z); }
+
+// The column a lane takes at its step i through `width` columns of its row r (of the warp's 16)
+// and half: the steps rotated by r / 8 + 2 half. In rows padded to 68 floats, row r starts at
+// bank 4r, so walking the columns in order put 4 lanes on one bank at every step (rows r and
+// r + 8, both halves); rotated, the 32 lanes hit 32 banks where width is 8, 32 or 64.
+[[nodiscard]] __device__ inline int spread(int i, int width, int r, int half) { return (i + r / 8 + 2 * half) % width; }
 
 // Rows [first, first + 64) of one head's D columns of a row-major matrix (`column` points at
 // the head's first column of row 0, `stride` elements per row) into shared [64][D + 8];
@@ -177,10 +194,10 @@ __global__ void __launch_bounds__(threads)
     float* scores = scores_all + warp * frag * score_ld;
     bf16* probs = probs_all + warp * frag * prob_ld;
     float* acc = out_all + warp * frag * out_ld<D>;
-    const head_view v{seq, heads, int(blockIdx.z), int(blockIdx.y)};
+    const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
-    const int query_tile = blockIdx.x, q0 = query_tile * tile;
+    const int query_tile = heaviest_first(), q0 = query_tile * tile;
 
     load_tile<D>(q_tile, qkv + v.h * D, stride, q0, v);
     __syncthreads();
@@ -191,7 +208,7 @@ __global__ void __launch_bounds__(threads)
     // and output columns [D/2 half, D/2 half + D/2).
     const int r = lane / 2, half = lane % 2;
     const int qi = q0 + warp * frag + r;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) acc[r * out_ld<D> + c] = 0.0f;
+    for (int i = 0; i < D / 2; ++i) acc[r * out_ld<D> + half * (D / 2) + spread(i, D / 2, r, half)] = 0.0f;
     float m = -CUDART_INF_F, l = 0.0f;
 
     for (int key_tile = 0; key_tile <= query_tile; ++key_tile) {  // causal: no key after the tile's last query
@@ -207,7 +224,7 @@ __global__ void __launch_bounds__(threads)
         // Online softmax. Key k0 <= qi is in every tile visited, so each row has a finite max.
         float tile_max = -CUDART_INF_F;
         for (int j = 0; j < 32; ++j) {
-            const int c = half * 32 + j, key = k0 + c;
+            const int c = half * 32 + spread(j, 32, r, half), key = k0 + c;
             if (key <= qi && key < seq) tile_max = fmaxf(tile_max, scores[r * score_ld + c] * scale);
         }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -216,7 +233,7 @@ __global__ void __launch_bounds__(threads)
         const float rescale = expf(m - shift);                      // 0 on the first tile
         float sum = 0.0f;
         for (int j = 0; j < 32; ++j) {
-            const int c = half * 32 + j, key = k0 + c;
+            const int c = half * 32 + spread(j, 32, r, half), key = k0 + c;
             const float p = key <= qi && key < seq ? expf(scores[r * score_ld + c] * scale - shift) : 0.0f;
             probs[r * prob_ld + c] = from_float<bf16>(p);
             sum += p;
@@ -224,7 +241,7 @@ __global__ void __launch_bounds__(threads)
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = rescale * l + sum;
         m = m_new;
-        for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) acc[r * out_ld<D> + c] *= rescale;
+        for (int i = 0; i < D / 2; ++i) acc[r * out_ld<D> + half * (D / 2) + spread(i, D / 2, r, half)] *= rescale;
         __syncwarp();
 
         // acc += p v, 16 output columns at a time through the scores' space (free now).
@@ -235,7 +252,10 @@ __global__ void __launch_bounds__(threads)
             accumulate_probs_times_columns<D>(pv, probs, v_tile, j);
             wmma::store_matrix_sync(scores, pv, score_ld, wmma::mem_row_major);
             __syncwarp();
-            for (int c = half * 8; c < half * 8 + 8; ++c) acc[r * out_ld<D> + j * frag + c] += scores[r * score_ld + c];
+            for (int i = 0; i < 8; ++i) {
+                const int c = half * 8 + spread(i, 8, r, half);
+                acc[r * out_ld<D> + j * frag + c] += scores[r * score_ld + c];
+            }
             __syncwarp();
         }
     }
@@ -292,10 +312,10 @@ __global__ void __launch_bounds__(threads)
         reinterpret_cast<bf16*>(delta_tile + tile + warps * 2 * frag * score_ld) + warp * 2 * frag * prob_ld;
     bf16* dscores_t = probs_t + frag * prob_ld;  // dS^T
 
-    const head_view v{seq, heads, int(blockIdx.z), int(blockIdx.y)};
+    const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
-    const int key_tile = blockIdx.x, k0 = key_tile * tile;
+    const int key_tile = int(blockIdx.z), k0 = key_tile * tile;  // key tile 0 has the most queries after it
 
     // The warp's keys and values, staged through the query tiles' space.
     load_tile<D>(q_tile, qkv + C + v.h * D, stride, k0, v);
@@ -330,7 +350,7 @@ __global__ void __launch_bounds__(threads)
         rows_times_tile_transposed<D>(values, dout_tile, dprobs_t);  // v_j . dout_i
         __syncwarp();
         for (int j = 0; j < 32; ++j) {
-            const int c = half * 32 + j, query = q0 + c;
+            const int c = half * 32 + spread(j, 32, r, half), query = q0 + c;
             const bool kept = query >= key && query < seq && key < seq;
             const float p = kept ? expf(scores_t[r * score_ld + c] * scale - lse_tile[c]) : 0.0f;
             probs_t[r * prob_ld + c] = from_float<bf16>(p);
@@ -366,10 +386,10 @@ __global__ void __launch_bounds__(threads)
         reinterpret_cast<bf16*>(reinterpret_cast<float*>(v_tile + tile * ld) + warps * 2 * frag * score_ld) +
         warp * frag * prob_ld;
 
-    const head_view v{seq, heads, int(blockIdx.z), int(blockIdx.y)};
+    const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
-    const int query_tile = blockIdx.x, q0 = query_tile * tile;
+    const int query_tile = heaviest_first(), q0 = query_tile * tile;
 
     // The warp's queries and output gradients, staged through the key tiles' space.
     load_tile<D>(k_tile, qkv + v.h * D, stride, q0, v);
@@ -397,7 +417,7 @@ __global__ void __launch_bounds__(threads)
         rows_times_tile_transposed<D>(d_out, v_tile, dprobs);  // dout_i . v_j
         __syncwarp();
         for (int j = 0; j < 32; ++j) {
-            const int c = half * 32 + j, key = k0 + c;
+            const int c = half * 32 + spread(j, 32, r, half), key = k0 + c;
             const bool kept = key <= qi && key < seq && qi < seq;
             const float p = kept ? expf(scores[r * score_ld + c] * scale - lse_i) : 0.0f;
             dscores[r * prob_ld + c] = from_float<bf16>(p * (dprobs[r * score_ld + c] - delta_i));
@@ -412,7 +432,9 @@ inline void require_shape(int batch, int seq, int heads, int head_dim, const cha
     const std::string name(what);
     require(batch > 0 && batch <= 65535, name + ": batch", batch, "must be in [1, 65535]");
     require(heads > 0 && heads <= 65535, name + ": heads", heads, "must be in [1, 65535]");
-    require(seq > 0, name + ": seq", seq, "must be positive");
+    // (The tiles are the grid's z dimension, at most 65535.)
+    require(seq > 0 && seq <= 65535 * tile, name + ": seq", seq,
+            "must be in [1, " + std::to_string(65535 * tile) + "]");
     require(head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128, name + ": head_dim", head_dim,
             "must be 32, 64, 96 or 128");
 }
@@ -428,7 +450,7 @@ template <int D>
 void forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, cudaStream_t stream) {
     constexpr std::size_t bytes = forward_shared_bytes<D>();
     allow_shared_bytes(forward_kernel<D>, bytes, "flash attention forward");
-    const dim3 grid((seq + tile - 1) / tile, heads, batch);
+    const dim3 grid(heads, batch, (seq + tile - 1) / tile);
     forward_kernel<D><<<grid, threads, bytes, stream>>>(qkv, out, lse, seq, heads, 1.0f / sqrtf(float(D)));
     check(cudaGetLastError(), "flash attention forward kernel launch");
 }
@@ -437,7 +459,7 @@ template <int D>
 void backward(const bf16* qkv, const bf16* dout, const float* lse, const float* delta, bf16* dqkv, int batch, int seq,
               int heads, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf(float(D));
-    const dim3 grid((seq + tile - 1) / tile, heads, batch);
+    const dim3 grid(heads, batch, (seq + tile - 1) / tile);
     constexpr std::size_t kv_bytes = key_value_shared_bytes<D>();
     allow_shared_bytes(backward_key_value_kernel<D>, kv_bytes, "flash attention backward (keys, values)");
     backward_key_value_kernel<D><<<grid, threads, kv_bytes, stream>>>(qkv, dout, lse, delta, dqkv, seq, heads, scale);
