@@ -5,6 +5,7 @@
 // Exit status 1 when any result differs from the expected one (#wrong != 0), 2 on errors.
 // --inject-wrong corrupts one value of weft's results, so a test can check that this fails.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -225,6 +227,15 @@ int run(int argc, char** argv) {
     const int n = world.size();
     try {
         const options o = parse(argc, argv);
+        // Each rank holds a send and a receive buffer of up to --max-bytes: more than the
+        // machine has is refused by name here rather than as a bad_alloc (or the OOM killer).
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+        if (pages > 0 && page_bytes > 0) {
+            const double memory = double(pages) * double(page_bytes);
+            weft::require(2.0 * double(o.max_bytes) <= memory, "--max-bytes", o.max_bytes,
+                          "needs twice that in buffers per rank, more than this machine's " +
+                              std::to_string(static_cast<long long>(memory / double(1 << 20))) + " MiB of memory");
+        }
         if (o.op == "help") {
             if (rank == 0)
                 std::printf("usage: mpirun -np N bench_comm [--min-bytes 1K] [--max-bytes 256M] [--iters 20] "
@@ -270,8 +281,14 @@ int run(int argc, char** argv) {
             if (o.op != "all" && o.op != name) continue;
             // The largest buffers this op needs, allocated (and touched) once.
             const std::size_t max_block = name == "allgather" || name == "reduce_scatter" ? max_count / n : max_count;
-            b.send.assign(name == "allgather" ? max_block : max_count, 0.0f);
-            b.recv.assign(name == "reduce_scatter" ? max_block : (name == "allreduce" ? 0 : max_count), 0.0f);
+            try {
+                b.send.assign(name == "allgather" ? max_block : max_count, 0.0f);
+                b.recv.assign(name == "reduce_scatter" ? max_block : (name == "allreduce" ? 0 : max_count), 0.0f);
+            } catch (const std::bad_alloc&) {
+                throw weft::invalid_argument("--max-bytes", o.max_bytes,
+                                             "needs more memory than this rank can allocate for " + name +
+                                                 "'s buffers; give a smaller size");
+            }
             if (rank == 0) print_header(name, spec.what);
             for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
                 const std::size_t total = bytes / sizeof(float);

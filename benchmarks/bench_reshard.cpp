@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +24,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -52,6 +55,16 @@ struct options {
     std::string json;
 };
 
+// `text` as a number, whole: "0.5abc", "inf" and "nan" are refused by `flag`'s name.
+double finite_number(const std::string& flag, const std::string& text) {
+    double value = 0;
+    const char* end = text.data() + text.size();
+    const auto [at, code] = std::from_chars(text.data(), end, value);
+    if (code != std::errc{} || at != end || !std::isfinite(value))
+        throw weft::invalid_argument(flag, text, "must be a finite number");
+    return value;
+}
+
 options parse(int argc, char** argv) {
     options o;
     for (int i = 1; i < argc; ++i) {
@@ -65,14 +78,16 @@ options parse(int argc, char** argv) {
             const std::string list = value();
             for (std::size_t at = 0; at <= list.size();) {
                 const std::size_t comma = std::min(list.find(',', at), list.size());
-                const double gib = std::atof(list.substr(at, comma - at).c_str());
+                const double gib = finite_number("--sizes", list.substr(at, comma - at));
                 weft::require(gib > 0 && gib <= 64, "--sizes", list, "must list sizes in GiB in (0, 64]");
                 o.sizes.push_back(gib);
                 at = comma + 1;
             }
         } else if (flag == "--staging-mib") {
-            o.staging_mib = std::atof(value().c_str());
-            weft::require(o.staging_mib > 0, "--staging-mib", o.staging_mib, "must be positive");
+            o.staging_mib = finite_number("--staging-mib", value());
+            // The transfers stage at least one float at a time (engine::switch_layout's staging_bytes).
+            weft::require(o.staging_mib * 1048576 >= sizeof(float), "--staging-mib", o.staging_mib,
+                          "must be at least 4 bytes' worth (" + std::to_string(4.0 / 1048576) + " MiB)");
         } else if (flag == "--scratch") {
             o.scratch = value();
         } else if (flag == "--json") {

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/schedule_list.hpp"
@@ -250,13 +252,21 @@ double time_gemms(const bench_config& c, weft::nn::gpt_stage<backend>& stage) {
 // The PyTorch version that ran, from the script's JSON line ("torch": "2.5.1"), for the table.
 std::string torch_version;
 
+// `text` as one word for /bin/sh: in single quotes, a quote inside closed, escaped, reopened.
+std::string shell_word(const std::string& text) {
+    std::string quoted = "'";
+    for (const char ch : text) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return quoted + "'";
+}
+
 std::optional<double> time_torch(const bench_config& c, int threads, const std::string& python,
                                  const std::string& script) {
-    const std::string command = python + " " + script + " --layers " + std::to_string(c.layers) + " --d-model " +
-                                std::to_string(c.d_model) + " --heads " + std::to_string(c.heads) + " --vocab " +
-                                std::to_string(c.vocab) + " --seq-len " + std::to_string(c.seq_len) + " --batch " +
-                                std::to_string(c.batch) + " --threads " + std::to_string(threads) + " --warmup " +
-                                std::to_string(c.warmup) + " --steps " + std::to_string(c.steps) + " 2>/dev/null";
+    const std::string command =
+        shell_word(python) + " " + shell_word(script) + " --layers " + std::to_string(c.layers) + " --d-model " +
+        std::to_string(c.d_model) + " --heads " + std::to_string(c.heads) + " --vocab " + std::to_string(c.vocab) +
+        " --seq-len " + std::to_string(c.seq_len) + " --batch " + std::to_string(c.batch) + " --threads " +
+        std::to_string(threads) + " --warmup " + std::to_string(c.warmup) + " --steps " + std::to_string(c.steps) +
+        " 2>/dev/null";
     FILE* pipe = popen(command.c_str(), "r");
     if (pipe == nullptr) return std::nullopt;
     std::string out;
@@ -518,6 +528,7 @@ int main(int argc, char** argv) {
         bool json = false, torch = true, default_heap = false, parallel = false;
         std::vector<std::string> only;  // --schedule: the schedules --parallel runs (default: all)
         int threads = 1, steps = 0;
+        bool torch_named = false;  // --python or --torch-script given: the reference must run
         std::string which = "all", python = "/usr/bin/python3",
                     script = WEFT_SOURCE_DIR "/tests/reference/gpt_step_torch.py";
         for (int i = 1; i < argc; ++i) {
@@ -543,8 +554,8 @@ int main(int argc, char** argv) {
             else if (a == "--threads") threads = parse_positive("--threads", value());
             else if (a == "--steps") steps = parse_positive("--steps", value());
             else if (a == "--config") which = value();
-            else if (a == "--python") python = value();
-            else if (a == "--torch-script") script = value();
+            else if (a == "--python") python = value(), torch_named = true;
+            else if (a == "--torch-script") script = value(), torch_named = true;
             else if (a == "--help" || a == "-h") {
                 std::printf("usage: bench_step [--json] [--threads N] [--steps N] [--config small|big|all] "
                             "[--no-torch] [--python PATH] [--torch-script PATH] [--default-heap]\n"
@@ -557,6 +568,14 @@ int main(int argc, char** argv) {
         }
         weft::require(which == "all" || which == "small" || which == "big", "--config", which,
                       "must be small, big or all");
+        // Without these options a missing PyTorch leaves its column empty ("not run"); with
+        // them the user asked for the comparison, so a bad path is an error, before measuring.
+        if (torch_named) {
+            weft::require(torch, "--no-torch", "given", "excludes --python and --torch-script");
+            weft::require(python.find('/') == std::string::npos || ::access(python.c_str(), X_OK) == 0, "--python",
+                          python, "must be an executable file (or a command on PATH)");
+            weft::require(::access(script.c_str(), R_OK) == 0, "--torch-script", script, "must be a readable file");
+        }
         weft::require(parallel || only.empty(), "--schedule", only.empty() ? "" : only.front(),
                       "chooses schedules for --parallel only");
         if (parallel) {
@@ -587,6 +606,9 @@ int main(int argc, char** argv) {
             r.weft = time_weft(c, stage);
             r.gemm_s = time_gemms(c, stage);
             if (torch) r.torch_s = time_torch(c, threads, python, script);
+            if (torch_named && !r.torch_s)
+                throw weft::error("the PyTorch reference (--python " + python + " --torch-script " + script +
+                                  ") did not run or printed no median_ms; run it by hand to see why");
             r.flops_per_token = weft::train::gpt_flops_per_token(r.weft.parameters, c.layers, c.d_model, c.seq_len);
             rows.push_back(r);
         }

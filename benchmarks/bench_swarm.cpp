@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
         }
     }
     try {
+        // Before the simulations, not after them: the plot's file must be one we can write.
+        if (!s.svg.empty()) weft::io::require_writable(s.svg, "--svg");
         failure_rates(s);
         preemption(s);
         routing(s);

@@ -197,6 +197,9 @@ std::string a_live_worker(const weft::swarm::net::trainer& trainer) {
     throw weft::error("--join-through-peer: no live worker to join through");
 }
 
+// Worker processes --spawn starts on this one machine at most.
+constexpr long long max_spawned_workers = 1024;
+
 int run_trainer(const options& o, const std::string& program) {
     weft::require(!o.data.empty(), "--data", o.data, "name an llm.c token file (make one with make_dataset --out-dir DIR)");
     weft::require(o.save.empty(), "--save", o.save,
@@ -211,7 +214,28 @@ int run_trainer(const options& o, const std::string& program) {
     for (const auto& j : o.joins) {
         const auto at = j.find('@');
         if (at == std::string::npos) throw weft::invalid_argument("--join", j, "must read W@STEP");
-        joins[parse_count(j.substr(0, at), "--join", j, "W@STEP")] = parse_count(j.substr(at + 1), "--join", j, "W@STEP");
+        const long long id = parse_count(j.substr(0, at), "--join", j, "W@STEP");
+        if (joins.contains(id)) throw weft::invalid_argument("--join", j, "names worker " + std::to_string(id) + " twice");
+        joins[id] = parse_count(j.substr(at + 1), "--join", j, "W@STEP");
+    }
+    // With --spawn this program starts every worker, so each id a fault or a join names can be
+    // checked now: a fault for a worker that never starts would never happen, and a join with
+    // the id of a worker already running would be refused by the trainer mid-run.
+    const long long initial_workers = static_cast<long long>(o.stages) * o.workers_per_stage;
+    if (o.spawn) {
+        weft::require(initial_workers <= max_spawned_workers, "--stages x --workers-per-stage", initial_workers,
+                      "must be at most " + std::to_string(max_spawned_workers) +
+                          " with --spawn (each worker is a process on this machine)");
+        const std::string started = "--spawn starts workers 0.." + std::to_string(initial_workers - 1) +
+                                    " and the --join ids";
+        for (const auto& [id, at] : joins)
+            if (id < initial_workers)
+                throw weft::invalid_argument("--join", std::to_string(id) + "@" + std::to_string(at),
+                                             "must name a new worker: " + started.substr(0, started.find(" and")));
+        for (const auto& [id, fault] : faults)
+            if (id >= initial_workers && !joins.contains(id))
+                throw weft::invalid_argument("--fail, --stall or --slow worker", id,
+                                             "is not a worker this run starts: " + started);
     }
     const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
                                       .warmup_steps = o.warmup_steps,
@@ -235,7 +259,7 @@ int run_trainer(const options& o, const std::string& program) {
                 o.compress_block == 0 ? "off" : ("8-bit, blocks of " + std::to_string(o.compress_block)).c_str());
     std::fflush(stdout);
     child_workers children(program);
-    const int initial = o.stages * o.workers_per_stage;
+    const int initial = static_cast<int>(initial_workers);
     if (o.spawn)
         for (int w = 0; w < initial; ++w) children.start(w, w % o.stages, address, "127.0.0.1");
     else
@@ -332,7 +356,7 @@ int main(int argc, char** argv) {
     app.add_option("--workers-per-stage", o.workers_per_stage, "workers each stage needs before training starts")
         ->check(weft_examples::int_in(1, 1 << 16))
         ->capture_default_str();
-    app.add_flag("--spawn", o.spawn, "start the workers as child processes on this machine");
+    auto* spawn = app.add_flag("--spawn", o.spawn, "start the workers as child processes on this machine");
     app.add_option("--microbatches", o.microbatches, "micro-batches per step")
         ->check(weft_examples::int_in(1, 1 << 20))
         ->capture_default_str();
@@ -361,7 +385,8 @@ int main(int argc, char** argv) {
     app.add_option("--slow", o.slows, "worker W computes FACTOR times slower: W:FACTOR");
     app.add_option("--join", o.joins,
                    "with --spawn: start one more worker W (for stage W mod --stages) before step STEP, which it "
-                   "joins while it runs: W@STEP");
+                   "joins while it runs: W@STEP")
+        ->needs(spawn);
     app.add_flag("--join-through-peer", o.join_through_peer,
                  "with --join: the new worker says hello to a live worker, which sends it on to the trainer");
     app.add_option("--compress-block", o.compress_block,

@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
     app.add_option("--peak-tflops", o.peak_tflops,
                    "peak TFLOP/s for MFU (0: this CPU's measured GEMM rate times its cores, or with --device cuda "
                    "the GPU's dense bf16 peak from weft's table)")
+        ->check(weft_examples::finite_at_least(0, true))
         ->capture_default_str();
     app.add_option("--device", o.device,
                    "cpu, or cuda: each rank computes on one GPU, the local rank's (ranks may share one; "

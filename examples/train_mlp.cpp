@@ -66,31 +66,54 @@ void train(Comm& world, const run_options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    using weft_examples::finite_at_least;
+    using weft_examples::int_in;
     CLI::App app{"Train weft's MLP with a pipeline schedule, over MPI (under mpirun) or threads (--ranks N)."};
     run_options o;
     app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::sched::schedule_name_list())
         ->capture_default_str();
-    app.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
-    app.add_option("--dp", o.dp, "data-parallel replicas (gradients averaged)")->capture_default_str();
-    app.add_option("--microbatches", o.microbatches, "micro-batches per step")->capture_default_str();
+    app.add_option("--pp", o.pp, "pipeline stages")->check(int_in(1, 1 << 16))->capture_default_str();
+    app.add_option("--dp", o.dp, "data-parallel replicas (gradients averaged)")
+        ->check(int_in(1, 1 << 16))
+        ->capture_default_str();
+    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
+        ->check(int_in(1, 1 << 20))
+        ->capture_default_str();
     app.add_option("--chunks", o.chunks,
                    "model chunks (stages) per pipeline rank; default: 2 for interleaved, looped-bfs, zbv and "
-                   "dualpipev, else 1");
-    app.add_option("--steps", o.steps, "training steps")->capture_default_str();
-    app.add_option("--batch", o.batch, "global batch size in samples (a multiple of dp*microbatches)")->capture_default_str();
-    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp)");
-    app.add_option("--input-dim", o.input_dim, "input features")->capture_default_str();
-    app.add_option("--hidden", o.hidden, "hidden width")->capture_default_str();
-    app.add_option("--blocks", o.blocks, "residual blocks (the model has blocks+2 layers to partition)")->capture_default_str();
-    app.add_option("--classes", o.classes, "classes of the synthetic task")->capture_default_str();
+                   "dualpipev, else 1")
+        ->check(int_in(0, 1 << 10));
+    app.add_option("--steps", o.steps, "training steps")->check(int_in(0, 1 << 30))->capture_default_str();
+    app.add_option("--batch", o.batch, "global batch size in samples (a multiple of dp*microbatches)")
+        ->check(int_in(1, 1 << 24))
+        ->capture_default_str();
+    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp)")
+        ->check(int_in(1, 1 << 16));
+    app.add_option("--input-dim", o.input_dim, "input features")->check(int_in(1, 1 << 16))->capture_default_str();
+    app.add_option("--hidden", o.hidden, "hidden width")->check(int_in(1, 1 << 16))->capture_default_str();
+    app.add_option("--blocks", o.blocks, "residual blocks (the model has blocks+2 layers to partition)")
+        ->check(int_in(0, 1 << 16))
+        ->capture_default_str();
+    app.add_option("--classes", o.classes, "classes of the synthetic task")
+        ->check(int_in(2, 1 << 16))
+        ->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
-    app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
-    app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")->capture_default_str();
+    app.add_option("--lr", o.lr, "learning rate")->check(finite_at_least(0, false))->capture_default_str();
+    app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay (2-D tensors only)")
+        ->check(finite_at_least(0, true))
+        ->capture_default_str();
     app.add_option("--seed", o.seed, "seed of weights and data")->capture_default_str();
     weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
 
     // Without mpirun the default is one thread per rank of the layout.
-    const int ranks = (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : o.pp * o.dp;
+    const long long layout_ranks = static_cast<long long>(o.pp) * o.dp;
+    if (layout_ranks > (1 << 16)) {
+        std::fprintf(stderr, "train_mlp: weft: --pp x --dp = %lld is invalid: must be at most 65536 ranks\n",
+                     layout_ranks);
+        return 2;
+    }
+    const int ranks =
+        (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : static_cast<int>(layout_ranks);
     return weft_examples::run("train_mlp", argc, argv, ranks, [&](auto& world) { train(world, o); });
 }

@@ -7,12 +7,16 @@
 //   weft-schedule --input schedule.csv --format trace > trace.json
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -53,7 +57,19 @@ struct cli_options {
     std::string input;
 };
 
+// A schedule's CSV is a few lines per action: 64 MiB is far beyond any real one, and keeps
+// a device (/dev/zero) or a wrong file from being read until memory runs out.
+constexpr std::uintmax_t max_input_bytes = std::uintmax_t{64} << 20;
+
 [[nodiscard]] std::string read_file(const std::string& path) {
+    std::error_code error;
+    if (!std::filesystem::exists(path, error))
+        throw weft::invalid_argument("--input", path, "cannot open the file for reading: there is none");
+    if (!std::filesystem::is_regular_file(path, error))
+        throw weft::invalid_argument("--input", path, "must be a regular file (a schedule's CSV)");
+    const std::uintmax_t bytes = std::filesystem::file_size(path, error);
+    if (error || bytes > max_input_bytes)
+        throw weft::invalid_argument("--input", path, "must be a CSV file of at most 64 MiB");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw weft::invalid_argument("--input", path, "cannot open the file for reading");
     std::ostringstream text;
@@ -90,6 +106,9 @@ struct chosen_program {
                                      .chunks = o.chunks == 0 ? kind.default_chunks() : o.chunks,
                                      .costs = costs,
                                      .memory_limit = o.mem_limit};
+    if (o.mem_limit != 0 && kind != ws::zb_auto::kind)
+        throw weft::invalid_argument("--mem-limit", o.mem_limit,
+                                     "applies to zb-auto only; " + o.schedule + " has its own memory use");
     ws::program program = ws::generate(kind, params);
     if (kind == ws::zb_auto::kind && !ws::zb_auto::searches(params)) {
         // On stderr, so that the output on stdout stays what --format asked for.
@@ -133,6 +152,9 @@ struct chosen_program {
     if (o.format == "csv" && !o.simulate) return ws::to_csv(p);
     if (o.format == "json" && !o.simulate) return ws::render_json(p);
     const ws::simulation sim = ws::simulate(p, costs);
+    if (!std::isfinite(sim.makespan))
+        throw weft::invalid_argument("--tf, --tb, --tw, --tcomm", "their sum over the program",
+                                     "overflows: the costs must keep the makespan finite");
     if (o.simulate) return simulation_json(chosen, sim, o);
     if (o.format == "svg") {
         ws::svg_options svg;

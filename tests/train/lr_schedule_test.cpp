@@ -40,4 +40,10 @@ TEST_CASE("a schedule names what is wrong with it", "[train][lr]") {
                       Catch::Contains("min_lr = 2 is invalid: must be finite, positive and at most lr"));
     CHECK_THROWS_WITH((lr_schedule{.lr = 1.0, .min_lr = 1.0, .warmup_steps = -1}.validate()),
                       Catch::Contains("warmup_steps = -1 is invalid"));
+    // A decay to min_lr that would end before the warmup does is refused, not skipped.
+    CHECK_THROWS_WITH((lr_schedule{.lr = 1.0, .min_lr = 0.1, .warmup_steps = 4, .decay_steps = 4}.validate()),
+                      Catch::Contains("decay_steps = 4 is invalid: must be above warmup_steps = 4"));
+    CHECK_THROWS_WITH((lr_schedule{.lr = 1.0, .min_lr = 0.1}.validate()), Catch::Contains("decay_steps = 0"));
+    CHECK_NOTHROW((lr_schedule{.lr = 1.0, .min_lr = 0.1, .warmup_steps = 4, .decay_steps = 5}.validate()));
+    CHECK_NOTHROW((lr_schedule{.lr = 1.0, .min_lr = 1.0, .warmup_steps = 4}.validate()));  // no decay asked for
 }

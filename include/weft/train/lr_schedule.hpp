@@ -23,6 +23,11 @@ struct lr_schedule {
         require(std::isfinite(min_lr) && min_lr > 0 && min_lr <= lr, "min_lr", min_lr,
                 "must be finite, positive and at most lr = " + std::to_string(lr));
         require(warmup_steps >= 0, "warmup_steps", warmup_steps, "must be >= 0");
+        // A min_lr below lr asks for a decay; one that ends before the warmup does would never
+        // run, and min_lr would be ignored without a word.
+        require(min_lr == lr || decay_steps > warmup_steps, "decay_steps", decay_steps,
+                "must be above warmup_steps = " + std::to_string(warmup_steps) + " for the decay to min_lr = " +
+                    std::to_string(min_lr) + " (below lr = " + std::to_string(lr) + ")");
     }
 
     [[nodiscard]] double at(long long step) const {

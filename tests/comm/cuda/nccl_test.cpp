@@ -284,7 +284,11 @@ void check_stream_order(nccl& c, cudaStream_t compute) {
     delay(c.comm_stream());
     auto h = c.iallgather(cspan_of(ones), span_of(all3));
     h.synchronize();
-    expect(all3.to_host() == std::vector<float>(nk, 1.0f), "request.synchronize() blocks until done");
+    // A bare cudaMemcpy, not to_host(): that waits for the whole device, which would hide a
+    // synchronize() that returned early.
+    std::vector<float> after_synchronize(nk);
+    cuda::check(cudaMemcpy(after_synchronize.data(), all3.data(), all3.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    expect(after_synchronize == std::vector<float>(nk, 1.0f), "request.synchronize() blocks until done");
 
     // A different compute stream, set later, is the one later operations order after.
     cuda::stream other;

@@ -23,13 +23,12 @@ constexpr int short_ms = 50, long_ms = 200;
 // Queues a host function that sleeps `ms` milliseconds: the stream is busy for that long.
 // `ms` is one of the constants above, which outlive the function's run.
 void occupy(cudaStream_t stream, const int& ms) {
-    weft::cuda::check(cudaLaunchHostFunc(
-                          stream,
-                          [](void* d) {
-                              std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(d)));
-                          },
-                          const_cast<int*>(&ms)),
-                      "cudaLaunchHostFunc (occupying the stream)");
+    weft::cuda::check(
+        cudaLaunchHostFunc(
+            stream,
+            [](void* d) { std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(d))); },
+            const_cast<int*>(&ms)),
+        "cudaLaunchHostFunc (occupying the stream)");
 }
 
 template <class F>

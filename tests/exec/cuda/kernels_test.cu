@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -351,6 +352,37 @@ void test_mean(int n) {
 
 // The vocabulary padded to `stride` columns: the padding (filled with huge values here)
 // must not change the losses or the real columns' gradient, and gets a zero gradient.
+// Values the one-pass softmax must treat as the two-pass one did: a -inf logit (a masked
+// class) adds nothing, also as a thread's first values, and a NaN logit makes the loss NaN,
+// also when it is the only value its thread reads (column 1000 of 1001: the last vector).
+void test_cross_entropy_special_values() {
+    constexpr int classes = 1001;
+    const float inf = std::numeric_limits<float>::infinity();
+    vec masked = round_bf16(random_vec(classes, 43, 3.0f));
+    for (int c = 0; c < 16; ++c) masked[std::size_t(c)] = -inf;  // threads 0 and 1's first vectors
+    vec with_nan = round_bf16(random_vec(classes, 44, 3.0f));
+    with_nan[classes - 1] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<std::int32_t> label{500};
+    cu::device_buffer<std::int32_t> d_label{std::span<const std::int32_t>(label)};
+    for (const bool nan_case : {false, true}) {
+        const vec& logits = nan_case ? with_nan : masked;
+        auto d_logits = upload<bf16>(logits);
+        cu::device_buffer<float> loss{1};
+        cu::device_buffer<bf16> dlogits(logits.size());
+        cu::cross_entropy_forward_backward(d_logits.data(), d_label.data(), loss.data(), dlogits.data(), 1, classes,
+                                           1.0f, nullptr);
+        const float got = download(loss)[0];
+        if (nan_case) {
+            expect(std::isnan(got), "cross_entropy: a NaN logit alone in its thread's vector gives a NaN loss, not " +
+                                        std::to_string(got));
+        } else {
+            vec want_dlogits;
+            const float want = weft_test::cross_entropy(logits, label, 1, classes, 1.0f, want_dlogits);
+            expect_close("cross_entropy with -inf logits", vec{got}, vec{want}, 1e-5f, 0.0f);
+        }
+    }
+}
+
 void test_cross_entropy_padded(int rows, int classes, int stride) {
     const std::string tag = " " + std::to_string(classes) + " classes in rows of " + std::to_string(stride);
     const vec logits = round_bf16(random_vec(std::size_t(rows) * classes, 41, 3.0f));
@@ -672,6 +704,7 @@ int main(int argc, char** argv) {
                                               test_cross_entropy_padded(24, 1000, 1024);
                                               // a last partial vector, unpadded rows unaligned
                                               test_cross_entropy_padded(24, 1001, 1024);
+                                              test_cross_entropy_special_values();
                                               test_embedding<float>(3, 200, 300, 50);
                                               test_embedding<bf16>(2, 129, 64, 20);
                                               test_residual_add();

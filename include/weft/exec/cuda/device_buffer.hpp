@@ -74,7 +74,9 @@ public:
             // cudaMemcpy is ordered on the legacy default stream only, and weft's streams are
             // non-blocking: a kernel still writing data_ on one of them would race the copy
             // (seen on an H200 under compute-sanitizer, which slows kernels enough to lose it).
-            // Wait for the whole device first.
+            // Wait for the whole device first, under the capture lock (a device-wide wait
+            // would break another thread's graph capture).
+            const device_wide_scope no_capture;
             check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before cudaMemcpy to host");
             check(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
         }

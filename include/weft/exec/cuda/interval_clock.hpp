@@ -31,10 +31,10 @@ public:
     // Opens an interval at this point of the stream's queue.
     void begin() {
         if (open_) throw error("interval_clock::begin: the interval begun before has not ended");
-        if (used_ == starts_.size()) {  // events are reused from program to program
-            starts_.emplace_back();
-            ends_.emplace_back();
-        }
+        // Events are reused from program to program. Each vector grows on its own: a failed
+        // cudaEventCreate must not leave one shorter than the other.
+        if (used_ == starts_.size()) starts_.emplace_back();
+        if (used_ == ends_.size()) ends_.emplace_back();
         starts_[used_].record(stream_);
         open_ = true;
     }

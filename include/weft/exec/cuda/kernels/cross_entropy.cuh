@@ -27,20 +27,20 @@ constexpr unsigned int cross_entropy_threads = 256;
 // pass over a row gives both, where a max pass then a sum pass read the row twice (the
 // LM head's rows are 50k wide: reading them is the kernel's whole cost).
 struct running_softmax {
-    float m, s;  // start from no_values()
-    __device__ void add(float x) {
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;  // 0 * 0 + 1 on the first value
-            m = x;
-        } else {
-            s += expf(x - m);  // a NaN value makes s NaN, as it makes the loss
-        }
-    }
+    float m, s;
 };
 
-// (A free function, not member initializers: CUDART_INF_F exists on the device only, and the
-// host compiler reads a class's member functions.)
+// (Free functions, not member functions or initializers: CUDART_INF_F exists on the device
+// only, and the host compiler reads a class's member functions.)
 [[nodiscard]] __device__ inline running_softmax no_values() { return {-CUDART_INF_F, 0.0f}; }
+__device__ inline void add_value(running_softmax& r, float x) {
+    if (x > r.m) {
+        r.s = r.s * expf(r.m - x) + 1.0f;  // 0 * 0 + 1 on the first value
+        r.m = x;
+    } else if (x != -CUDART_INF_F) {  // -inf adds exp(-inf) = 0 (and -inf - -inf would be NaN)
+        r.s += expf(x - r.m);         // a NaN value makes s NaN, as it makes the loss
+    }
+}
 
 // Rows of 16-byte vectors of T: `vector` elements each.
 template <class T>
@@ -79,10 +79,11 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels
     const int row = blockIdx.x;
     const T* x = logits + std::size_t(row) * std::size_t(stride);
     running_softmax mine = no_values();
-    for_each_value<Vectorized>(x, classes, [&](int, float value) { mine.add(value); });
+    for_each_value<Vectorized>(x, classes, [&](int, float value) { add_value(mine, value); });
     const float m = block_max(mine.m, scratch);
-    // Each thread's sum moved to the row's max; a thread that saw no value adds nothing.
-    const float s = block_sum(mine.m == -CUDART_INF_F ? 0.0f : mine.s * expf(mine.m - m), scratch);
+    // Each thread's sum moved to the row's max. A thread that saw no value (or only -inf) has
+    // s = 0 and adds nothing; one that saw only NaNs has m = -inf and s NaN, and passes the NaN on.
+    const float s = block_sum(mine.s == 0.0f ? 0.0f : mine.s * expf(mine.m - m), scratch);
     const std::int32_t label = labels[row];
     // A label outside [0, classes) cannot throw from the device: the row's loss and
     // gradient become NaN, which no training run mistakes for a result.
