@@ -30,8 +30,8 @@ namespace weft_examples {
 // Makes every integer option of `app` (and of its subcommands) take decimal digits only: CLI11
 // reads integers as C's strtoll does with base 0, so "--steps 010" ran 8 steps and "0x3" 3.
 // An optional sign (none below zero for an unsigned one), then digits; leading zeros are
-// dropped ("010" is 10). Call it once the
-// options are all added (a transform runs before the option's other checks).
+// dropped ("010" is 10). Call it once the options are all added (a transform runs before the
+// option's other checks).
 inline void integers_in_decimal(CLI::App& app) {
     for (CLI::Option* option : app.get_options()) {
         const std::string type = option->get_type_name();

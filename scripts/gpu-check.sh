@@ -9,9 +9,10 @@
 #     step 19's time and the device memory each held;
 #   - 20 steps of tp=2 on the one GPU (two rank threads) against the pp=1 GPU run;
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
-#     the GPU's dense bf16 peak), eager and with --cuda-graphs, and the device memory each held;
+#     the GPU's dense bf16 peak), with its step time and bubble, eager and with --cuda-graphs,
+#     and the device memory each held;
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
-#     bench_cuda_gemm;
+#     bench_cuda_gemm, and the embedding gradient's and the cross-entropy's times at GPT-2's shapes;
 #   - in what is left of its time, test_cuda_backend under compute-sanitizer's memcheck.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
@@ -331,7 +332,7 @@ if [[ $graphs_mfu_status == skip ]]; then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "skip" "at $(elapsed) of $budget s: the rest is the benchmarks'"
 elif [[ $graphs_mfu_status -eq 0 && -n "$last_step" ]]; then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m_graphs.log")"
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m_graphs.log")"
 else
     row "GPT-2 124M as above, --cuda-graphs: MFU" "FAIL" \
         "exit $graphs_mfu_status; $(tail -1 "$run/gpt2_124m_graphs.log")"

@@ -223,7 +223,7 @@ private:
 
     // A compute action's time (exec/compute_timing.hpp): on the host around it, or, for a
     // backend that queues its work and returns, marked on the backend and taken after the
-    // program (take_device_compute_seconds).
+    // program (take_compute_seconds, in run()).
     static std::chrono::steady_clock::time_point begin_compute(Backend& backend) {
         if constexpr (exec::device_timed<Backend>) backend.begin_compute_interval();
         return std::chrono::steady_clock::now();

@@ -42,7 +42,7 @@ __device__ inline void add_value(running_softmax& r, float x) {
     }
 }
 
-// Rows of 16-byte vectors of T: `vector` elements each.
+// Rows read as 16-byte vectors of T, vector_elements<T> elements each.
 template <class T>
 constexpr int vector_elements = int(16 / sizeof(T));
 template <class T>
