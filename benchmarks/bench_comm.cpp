@@ -19,8 +19,8 @@
 #include <exception>
 #include <functional>
 #include <limits>
-#include <span>
 #include <new>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>

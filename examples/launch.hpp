@@ -52,6 +52,21 @@ inline bool launched_by_mpirun() {
     return false;
 }
 
+// The ranks to run: --ranks when given (0: not given) or under mpirun (whose -np is the
+// world), else one thread per rank of the layout, `layout_ranks` (the product of the
+// parallel degrees, named by `factors`, e.g. "--pp x --dp"). A layout of more than 65536
+// ranks is refused; nullopt after printing why.
+[[nodiscard]] inline std::optional<int> ranks_to_run(const char* program, const char* factors,
+                                                     long long layout_ranks, int ranks_option) {
+    if (layout_ranks > (1 << 16)) {
+        std::fprintf(stderr, "%s: weft: %s = %lld is invalid: must be at most 65536 ranks\n", program, factors,
+                     layout_ranks);
+        return std::nullopt;
+    }
+    if (launched_by_mpirun() || ranks_option != 0) return ranks_option;
+    return static_cast<int>(layout_ranks);
+}
+
 // Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns
 // the process exit code. Under MPI a failing rank aborts the job: another rank may be
 // waiting for it, and MPI_Finalize would then wait forever. argc and argv go to MPI_Init

@@ -226,16 +226,15 @@ int run_trainer(const options& o, const std::string& program) {
         weft::require(initial_workers <= max_spawned_workers, "--stages x --workers-per-stage", initial_workers,
                       "must be at most " + std::to_string(max_spawned_workers) +
                           " with --spawn (each worker is a process on this machine)");
-        const std::string started = "--spawn starts workers 0.." + std::to_string(initial_workers - 1) +
-                                    " and the --join ids";
+        const std::string at_once = "--spawn starts workers 0.." + std::to_string(initial_workers - 1);
         for (const auto& [id, at] : joins)
             if (id < initial_workers)
                 throw weft::invalid_argument("--join", std::to_string(id) + "@" + std::to_string(at),
-                                             "must name a new worker: " + started.substr(0, started.find(" and")));
+                                             "must name a new worker: " + at_once);
         for (const auto& [id, fault] : faults)
             if (id >= initial_workers && !joins.contains(id))
                 throw weft::invalid_argument("--fail, --stall or --slow worker", id,
-                                             "is not a worker this run starts: " + started);
+                                             "is not a worker this run starts: " + at_once + " and the --join ids");
     }
     const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
                                       .warmup_steps = o.warmup_steps,

@@ -179,15 +179,9 @@ int main(int argc, char** argv) {
     weft::exec::retain_freed_memory();
     // SIGTERM (Slurm's warning before it kills a job) and SIGINT finish the step first.
     const weft_examples::stop_on_signals stop_signals;
-    // Without mpirun the default is one thread per rank of the layout.
-    const long long layout_ranks = static_cast<long long>(o.pp) * o.dp * o.tp;
-    if (layout_ranks > (1 << 16)) {
-        std::fprintf(stderr, "train_gpt: weft: --pp x --dp x --tp = %lld is invalid: must be at most 65536 ranks\n",
-                     layout_ranks);
-        return 2;
-    }
-    const int ranks =
-        (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : static_cast<int>(layout_ranks);
-    return weft_examples::run("train_gpt", argc, argv, ranks, [&](auto& world) { train_on_device(world, o); });
+    const auto ranks = weft_examples::ranks_to_run("train_gpt", "--pp x --dp x --tp",
+                                                   static_cast<long long>(o.pp) * o.dp * o.tp, o.ranks);
+    if (!ranks) return 2;
+    return weft_examples::run("train_gpt", argc, argv, *ranks, [&](auto& world) { train_on_device(world, o); });
 }
 

@@ -106,14 +106,8 @@ int main(int argc, char** argv) {
     weft_examples::integers_in_decimal(app);
     CLI11_PARSE(app, argc, argv);
 
-    // Without mpirun the default is one thread per rank of the layout.
-    const long long layout_ranks = static_cast<long long>(o.pp) * o.dp;
-    if (layout_ranks > (1 << 16)) {
-        std::fprintf(stderr, "train_mlp: weft: --pp x --dp = %lld is invalid: must be at most 65536 ranks\n",
-                     layout_ranks);
-        return 2;
-    }
-    const int ranks =
-        (weft_examples::launched_by_mpirun() || o.ranks != 0) ? o.ranks : static_cast<int>(layout_ranks);
-    return weft_examples::run("train_mlp", argc, argv, ranks, [&](auto& world) { train(world, o); });
+    const auto ranks = weft_examples::ranks_to_run("train_mlp", "--pp x --dp", static_cast<long long>(o.pp) * o.dp,
+                                                   o.ranks);
+    if (!ranks) return 2;
+    return weft_examples::run("train_mlp", argc, argv, *ranks, [&](auto& world) { train(world, o); });
 }
