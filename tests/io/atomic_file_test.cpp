@@ -13,20 +13,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "file_contents.hpp"
 #include "scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 
+using weft_test::read_text;
 using weft_test::scratch_dir;
 
 namespace {
 
-std::string read_text(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const fs::path& path, const std::string& text) {
+void write_atomically(const fs::path& path, const std::string& text) {
     weft::io::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 
@@ -39,9 +36,9 @@ std::size_t entries_in(const fs::path& dir) {
 TEST_CASE("an atomic write creates and then replaces a file") {
     scratch_dir dir("atomic_replace");
     const fs::path target = dir.path / "model.bin";
-    write_text(target, "first version");
+    write_atomically(target, "first version");
     CHECK(read_text(target) == "first version");
-    write_text(target, "second");
+    write_atomically(target, "second");
     CHECK(read_text(target) == "second");
     CHECK(entries_in(dir.path) == 1);  // no temporary left over
 }
@@ -62,7 +59,7 @@ TEST_CASE("the temporary lives next to the target under a per-process, per-call 
 TEST_CASE("a write that fails half-way leaves the old file and no temporary") {
     scratch_dir dir("atomic_fail");
     const fs::path target = dir.path / "ckpt";
-    write_text(target, "old contents");
+    write_atomically(target, "old contents");
     const std::string half = "new contents, half written";
     CHECK_THROWS_AS(weft::io::write_file_atomically(target,
                                                        [&](weft::io::atomic_file& file) {
@@ -77,7 +74,7 @@ TEST_CASE("a write that fails half-way leaves the old file and no temporary") {
 TEST_CASE("a write into a missing directory names the path and the system's reason") {
     scratch_dir dir("atomic_missing");
     const fs::path target = dir.path / "no" / "such" / "dir" / "file";
-    CHECK_THROWS_WITH(write_text(target, "x"),
+    CHECK_THROWS_WITH(write_atomically(target, "x"),
                       Catch::Contains(target.string()) && Catch::Contains("No such file or directory"));
     CHECK(entries_in(dir.path) == 0);
 }
@@ -86,19 +83,19 @@ TEST_CASE("a target that is not a regular file is refused and kept: directory, l
     scratch_dir dir("atomic_not_regular");
     const fs::path directory = dir.path / "occupied";
     fs::create_directories(directory / "inside");
-    CHECK_THROWS_WITH(write_text(directory, "data"),
+    CHECK_THROWS_WITH(write_atomically(directory, "data"),
                       Catch::Contains(directory.string()) && Catch::Contains("is a directory"));
     CHECK(fs::is_directory(directory / "inside"));
     // A link is not followed and not replaced: the file it points at stays, and so does the link.
     const fs::path real = dir.path / "real";
-    write_text(real, "old");
+    write_atomically(real, "old");
     const fs::path link = dir.path / "link";
     fs::create_symlink(real, link);
-    CHECK_THROWS_WITH(write_text(link, "new"), Catch::Contains("is a symbolic link"));
+    CHECK_THROWS_WITH(write_atomically(link, "new"), Catch::Contains("is a symbolic link"));
     CHECK(fs::is_symlink(link));
     CHECK(read_text(real) == "old");
     // /dev/null is a device: as root a rename would replace the node with a regular file.
-    CHECK_THROWS_WITH(write_text("/dev/null", "x"), Catch::Contains("is a device"));
+    CHECK_THROWS_WITH(write_atomically("/dev/null", "x"), Catch::Contains("is a device"));
     CHECK_THROWS_WITH(weft::io::require_writable("/dev/full", "--save"),
                       Catch::Contains("--save = \"/dev/full\" is invalid: is a device"));
     CHECK(fs::is_character_file("/dev/null"));

@@ -16,10 +16,12 @@
 #include <iterator>
 #include <string>
 
+#include "file_contents.hpp"
 #include "scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using weft_test::read_text;
 using weft_test::scratch_dir;
 
 namespace {
@@ -31,11 +33,6 @@ std::string hash_of(const std::string& text) {
 void write_text(const fs::path& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
-}
-
-std::string read_text(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // A checkpoint directory with two small files and a manifest that lists them.

@@ -25,12 +25,12 @@ using weft_test::scratch_dir;
 
 namespace {
 
-std::vector<char> read_bytes(const fs::path& path) {
+std::vector<char> read_chars(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
+void write_chars(const fs::path& path, const std::vector<char>& bytes) {
     std::ofstream out(path, std::ios::binary);
     out.write(bytes.data(), std::streamsize(bytes.size()));
 }
@@ -42,7 +42,7 @@ TEST_CASE("a token file has llm.c's exact layout and reads back") {
     const fs::path path = dir.path / "train.bin";
     const std::vector<std::uint16_t> tokens = {0, 1, 50256, 65535, 258};
     write_token_file(path, tokens);
-    const auto bytes = read_bytes(path);
+    const auto bytes = read_chars(path);
     REQUIRE(bytes.size() == 1024 + 2 * tokens.size());
     std::int32_t header[256];
     std::memcpy(header, bytes.data(), sizeof header);
@@ -63,11 +63,11 @@ TEST_CASE("token files that are not what their header says are refused") {
     scratch_dir dir("tokens_errors");
     const fs::path path = dir.path / "data.bin";
     write_token_file(path, std::vector<std::uint16_t>{1, 2, 3, 4});
-    const auto good = read_bytes(path);
+    const auto good = read_chars(path);
     const auto with_int = [&](int index, std::int32_t value) {
         auto bytes = good;
         std::memcpy(bytes.data() + 4 * index, &value, 4);
-        write_bytes(path, bytes);
+        write_chars(path, bytes);
     };
 
     with_int(0, 20240522);
@@ -81,9 +81,9 @@ TEST_CASE("token files that are not what their header says are refused") {
     with_int(2, -1);
     CHECK_THROWS_WITH(read_token_file(path), Catch::Contains("negative token count"));
 
-    write_bytes(path, std::vector<char>(good.begin(), good.end() - 1));
+    write_chars(path, std::vector<char>(good.begin(), good.end() - 1));
     CHECK_THROWS_WITH(read_token_file(path), Catch::Contains("truncated"));
-    write_bytes(path, std::vector<char>(good.begin(), good.begin() + 100));
+    write_chars(path, std::vector<char>(good.begin(), good.begin() + 100));
     CHECK_THROWS_WITH(read_token_file(path), Catch::Contains("shorter than the 1024-byte header"));
     CHECK_THROWS_WITH(read_token_file(dir.path / "none.bin"), Catch::Contains("does not exist"));
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu_backends.hpp"
 #include "test_support.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/attention.hpp"
@@ -15,13 +16,11 @@
 using backend = weft::exec::cpu_backend<double>;
 using matrix = backend::matrix;
 using weft_test::check_gradient;
+using weft_test::cpu64;
 using weft_test::flat;
 using weft_test::random_matrix;
 
 namespace {
-
-// The backend the layers compute on (the CPU backend holds no state).
-backend cpu;
 
 // Loss = sum(y .* r), so the upstream gradient is r.
 double dot(const matrix& y, const matrix& r) { return y.cwiseProduct(r).sum(); }
@@ -51,21 +50,21 @@ TEST_CASE("embedding: wte and wpe gradients, repeated tokens included", "[nn][gp
     const matrix r = random_matrix<matrix>(8, 3, "r");
     auto loss = [&] {
         weft::nn::embedding<backend>::saved s;
-        return dot(layer.forward(cpu, std::span<const double>(params), tokens, s), r);
+        return dot(layer.forward(cpu64, std::span<const double>(params), tokens, s), r);
     };
     weft::nn::embedding<backend>::saved s;
-    const matrix y = layer.forward(cpu, std::span<const double>(params), tokens, s);
+    const matrix y = layer.forward(cpu64, std::span<const double>(params), tokens, s);
     CHECK(y(4, 1) == params[registry.find("wte.weight").offset + 4 * 3 + 1] +
                          params[registry.find("wpe.weight").offset + 0 * 3 + 1]);
-    layer.backward_input(cpu, r, s);
+    layer.backward_input(cpu64, r, s);
     std::vector<double> grads(registry.total_size(), 0.0);
-    layer.backward_weight(cpu, grads, s);
+    layer.backward_weight(cpu64, grads, s);
     check_gradient(params, grads, loss, "dparams");
     CHECK(grads[0] == 0.0);
 
     const std::vector<std::int32_t> bad{0, 1, 5, 2};
     weft::nn::embedding<backend>::saved s2;
-    CHECK_THROWS_WITH(layer.forward(cpu, std::span<const double>(params), bad, s2),
+    CHECK_THROWS_WITH(layer.forward(cpu64, std::span<const double>(params), bad, s2),
                       Catch::Contains("tokens[2] = 5") && Catch::Contains("vocab_size = 5"));
 }
 
@@ -75,22 +74,22 @@ TEST_CASE("causal attention kernel: gradient with respect to q, k and v", "[nn][
     const matrix r = random_matrix<matrix>(2 * t, width, "r");
     auto loss = [&] {
         matrix probs;
-        return dot(cpu.causal_attention_forward(qkv, t, heads, probs), r);
+        return dot(cpu64.causal_attention_forward(qkv, t, heads, probs), r);
     };
     matrix probs;
-    (void)cpu.causal_attention_forward(qkv, t, heads, probs);
+    (void)cpu64.causal_attention_forward(qkv, t, heads, probs);
     CHECK(probs.rows() == 2 * heads * t);
     for (int row = 0; row < probs.rows(); ++row) {
         CHECK(probs.row(row).sum() == Approx(1.0));
         for (int j = row % t + 1; j < t; ++j) CHECK(probs(row, j) == 0.0);  // causal mask
     }
-    const matrix dqkv = cpu.causal_attention_backward(qkv, probs, r, t, heads);
+    const matrix dqkv = cpu64.causal_attention_backward(qkv, probs, r, t, heads);
     check_gradient(flat(qkv), cflat(dqkv), loss, "dqkv");
 
     matrix unused;
-    CHECK_THROWS_WITH(cpu.causal_attention_forward(random_matrix<matrix>(7, 18, "x"), t, heads, unused),
+    CHECK_THROWS_WITH(cpu64.causal_attention_forward(random_matrix<matrix>(7, 18, "x"), t, heads, unused),
                       Catch::Contains("qkv.rows() = 7") && Catch::Contains("seq_len = 4"));
-    CHECK_THROWS_WITH(cpu.causal_attention_forward(random_matrix<matrix>(8, 15, "x"), t, heads, unused),
+    CHECK_THROWS_WITH(cpu64.causal_attention_forward(random_matrix<matrix>(8, 15, "x"), t, heads, unused),
                       Catch::Contains("qkv.cols() = 15"));
 }
 
@@ -105,15 +104,15 @@ TEST_CASE("attention layer: input and weight gradients", "[nn][gpt][gradient]") 
     const matrix r = random_matrix<matrix>(6, 4, "r");
     auto loss = [&] {
         weft::nn::attention<backend>::saved s;
-        return dot(layer.forward(cpu, std::span<const double>(params), x, s), r);
+        return dot(layer.forward(cpu64, std::span<const double>(params), x, s), r);
     };
     weft::nn::attention<backend>::saved s;
-    (void)layer.forward(cpu, std::span<const double>(params), x, s);
-    const matrix dx = layer.backward_input(cpu, std::span<const double>(params), r, s);
+    (void)layer.forward(cpu64, std::span<const double>(params), x, s);
+    const matrix dx = layer.backward_input(cpu64, std::span<const double>(params), r, s);
     CHECK(s.qkv.size() == 0);  // freed: the weight half does not need them
     CHECK(s.probs.size() == 0);
     std::vector<double> grads(registry.total_size(), 0.0);
-    layer.backward_weight(cpu, grads, x, s);
+    layer.backward_weight(cpu64, grads, x, s);
     check_gradient(flat(x), cflat(dx), loss, "dx");
     check_gradient(params, grads, loss, "dparams");
 }
@@ -126,14 +125,14 @@ TEST_CASE("transformer block: input and weight gradients", "[nn][gpt][gradient]"
     const matrix r = random_matrix<matrix>(6, 4, "r");
     auto loss = [&] {
         weft::nn::transformer_block<backend>::saved s;
-        return dot(block.forward(cpu, std::span<const double>(params), x, s), r);
+        return dot(block.forward(cpu64, std::span<const double>(params), x, s), r);
     };
     weft::nn::transformer_block<backend>::saved s;
-    (void)block.forward(cpu, std::span<const double>(params), x, s);
-    const matrix dx = block.backward_input(cpu, std::span<const double>(params), r, s);
+    (void)block.forward(cpu64, std::span<const double>(params), x, s);
+    const matrix dx = block.backward_input(cpu64, std::span<const double>(params), r, s);
     CHECK(s.pre_act.size() == 0);
     std::vector<double> grads(registry.total_size(), 0.0);
-    block.backward_weight(cpu, grads, s);
+    block.backward_weight(cpu64, grads, s);
     check_gradient(flat(x), cflat(dx), loss, "dx");
     check_gradient(params, grads, loss, "dparams");
 }
@@ -158,7 +157,7 @@ TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bi
 
     weft::nn::transformer_block<backend>::saved fs;
     weft::nn::transformer_block<unfused_backend>::saved ps;
-    const matrix fy = fused.forward(cpu, std::span<const double>(params), x, fs);
+    const matrix fy = fused.forward(cpu64, std::span<const double>(params), x, fs);
     const matrix py = plain.forward(plain_cpu, std::span<const double>(params), x, ps);
     CHECK(fy == py);
     CHECK(fs.x_mid == ps.x_mid);  // the residual sum the fused LayerNorm keeps
@@ -166,10 +165,10 @@ TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bi
     CHECK(fs.rstd_2 == ps.rstd_2);
     CHECK(fs.pre_act == ps.pre_act);  // what the fused GEMM keeps for GELU's backward
     CHECK(fs.act == ps.act);
-    CHECK(fused.backward_input(cpu, std::span<const double>(params), r, fs) ==
+    CHECK(fused.backward_input(cpu64, std::span<const double>(params), r, fs) ==
           plain.backward_input(plain_cpu, std::span<const double>(params), r, ps));
     std::vector<double> fused_grads(params.size(), 0.0), plain_grads(params.size(), 0.0);
-    fused.backward_weight(cpu, fused_grads, fs);
+    fused.backward_weight(cpu64, fused_grads, fs);
     plain.backward_weight(plain_cpu, plain_grads, ps);
     CHECK(fused_grads == plain_grads);
 }
@@ -200,7 +199,7 @@ void check_chained_terms(Backend& b) {
 }
 
 TEST_CASE("blocks chained by their output terms equal blocks chained by the sum, bit for bit", "[nn][gpt]") {
-    check_chained_terms(cpu);
+    check_chained_terms(cpu64);
     unfused_backend plain_cpu;
     check_chained_terms(plain_cpu);
 }
@@ -214,13 +213,13 @@ TEST_CASE("tied LM head: input, ln_f and wte gradients", "[nn][gpt][gradient]") 
     const matrix r = random_matrix<matrix>(5, 7, "r");
     auto loss = [&] {
         weft::nn::lm_head<backend>::saved s;
-        return dot(head.forward(cpu, std::span<const double>(params), x, s), r);
+        return dot(head.forward(cpu64, std::span<const double>(params), x, s), r);
     };
     weft::nn::lm_head<backend>::saved s;
-    (void)head.forward(cpu, std::span<const double>(params), x, s);
-    const matrix dx = head.backward_input(cpu, std::span<const double>(params), r, s);
+    (void)head.forward(cpu64, std::span<const double>(params), x, s);
+    const matrix dx = head.backward_input(cpu64, std::span<const double>(params), r, s);
     std::vector<double> grads(registry.total_size(), 0.0);
-    head.backward_weight(cpu, grads, s);
+    head.backward_weight(cpu64, grads, s);
     check_gradient(flat(x), cflat(dx), loss, "dx");
     check_gradient(params, grads, loss, "dparams");
 }

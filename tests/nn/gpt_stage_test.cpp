@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_backends.hpp"
 #include "test_support.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/gpt.hpp"
@@ -17,14 +18,12 @@ using weft::nn::gpt_stage;
 using weft::nn::token_view;
 using weft::nn::unit_range;
 using weft_test::check_gradient;
+using weft_test::cpu;
+using weft_test::cpu64;
 using weft_test::flat;
 using weft_test::random_matrix;
 
 namespace {
-
-// The backend the stages compute on (it holds no state: one serves every test).
-weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
-weft::exec::cpu_backend<double>& cpu64 = weft_test::shared_backend<weft::exec::cpu_backend<double>>();
 
 const gpt_config tiny{.num_layers = 2, .d_model = 4, .num_heads = 2, .vocab_size = 7, .seq_len = 3};
 

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "cpu_backends.hpp"
 #include "test_support.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/cross_entropy.hpp"
@@ -13,13 +14,11 @@
 using backend = weft::exec::cpu_backend<double>;
 using matrix = backend::matrix;
 using weft_test::check_gradient;
+using weft_test::cpu64;
 using weft_test::flat;
 using weft_test::random_matrix;
 
 namespace {
-
-// The backend the layers compute on (the CPU backend holds no state).
-backend cpu;
 
 // Loss = sum(y .* r), so the upstream gradient is r.
 double dot(const matrix& y, const matrix& r) { return y.cwiseProduct(r).sum(); }
@@ -35,11 +34,11 @@ TEST_CASE("linear: input, weight and bias gradients", "[nn][gradient]") {
     for (std::size_t i = 0; i < params.size(); ++i) params[i] += 0.1 * weft::rng::normal(5, "bias", i);
     matrix x = random_matrix<matrix>(5, 4, "x");
     const matrix r = random_matrix<matrix>(5, 3, "r");
-    auto loss = [&] { return dot(layer.forward(cpu, std::span<const double>(params), x), r); };
+    auto loss = [&] { return dot(layer.forward(cpu64, std::span<const double>(params), x), r); };
 
-    matrix dx = layer.backward_input(cpu, std::span<const double>(params), r);
+    matrix dx = layer.backward_input(cpu64, std::span<const double>(params), r);
     std::vector<double> grads(registry.total_size(), 0.0);
-    layer.backward_weight(cpu, grads, x, r);
+    layer.backward_weight(cpu64, grads, x, r);
     const matrix dx_copy = dx;
     check_gradient(flat(x), flat(dx), loss, "dx");
     check_gradient(params, grads, loss, "dparams");
@@ -56,13 +55,13 @@ TEST_CASE("layer norm: input, weight and bias gradients", "[nn][gradient]") {
     const matrix r = random_matrix<matrix>(4, 6, "r");
     auto loss = [&] {
         matrix mean, rstd;
-        return dot(layer.forward(cpu, std::span<const double>(params), x, mean, rstd), r);
+        return dot(layer.forward(cpu64, std::span<const double>(params), x, mean, rstd), r);
     };
     matrix mean, rstd;
-    (void)layer.forward(cpu, std::span<const double>(params), x, mean, rstd);
-    const matrix dx = layer.backward_input(cpu, std::span<const double>(params), x, mean, rstd, r);
+    (void)layer.forward(cpu64, std::span<const double>(params), x, mean, rstd);
+    const matrix dx = layer.backward_input(cpu64, std::span<const double>(params), x, mean, rstd, r);
     std::vector<double> grads(registry.total_size(), 0.0);
-    layer.backward_weight(cpu, grads, x, mean, rstd, r);
+    layer.backward_weight(cpu64, grads, x, mean, rstd, r);
     check_gradient(flat(x), std::span<const double>(dx.data(), std::size_t(dx.size())), loss, "dx");
     check_gradient(params, grads, loss, "dparams");
 }
@@ -78,18 +77,18 @@ TEST_CASE("layer norm initializes to the identity normalization", "[nn]") {
 TEST_CASE("gelu: input gradient", "[nn][gradient]") {
     matrix x = random_matrix<matrix>(3, 5, "x", 2.0);
     const matrix r = random_matrix<matrix>(3, 5, "r");
-    const matrix dx = weft::nn::gelu<backend>::backward_input(cpu, x, r);
+    const matrix dx = weft::nn::gelu<backend>::backward_input(cpu64, x, r);
     check_gradient(flat(x), std::span<const double>(dx.data(), std::size_t(dx.size())),
-                   [&] { return dot(weft::nn::gelu<backend>::forward(cpu, x), r); }, "dx");
+                   [&] { return dot(weft::nn::gelu<backend>::forward(cpu64, x), r); }, "dx");
 }
 
 TEST_CASE("cross entropy: gradient of the mean loss, scaled", "[nn][gradient]") {
     matrix logits = random_matrix<matrix>(4, 5, "logits", 3.0);
     const std::vector<std::int32_t> labels{0, 4, 2, 2};
     const double scale = 0.25;
-    const auto result = weft::nn::cross_entropy(cpu, logits, labels, scale);
+    const auto result = weft::nn::cross_entropy(cpu64, logits, labels, scale);
     const matrix expected_grad = result.dlogits / scale;
     check_gradient(flat(logits), std::span<const double>(expected_grad.data(), std::size_t(expected_grad.size())),
-                   [&] { return weft::nn::cross_entropy(cpu, logits, labels).loss; }, "dlogits");
-    CHECK_THROWS_AS(weft::nn::cross_entropy(cpu, logits, labels, std::nan("")), weft::error);
+                   [&] { return weft::nn::cross_entropy(cpu64, logits, labels).loss; }, "dlogits");
+    CHECK_THROWS_AS(weft::nn::cross_entropy(cpu64, logits, labels, std::nan("")), weft::error);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_backends.hpp"
 #include "test_support.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"
@@ -13,14 +14,12 @@ using weft::nn::mlp_config;
 using weft::nn::mlp_stage;
 using weft::nn::unit_range;
 using weft_test::check_gradient;
+using weft_test::cpu;
+using weft_test::cpu64;
 using weft_test::flat;
 using weft_test::random_matrix;
 
 namespace {
-
-// The backend the stages compute on (it holds no state: one serves every test).
-weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
-weft::exec::cpu_backend<double>& cpu64 = weft_test::shared_backend<weft::exec::cpu_backend<double>>();
 
 const mlp_config small{.input_dim = 3, .hidden_dim = 4, .num_blocks = 2, .num_classes = 3, .expansion = 2};
 const std::vector<std::int32_t> labels5{0, 2, 1, 1, 0};

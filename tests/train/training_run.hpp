@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "relative_difference.hpp"
-#include "shared_backend.hpp"
+#include "cpu_backends.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"
@@ -22,9 +22,6 @@
 #include "weft/data/synthetic_dataset.hpp"
 
 namespace weft_test {
-
-// The backend the stages compute on (it holds no state: one serves every test).
-inline weft::exec::cpu& cpu = weft_test::shared_backend<weft::exec::cpu>();
 
 using all_schedules = weft::sched::all_schedules;
 
