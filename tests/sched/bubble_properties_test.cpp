@@ -1,7 +1,7 @@
 // The bubbles every schedule but zb-auto reaches in simulation against their closed forms,
 // over p in [1, 16], m in [1, 64] (every m) and v in {1, 2, 3, 4}, with
 // T_F = T_B = T_W = 1 and T_comm = 0. bubble = span - busy of the rank with the longest span.
-// zb-auto's sweep is zb_auto_bubble_test.cpp: a test of its own, so the two run side by side.
+// zb-auto's sweep is zb_auto_bubble_test.cpp, part of test_sched_zb_auto, so the two run side by side.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

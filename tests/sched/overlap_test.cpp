@@ -17,7 +17,7 @@ namespace {
 
 // Ranks separated by '|', actions by spaces; stage s on rank stage_rank[s] (default: s).
 constexpr ws::program placed_program(int microbatches, std::string_view text, int stages = 0,
-                           std::string_view placement = "") {
+                                     std::string_view placement = "") {
     ws::program p = weft_test::program_from_text(microbatches, text);
     p.num_stages = stages == 0 ? p.num_ranks : stages;
     p.stage_rank.clear();

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "relative_difference.hpp"
 #include "cpu_backends.hpp"
+#include "relative_difference.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/nn/mlp.hpp"

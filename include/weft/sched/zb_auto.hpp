@@ -99,6 +99,8 @@ public:
                 // backward on time); the earliest runs its forward anyway.
                 const int forced = force_progress();
                 decided = static_cast<std::size_t>(std::find(order.begin(), order.end(), forced) - order.begin());
+                if (decided == order.size())
+                    throw error("zb-auto: internal error: rank " + int_text(forced) + " moved but has no work left");
             }
             reorder(order, decided);
         }
