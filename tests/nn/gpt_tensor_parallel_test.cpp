@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_backends.hpp"
 #include "test_support.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/core/deferred_value.hpp"
@@ -37,8 +38,7 @@ using weft::nn::token_view;
 using weft::nn::tp_group;
 using weft::nn::unit_range;
 using backend = weft::exec::cpu;
-// The backend the stages compute on (it holds no state: one serves every test).
-backend& cpu = weft_test::shared_backend<backend>();
+using weft_test::cpu;
 using matrix = backend::matrix;
 
 namespace {
