@@ -12,7 +12,8 @@
 #     the GPU's dense bf16 peak), with its step time and bubble, eager and with --cuda-graphs,
 #     and the device memory each held;
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
-#     bench_cuda_gemm, and the embedding gradient's and the cross-entropy's times at GPT-2's shapes;
+#     bench_cuda_gemm, the mma.sync attention kernels' against them, and the embedding
+#     gradient's and the cross-entropy's times at GPT-2's shapes;
 #   - in what is left of its time, test_cuda_backend under compute-sanitizer's memcheck.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
@@ -354,6 +355,19 @@ for pass in forward backward; do
             "$attention vs $gemm_best TFLOP/s (${ratio}%); exact kernel ${exact:-?}"
     else
         row "flash attention $pass TFLOP/s vs best GEMM" "FAIL" "no figure (see the benchmark output above)"
+        fail
+    fi
+done
+# The mma.sync kernels (flash_attention_mma.cuh), not yet the backend's: their speed beside
+# the WMMA kernels above; whether they are right is test_cuda_attention_mma's row in the tests.
+for pass in forward backward; do
+    mma=$(grep -E "^flash_attention_mma_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
+    wmma=$(grep -E "^flash_attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
+    if [[ -n "$mma" && -n "$wmma" ]]; then
+        speedup=$(python3 -c "print(f'{float('${mma% TFLOP/s}') / float('${wmma% TFLOP/s}'):.2f}')")
+        row "attention (mma.sync) $pass TFLOP/s" "report" "$mma, ${speedup}x the WMMA kernel's $wmma"
+    else
+        row "attention (mma.sync) $pass TFLOP/s" "FAIL" "no figure (see the benchmark output above)"
         fail
     fi
 done

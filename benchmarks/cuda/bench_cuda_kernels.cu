@@ -21,6 +21,7 @@
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
+#include "weft/exec/cuda/kernels/flash_attention_mma.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/stream.hpp"
@@ -175,6 +176,18 @@ int main() {
                 cu::adamw_update(p.data(), grad.data(), m.data(), v.data(), p16.data(), params, true, state.data(), s);
             }),
             double(params) * (16 + 12 + 2));
+
+        // Last, so that a fault leaves every row above printed: the mma.sync attention kernels
+        // (flash_attention_mma.cuh), which exec::cuda does not run yet.
+        row("flash_attention_mma_forward", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::flash_attention_mma_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
+            }),
+            3.0 * NC * 2 + NC * 2, attention_flops);
+        row("flash_attention_mma_backward", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::flash_attention_mma_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(),
+                                                 dqkv.data(), B, T, H, hd, s);
+            }),
+            2.0 * 3 * NC * 2 + 2 * NC * 2, 2.5 * attention_flops);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_cuda_kernels: %s\n", e.what());

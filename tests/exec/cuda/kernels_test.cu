@@ -29,6 +29,8 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"
+#include "weft/exec/cuda/kernels/flash_attention.cuh"
+#include "weft/exec/cuda/kernels/flash_attention_mma.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/kernels/residual_add.cuh"
@@ -148,6 +150,11 @@ void test_argument_validation() {
                   [] { cu::attention_forward<float>(nullptr, nullptr, nullptr, 1, 4, 2, 48, nullptr); });
     expect_throws("attention_backward seq = 0", [] {
         cu::attention_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0, 2, 32, nullptr);
+    });
+    expect_throws("flash_attention_mma_forward head_dim = 48",
+                  [] { cu::flash_attention_mma_forward(nullptr, nullptr, nullptr, 1, 4, 2, 48, nullptr); });
+    expect_throws("flash_attention_mma_backward batch = 0", [] {
+        cu::flash_attention_mma_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 4, 2, 32, nullptr);
     });
     expect_throws("cross_entropy classes = 0", [] {
         cu::cross_entropy_forward_backward<float>(nullptr, nullptr, nullptr, nullptr, 4, 0, 1.0f, nullptr);
@@ -504,6 +511,46 @@ void test_attention(int batch, int seq, int heads, int head_dim) {
     expect_close("attention_backward" + tag, download(dqkv), want_dqkv, r, r * max_abs(want_dqkv));
 }
 
+// The mma.sync kernels (not yet the backend's) against the double reference, with
+// tests/exec/cuda/backend_test.cpp's bounds for the WMMA kernels: forward within 2^-7 max|v|
+// (the probabilities' bf16 rounding) plus the output's own rounding, backward within a few
+// bf16 roundings. lse and the outputs also against the WMMA kernels, which round at the same
+// points: a fragment-layout or masking error shows as a large difference there too.
+void test_flash_attention_mma(int batch, int seq, int heads, int head_dim) {
+    const std::string tag = " " + std::to_string(batch) + "x" + std::to_string(seq) + "x" + std::to_string(heads) +
+                            "x" + std::to_string(head_dim);
+    const int C = heads * head_dim;
+    const std::size_t rows = std::size_t(batch) * seq;
+    const vec qkv = round_bf16(random_vec(rows * 3 * C, 52)), dout = round_bf16(random_vec(rows * C, 53));
+    auto d_qkv = upload<bf16>(qkv), d_dout = upload<bf16>(dout);
+    cu::device_buffer<bf16> out(rows * C), wmma_out(rows * C), dqkv(qkv.size()), wmma_dqkv(qkv.size());
+    cu::device_buffer<float> lse(std::size_t(batch) * heads * seq), wmma_lse(lse.size()), delta(lse.size());
+    // NaN bytes: a row or column the kernels leave unwritten fails every comparison.
+    for (auto* buffer : {&out, &dqkv})
+        cu::check(cudaMemset(buffer->data(), 0xff, buffer->size() * sizeof(bf16)), "cudaMemset");
+    cu::check(cudaMemset(lse.data(), 0xff, lse.size() * sizeof(float)), "cudaMemset");
+
+    cu::flash_attention_mma_forward(d_qkv.data(), out.data(), lse.data(), batch, seq, heads, head_dim, nullptr);
+    cu::flash_attention_forward(d_qkv.data(), wmma_out.data(), wmma_lse.data(), batch, seq, heads, head_dim, nullptr);
+    float max_v = 0;
+    for (std::size_t r = 0; r < rows; ++r)
+        for (int c = 2 * C; c < 3 * C; ++c) max_v = std::max(max_v, std::fabs(qkv[r * 3 * C + std::size_t(c)]));
+    const vec want_out = weft_test::attention_forward(qkv, batch, seq, heads, head_dim);
+    expect_close("flash_attention_mma_forward" + tag, download(out), want_out, 8e-3f, std::ldexp(max_v, -7));
+    expect_close("flash_attention_mma_forward vs WMMA" + tag, download(out), download(wmma_out), 8e-3f,
+                 std::ldexp(max_v, -7));
+    expect_close("flash_attention_mma_forward lse vs WMMA" + tag, download(lse), download(wmma_lse), 1e-5f, 1e-5f);
+
+    cu::flash_attention_mma_backward(d_qkv.data(), out.data(), d_dout.data(), lse.data(), delta.data(), dqkv.data(),
+                                     batch, seq, heads, head_dim, nullptr);
+    cu::flash_attention_backward(d_qkv.data(), wmma_out.data(), d_dout.data(), wmma_lse.data(), delta.data(),
+                                 wmma_dqkv.data(), batch, seq, heads, head_dim, nullptr);
+    const vec want_dqkv = weft_test::attention_backward(qkv, dout, batch, seq, heads, head_dim);
+    expect_close("flash_attention_mma_backward" + tag, download(dqkv), want_dqkv, 2e-2f, 1e-2f * max_abs(want_dqkv));
+    expect_close("flash_attention_mma_backward vs WMMA" + tag, download(dqkv), download(wmma_dqkv), 2e-2f,
+                 1e-2f * max_abs(want_dqkv));
+}
+
 void test_adamw() {
     const int rows = 16, cols = 40;
     const std::size_t n = std::size_t(rows) * cols + cols;
@@ -673,7 +720,7 @@ void test_graph_replay() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    return weft_test::run_device_test(argc, argv, {"kernels", "graph"}, test_argument_validation,
+    return weft_test::run_device_test(argc, argv, {"kernels", "graph", "attention_mma"}, test_argument_validation,
                                       [](std::string_view part) {
                                           if (part == "kernels") {
                                               test_device_buffer();
@@ -709,8 +756,19 @@ int main(int argc, char** argv) {
                                               test_embedding<bf16>(2, 129, 64, 20);
                                               test_residual_add();
                                               test_adamw();
-                                          } else {
+                                          } else if (part == "graph") {
                                               test_graph_replay();
+                                          } else {
+                                              // every head size; one to five and 16 64-row
+                                              // tiles, full and partial
+                                              test_flash_attention_mma(2, 33, 3, 64);
+                                              test_flash_attention_mma(1, 16, 2, 32);
+                                              test_flash_attention_mma(1, 64, 4, 32);
+                                              test_flash_attention_mma(2, 130, 2, 96);
+                                              test_flash_attention_mma(1, 200, 1, 128);
+                                              test_flash_attention_mma(2, 70, 3, 128);
+                                              test_flash_attention_mma(1, 300, 2, 64);
+                                              test_flash_attention_mma(1, 1024, 2, 64);  // GPT-2's
                                           }
                                       });
 }
