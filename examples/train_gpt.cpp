@@ -52,6 +52,10 @@ void train_on_device(Comm& world, const run_options& o) {
                   "is for --device cuda (the CPU's ranks talk over MPI or threads)");
     weft::require(!o.cuda_graphs || o.device == "cuda", "--cuda-graphs", "given",
                   "is for --device cuda (the CPU backend has no graphs to replay)");
+    weft::require(o.attention_kernel == "wmma" || o.attention_kernel == "mma", "--attention-kernel",
+                  o.attention_kernel, "valid: wmma, mma");
+    weft::require(o.attention_kernel == "wmma" || o.device == "cuda", "--attention-kernel", o.attention_kernel,
+                  "is for --device cuda (the CPU backend has one attention)");
     if (o.device == "cuda") {
 #if WEFT_TRAIN_GPT_CUDA
         weft_examples::train_gpt::train_on_cuda(world, o);
@@ -132,6 +136,11 @@ int main(int argc, char** argv) {
     app.add_flag("--cuda-graphs", o.cuda_graphs,
                  "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and "
                  "replay it after (--tp 1 and --zero 0 or 1 only; docs/cuda.md)");
+    app.add_option("--attention-kernel", o.attention_kernel,
+                   "with --device cuda: wmma (flash attention on WMMA fragments, checked on an H200) or mma "
+                   "(mma.sync with the scores in registers, FlashAttention-2's design; not yet run on a GPU: "
+                   "docs/cuda.md)")
+        ->capture_default_str();
     app.add_option("--partition", o.partition,
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
                    "(default: balanced by estimated flops per stage)")

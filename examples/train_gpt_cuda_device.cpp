@@ -87,10 +87,12 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
         if (gpus == 0) throw no_gpu();
         if (world.rank() == 0)
             std::printf("device cuda | %d GPU(s) on this machine | rank 0 on GPU %d: %s | activations between "
-                        "ranks %s\n",
-                        gpus, device, weft::cuda::device_name(device).c_str(), carried);
+                        "ranks %s | attention kernels %s\n",
+                        gpus, device, weft::cuda::device_name(device).c_str(), carried, o.attention_kernel.c_str());
         weft::exec::cuda backend(device);
         backend.enable_action_graphs(o.cuda_graphs);
+        backend.set_attention_kernel(o.attention_kernel == "mma" ? weft::cuda::attention_kernel::mma
+                                                                 : weft::cuda::attention_kernel::wmma);
         return backend;
     };
     train(comm, o, make_backend, [device](auto& w) {

@@ -54,6 +54,7 @@ struct run_options : weft_examples::gpt_run_options {
     // (the world's communicator, through host memory) or nccl (MPI ranks only).
     std::string gpu_comm = "host-staged";
     bool cuda_graphs = false;  // --device cuda: each F, B, I and W captured once, then replayed
+    std::string attention_kernel = "wmma";  // --device cuda: wmma, or mma (not yet run on a GPU)
     std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
     int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
     long long warmup_steps = 0;

@@ -8,13 +8,15 @@
 #   - 20 steps with --cuda-graphs (pp=1, pp=2 zb-h1) against the eager runs, bit for bit, with
 #     step 19's time and the device memory each held;
 #   - 20 steps of tp=2 on the one GPU (two rank threads) against the pp=1 GPU run;
+#   - 20 steps with --attention-kernel mma (the mma.sync attention kernels) against pp=1;
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
-#     the GPU's dense bf16 peak), with its step time and bubble, eager and with --cuda-graphs,
-#     and the device memory each held;
+#     the GPU's dense bf16 peak), with its step time and bubble, eager, with the mma.sync
+#     attention kernels and with --cuda-graphs, and the device memory each held;
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
 #     bench_cuda_gemm, the mma.sync attention kernels' against them, and the embedding
 #     gradient's and the cross-entropy's times at GPT-2's shapes;
-#   - in what is left of its time, test_cuda_backend under compute-sanitizer's memcheck.
+#   - in what is left of its time, test_cuda_backend under compute-sanitizer's memcheck and the
+#     mma.sync attention kernels' test under its racecheck.
 #
 #   scripts/gpu-check.sh --prepare   # here: copy header-only Debian deps (Eigen, Catch2,
 #                                    # nlohmann/json, CLI11) and the GPL-3 text the runs train
@@ -302,6 +304,16 @@ tail -3 "$run/gpu_tp2.log"
 loss_row "tp=2 (1 GPU) vs pp=1 GPU losses" "$tp2_status" "$run/gpu_tp2.log" \
     "$run/gpu_tp2.jsonl" "$run/gpu_pp1.jsonl" 3e-2 1e-2
 
+echo "=== gpu-check: --attention-kernel mma (scores in registers) against the WMMA kernels' pp=1 run"
+# Both round the probabilities to bf16 at the same points and differ in the order of fp32
+# sums only, so the losses agree as closely as pp=2's with pp=1's.
+within 150 "${train[@]}" --device cuda --attention-kernel mma --steps 20 --log-json "$run/gpu_mma.jsonl" \
+    >"$run/gpu_mma.log" 2>&1
+mma_status=$?
+tail -3 "$run/gpu_mma.log"
+loss_row "pp=1 --attention-kernel mma vs wmma losses" "$mma_status" "$run/gpu_mma.log" \
+    "$run/gpu_mma.jsonl" "$run/gpu_pp1.jsonl" 1e-2 1e-3
+
 echo "=== gpu-check: GPT-2 124M, seq 1024, batch 16: MFU"
 # The vocabulary padded to 50304 (a multiple of 64), as llm.c measures GPT-2 124M: 50257
 # gives the LM head's GEMMs rows that start off 16-byte alignment, which tensor cores want
@@ -316,6 +328,20 @@ if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
         "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m.log")"
 else
     row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
+    fail
+fi
+# The same with the mma.sync attention kernels: what they would make of the MFU.
+within 150 "${train[@]}" --device cuda --attention-kernel mma --layers 12 --d-model 768 --heads 12 --vocab 50304 \
+    --seq-len 1024 --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m_mma.log" 2>&1
+mma_mfu_status=$?
+grep -E "^step" "$run/gpt2_124m_mma.log" | tail -2
+last_step=$(grep -E "^step" "$run/gpt2_124m_mma.log" | tail -1)
+if [[ $mma_mfu_status -eq 0 && -n "$last_step" ]]; then
+    row "GPT-2 124M as above, --attention-kernel mma: MFU" "report" \
+        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps)"
+else
+    row "GPT-2 124M as above, --attention-kernel mma: MFU" "FAIL" \
+        "exit $mma_mfu_status; $(tail -1 "$run/gpt2_124m_mma.log")"
     fail
 fi
 # The same with --cuda-graphs, unless less than 90 s of the budget are left: the benchmarks
@@ -350,7 +376,8 @@ for pass in forward backward; do
     attention=$(grep -E "^flash_attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
     exact=$(grep -E "^exact attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
     if [[ -n "$attention" && -n "$gemm_best" ]]; then
-        ratio=$(python3 -c "print(f'{100 * float('${attention% TFLOP/s}') / float('$gemm_best'):.1f}')")
+        # awk, not a Python f-string: quotes nested in one need Python 3.12 (Debian 12 has 3.11).
+        ratio=$(awk -v a="${attention% TFLOP/s}" -v b="$gemm_best" 'BEGIN { printf "%.1f", 100 * a / b }')
         row "flash attention $pass TFLOP/s vs best GEMM" "report" \
             "$attention vs $gemm_best TFLOP/s (${ratio}%); exact kernel ${exact:-?}"
     else
@@ -364,7 +391,7 @@ for pass in forward backward; do
     mma=$(grep -E "^flash_attention_mma_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
     wmma=$(grep -E "^flash_attention_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
     if [[ -n "$mma" && -n "$wmma" ]]; then
-        speedup=$(python3 -c "print(f'{float('${mma% TFLOP/s}') / float('${wmma% TFLOP/s}'):.2f}')")
+        speedup=$(awk -v a="${mma% TFLOP/s}" -v b="${wmma% TFLOP/s}" 'BEGIN { printf "%.2f", a / b }')
         row "attention (mma.sync) $pass TFLOP/s" "report" "$mma, ${speedup}x the WMMA kernel's $wmma"
     else
         row "attention (mma.sync) $pass TFLOP/s" "FAIL" "no figure (see the benchmark output above)"
@@ -379,31 +406,39 @@ row "embedding weight gradient, GPT-2 shapes" "report" \
 loss_kernel=$(grep -E "^cross_entropy fwd\+bwd" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms +[0-9.]+ GB/s' | head -1)
 row "cross-entropy forward+backward, N x V" "report" "${loss_kernel:-?} (bench_cuda_kernels)"
 
-# The kernels' tests once more under compute-sanitizer's memcheck: a write past a partial
-# tile can land in memory that belongs to no check (the next sequence's rows, pool memory).
-# Last, in what is left of the budget: the issue's figures above come first, and memcheck
-# slows the tests many times over.
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [[ -n "$sanitizer" ]]; then
-    within 120 "$sanitizer" --tool memcheck --error-exitcode 3 "$build"/tests/exec/cuda/test_cuda_backend \
-        >"$build"-memcheck.log 2>&1
-    memcheck_status=$?
-    tail -5 "$build"-memcheck.log
-    case $memcheck_status in
-        0) row "memcheck (test_cuda_backend)" "pass" "$(grep -E 'ERROR SUMMARY' "$build"-memcheck.log | tail -1)" ;;
+# The kernels' tests once more under compute-sanitizer, last, in what is left of the budget
+# (the issue's figures above come first, and the tools slow the tests many times over):
+# memcheck over the backend's kernels (a write past a partial tile can land in memory that
+# belongs to no check: the next sequence's rows, pool memory), then racecheck over the
+# mma.sync attention kernels (shared tiles refilled one tile ahead while other warps read).
+#   sanitizer_row ROW TOOL LOG LIMIT COMMAND...
+sanitizer_row() {
+    local name=$1 tool=$2 log=$3 limit=$4 code cut
+    shift 4
+    within "$limit" "$sanitizer" --tool "$tool" --error-exitcode 3 "$@" >"$log" 2>&1
+    code=$?
+    tail -5 "$log"
+    case $code in
+        0) row "$name" "pass" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" ;;
         124 | 125 | 137) # out of time, unless a 137 came from elsewhere (the kernel's OOM killer)
-            if cut=$(grep -m 1 "^gpu-check:" "$build"-memcheck.log); then
-                row "memcheck (test_cuda_backend)" "skip" "$cut"
+            if cut=$(grep -m 1 "^gpu-check:" "$log"); then
+                row "$name" "skip" "$cut"
             else
-                row "memcheck (test_cuda_backend)" "FAIL" "exit $memcheck_status; $(tail -1 "$build"-memcheck.log)"
+                row "$name" "FAIL" "exit $code; $(tail -1 "$log")"
                 fail
             fi ;;
-        *) row "memcheck (test_cuda_backend)" "FAIL" \
-               "exit $memcheck_status; $(grep -E 'ERROR SUMMARY' "$build"-memcheck.log | tail -1)"
+        *) row "$name" "FAIL" "exit $code; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
            fail ;;
     esac
+}
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -n "$sanitizer" ]]; then
+    sanitizer_row "memcheck (test_cuda_backend)" memcheck "$build"-memcheck.log 120 \
+        "$build"/tests/exec/cuda/test_cuda_backend
+    sanitizer_row "racecheck (test_cuda_kernels attention_mma)" racecheck "$build"-racecheck.log 90 \
+        "$build"/tests/exec/cuda/test_cuda_kernels attention_mma
 else
-    row "memcheck (test_cuda_backend)" "skip" "no compute-sanitizer on this machine"
+    row "memcheck, racecheck" "skip" "no compute-sanitizer on this machine"
 fi
 
 finish "$status"

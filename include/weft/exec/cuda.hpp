@@ -123,6 +123,7 @@ public:
         graphs_ = on ? std::make_unique<weft::cuda::action_graphs>(stream()) : nullptr;
     }
     [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
+
     // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
     [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
     // The most memory this GPU's eager work and its action graphs have held at once, each in
@@ -157,6 +158,15 @@ public:
     void forget_all_actions() {
         if (graphs_) graphs_->forget(std::nullopt, wait_limit_);
     }
+
+    // The attention kernels causal_attention_forward and _backward run (train_gpt
+    // --attention-kernel): wmma by default; mma keeps the scores in registers and has not run
+    // on a GPU yet (docs/cuda.md). A change drops the action graphs captured with the old ones.
+    void set_attention_kernel(weft::cuda::attention_kernel kernel) {
+        if (kernel != attention_kernel_) forget_all_actions();
+        attention_kernel_ = kernel;
+    }
+    [[nodiscard]] weft::cuda::attention_kernel attention_kernel() const { return attention_kernel_; }
 
     // Copies between a matrix and fp32 host memory of its size: what host code (tests, model
     // inputs) reads and writes matrices with. The matrix's bf16 values widen exactly on the
@@ -553,7 +563,8 @@ public:
         if (y.size() == 0) return y;
         float* lse = floats(saved);
         bf16* out = saved.data() + fp32_pair * a.lse_size();
-        weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, stream());
+        weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, attention_kernel_,
+                                              stream());
         if (!weft::cuda::skip_recorded_work("attention output copy", y.data(), out, y.size()))
             weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice,
                                               stream()),
@@ -573,7 +584,7 @@ public:
         scratch<float> delta(a.lse_size(), stream());
         weft::cuda::launch::attention_backward(qkv.data(), saved.data() + fp32_pair * a.lse_size(), dy.data(),
                                                floats(saved), delta.data(), dqkv.data(), a.seqs, a.t, a.heads, a.d,
-                                               stream());
+                                               attention_kernel_, stream());
         return dqkv;
     }
 
@@ -928,6 +939,7 @@ private:
     weft::cuda::interval_clock compute_clock_{stream_.get()};
     weft::cuda::gemm gemm_;
     std::unique_ptr<weft::cuda::action_graphs> graphs_;  // null: actions run eagerly
+    weft::cuda::attention_kernel attention_kernel_ = weft::cuda::attention_kernel::wmma;
 };
 
 using cuda = cuda_backend;

@@ -353,12 +353,14 @@ void test_attention(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_l
     float max_v = 0;
     for (Eigen::Index r = 0; r < qkv.rows(); ++r)
         for (int c = 2 * width; c < 3 * width; ++c) max_v = std::max(max_v, std::abs(qkv(r, c)));
-    expect_close("causal_attention_forward", download(gpu, gpu.causal_attention_forward(gqkv, seq_len, heads, saved)),
+    const std::string kernels = gpu.attention_kernel() == weft::cuda::attention_kernel::mma ? " (mma)" : " (wmma)";
+    expect_close("causal_attention_forward" + kernels,
+                 download(gpu, gpu.causal_attention_forward(gqkv, seq_len, heads, saved)),
                  values(cpu.causal_attention_forward(qkv, seq_len, heads, probs)), bf16_rtol,
                  std::ldexp(max_v, -7));
     // Backward reads the saved bf16 output (delta_i = dout_i . out_i), so its error is a few
     // bf16 roundings of terms that partly cancel.
-    expect_close("causal_attention_backward",
+    expect_close("causal_attention_backward" + kernels,
                  download(gpu, gpu.causal_attention_backward(gqkv, saved, upload(gpu, dy), seq_len, heads)),
                  values(cpu.causal_attention_backward(qkv, probs, dy, seq_len, heads)), 2e-2f, 1e-2f);
 }
@@ -690,6 +692,13 @@ int main(int argc, char** argv) {
         test_attention(gpu, cpu, 2, 130, 2, 96);
         test_attention(gpu, cpu, 1, 200, 1, 128);
         test_attention(gpu, cpu, 2, 70, 3, 128);  // the largest head size past the first head and sequence
+        // The same through the mma.sync kernels (train_gpt --attention-kernel mma).
+        gpu.set_attention_kernel(weft::cuda::attention_kernel::mma);
+        test_attention(gpu, cpu, 2, 33, 3, 64);
+        test_attention(gpu, cpu, 1, 64, 4, 32);
+        test_attention(gpu, cpu, 2, 130, 2, 96);
+        test_attention(gpu, cpu, 2, 70, 3, 128);
+        gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
         test_host_memory_refused(gpu);
         test_optimizer_kernels(gpu, cpu);
         test_reduce_matrix(gpu);

@@ -549,6 +549,17 @@ void test_flash_attention_mma(int batch, int seq, int heads, int head_dim) {
     expect_close("flash_attention_mma_backward" + tag, download(dqkv), want_dqkv, 2e-2f, 1e-2f * max_abs(want_dqkv));
     expect_close("flash_attention_mma_backward vs WMMA" + tag, download(dqkv), download(wmma_dqkv), 2e-2f,
                  1e-2f * max_abs(want_dqkv));
+
+    // A fixed order of every sum (no atomics): a second run repeats the first bit for bit.
+    cu::device_buffer<bf16> again_out(out.size()), again_dqkv(dqkv.size());
+    cu::device_buffer<float> again_lse(lse.size());
+    cu::flash_attention_mma_forward(d_qkv.data(), again_out.data(), again_lse.data(), batch, seq, heads, head_dim,
+                                    nullptr);
+    cu::flash_attention_mma_backward(d_qkv.data(), again_out.data(), d_dout.data(), again_lse.data(), delta.data(),
+                                     again_dqkv.data(), batch, seq, heads, head_dim, nullptr);
+    expect(bits_equal(again_out.to_host(), out.to_host()) && bits_equal(again_lse.to_host(), lse.to_host()) &&
+               bits_equal(again_dqkv.to_host(), dqkv.to_host()),
+           "flash_attention_mma repeats bit for bit" + tag);
 }
 
 void test_adamw() {

@@ -11,6 +11,7 @@
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
+#include "weft/exec/cuda/kernels/flash_attention_mma.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step.cuh"
@@ -127,14 +128,22 @@ void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, f
 }
 
 void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
-                       cudaStream_t stream) {
-    if (skip_recorded_work("attention_forward", qkv, out, lse, batch, seq, heads, head_dim)) return;
-    flash_attention_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
+                       attention_kernel kernel, cudaStream_t stream) {
+    if (skip_recorded_work("attention_forward", qkv, out, lse, batch, seq, heads, head_dim, int(kernel))) return;
+    if (kernel == attention_kernel::mma)
+        flash_attention_mma_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
+    else
+        flash_attention_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
 }
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
-                        int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
-    if (skip_recorded_work("attention_backward", qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim)) return;
-    flash_attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
+                        int batch, int seq, int heads, int head_dim, attention_kernel kernel, cudaStream_t stream) {
+    if (skip_recorded_work("attention_backward", qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim,
+                           int(kernel)))
+        return;
+    if (kernel == attention_kernel::mma)
+        flash_attention_mma_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
+    else
+        flash_attention_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);
 }
 
 void scale(float* values, std::size_t n, float factor, cudaStream_t stream) {

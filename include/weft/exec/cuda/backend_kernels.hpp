@@ -19,6 +19,15 @@
 #include "weft/optim/adamw_factors.hpp"
 #include "weft/optim/sgd_update.hpp"
 
+namespace weft::cuda {
+
+// Which causal-attention kernels exec::cuda runs: wmma (kernels/flash_attention.cuh, run and
+// checked on an H200) or mma (kernels/flash_attention_mma.cuh, scores in registers, built and
+// tested but not yet run on a GPU; docs/cuda.md).
+enum class attention_kernel { wmma, mma };
+
+}  // namespace weft::cuda
+
 namespace weft::cuda::launch {
 
 using bf16 = __nv_bfloat16;
@@ -75,12 +84,12 @@ void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int f
 void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, float* dwte_rows, int first_row,
                              int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream);
 
-// Causal attention over qkv [batch * seq, 3 * heads * head_dim] on tensor cores
-// (kernels/flash_attention.cuh); lse [batch, heads, seq]; head_dim 32, 64, 96 or 128.
+// Causal attention over qkv [batch * seq, 3 * heads * head_dim] on tensor cores, with the
+// kernels `kernel` names; lse [batch, heads, seq]; head_dim 32, 64, 96 or 128.
 void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
-                       cudaStream_t stream);
+                       attention_kernel kernel, cudaStream_t stream);
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
-                        int batch, int seq, int heads, int head_dim, cudaStream_t stream);
+                        int batch, int seq, int heads, int head_dim, attention_kernel kernel, cudaStream_t stream);
 
 // The optimizer step on fp32 state (kernels/optimizer_step.cuh): values [0, n) *= factor;
 // AdamW's update of [0, n), bit for bit optim::adamw_update_on_host; SGD's, bit for bit

@@ -1,8 +1,9 @@
 // Causal self-attention with the scores in registers (FlashAttention-2's design): the same
-// inputs, outputs and saved state as flash_attention.cuh, which exec::cuda runs. This one is
-// built and tested beside it and not yet used by the backend: it has not run on a GPU, and
-// it replaces the WMMA kernels once gpu-check shows it exact and faster (docs/cuda.md,
-// "Attention at tensor-core speed").
+// inputs, outputs and saved state as flash_attention.cuh, the kernels exec::cuda runs by
+// default. exec::cuda runs these instead with set_attention_kernel(attention_kernel::mma)
+// (train_gpt --attention-kernel mma). They have not run on a GPU yet; they become the
+// default once gpu-check shows them right and faster (docs/cuda.md, "Attention at
+// tensor-core speed").
 //
 // Why it should be faster: the WMMA kernels cannot see which lane holds which element of a
 // fragment, so every 16 x 64 block of scores goes to shared memory and back for the softmax,
@@ -269,8 +270,8 @@ __global__ void __launch_bounds__(threads)
                 s[n][e] = masked && (key > row || key >= seq) ? -CUDART_INF_F : s[n][e] * scale_log2;
             }
 
-        // Online softmax. Key k0 <= row is in every tile visited, so a row inside the sequence
-        // has a finite max; a padded row has none and weighs nothing.
+        // Online softmax. Key k0 <= row is in every tile visited, so every row has a finite
+        // max (a padded row's, of zero-filled queries, is never stored).
         float rescale[2], shift[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(threads)
     commit_copies();
     load_statistics(lse_tiles, delta_tiles, lse, delta, k0, v);
 
-    unsigned k[D / 16][4], values[D / 16][4];
+    unsigned k[D / 16][4];
     float dk[D / 8][4], dv[D / 8][4];
     zero<D>(dk);
     zero<D>(dv);
@@ -385,18 +386,21 @@ __global__ void __launch_bounds__(threads)
             wait_copies<0>();
         }
         __syncthreads();
-        if (query_tile == key_tile) {
-            load_rows<D>(k, k_stage, warp);
-            load_rows<D>(values, v_stage, warp);
-        }
+        if (query_tile == key_tile) load_rows<D>(k, k_stage, warp);
         const bf16* q_tile = q_tiles + buffer * tile * ld;
         const bf16* dout_tile = dout_tiles + buffer * tile * ld;
         const float* lse_tile = lse_tiles + buffer * tile;
         const float* delta_tile = delta_tiles + buffer * tile;
 
         float p[score_tiles][4], ds[score_tiles][4];
-        rows_times_tile_transposed<D>(p, k, q_tile);           // k_j . q_i
-        rows_times_tile_transposed<D>(ds, values, dout_tile);  // v_j . dout_i
+        rows_times_tile_transposed<D>(p, k, q_tile);  // k_j . q_i
+        {
+            // The values are read again for each tile: held in registers beside k, dk and dv
+            // they spilled at D = 128 (256 registers live).
+            unsigned values[D / 16][4];
+            load_rows<D>(values, v_stage, warp);
+            rows_times_tile_transposed<D>(ds, values, dout_tile);  // v_j . dout_i
+        }
         const bool masked = tile_needs_mask(q0, k0, seq, query_tile == key_tile);
 #pragma unroll
         for (int n = 0; n < score_tiles; ++n)
