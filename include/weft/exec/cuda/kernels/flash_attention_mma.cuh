@@ -206,6 +206,45 @@ __device__ inline bool tile_needs_mask(int query_first, int key_first, int seq, 
     return diagonal || query_first + tile > seq || key_first + tile > seq;
 }
 
+// The two tiles a kernel walks through step by step (k and v, or q and dout), each in two
+// shared buffers: step i's pair sits in buffer i % 2 while step i + 1's loads into the other.
+template <int D>
+struct streamed_pair {
+    bf16* first_tiles;  // [2][64][D + 8]
+    bf16* second_tiles;
+    const bf16* first_column;  // as in load_tile_async
+    std::size_t first_stride;
+    const bf16* second_column;
+    std::size_t second_stride;
+
+    // Starts the loads of rows [row, row + 64) into buffer `buffer` (uncommitted).
+    __device__ void load(int buffer, int row, const head_view& v) const {
+        load_tile_async<D>(first_tiles + buffer * tile * head_ld<D>, first_column, first_stride, row, v);
+        load_tile_async<D>(second_tiles + buffer * tile * head_ld<D>, second_column, second_stride, row, v);
+    }
+    // Step `step`'s pair (rows from `row`) ready for every warp, the next step's (if `more`)
+    // loading meanwhile; `also_next(buffer)` stores what else the next step needs into its
+    // buffer while the copies fly. The caller ends each step with a barrier, so that no warp
+    // still reads the buffer the next call refills.
+    template <class AlsoNext>
+    __device__ void wait_for(int step, int row, bool more, const head_view& v, AlsoNext&& also_next) const {
+        if (more) {
+            load(1 - step % 2, row + tile, v);
+            commit_copies();
+            also_next(1 - step % 2);
+            wait_copies<1>();
+        } else {
+            wait_copies<0>();
+        }
+        __syncthreads();
+    }
+    __device__ void wait_for(int step, int row, bool more, const head_view& v) const {
+        wait_for(step, row, more, v, [](int) {});
+    }
+    [[nodiscard]] __device__ const bf16* first(int step) const { return first_tiles + step % 2 * tile * head_ld<D>; }
+    [[nodiscard]] __device__ const bf16* second(int step) const { return second_tiles + step % 2 * tile * head_ld<D>; }
+};
+
 // ---- forward ----------------------------------------------------------------------------
 
 template <int D>
@@ -229,13 +268,11 @@ __global__ void __launch_bounds__(threads)
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
     const int query_tile = heaviest_first(), q0 = query_tile * tile;
-    const bf16* k_column = qkv + C + v.h * D;
-    const bf16* v_column = qkv + 2 * C + v.h * D;
     const int row0 = q0 + warp * rows_per_warp + g;  // the lane's rows: row0 and row0 + 8
+    const streamed_pair<D> keys{k_tiles, v_tiles, qkv + C + v.h * D, stride, qkv + 2 * C + v.h * D, stride};
 
     load_tile_async<D>(q_tile, qkv + v.h * D, stride, q0, v);
-    load_tile_async<D>(k_tiles, k_column, stride, 0, v);
-    load_tile_async<D>(v_tiles, v_column, stride, 0, v);
+    keys.load(0, 0, v);
     commit_copies();
 
     unsigned q[D / 16][4];
@@ -245,19 +282,11 @@ __global__ void __launch_bounds__(threads)
     float l[2] = {0.0f, 0.0f};                    // the lane's part of the row sums
 
     for (int key_tile = 0; key_tile <= query_tile; ++key_tile) {  // causal: no key after the tile's last query
-        const int buffer = key_tile % 2, k0 = key_tile * tile;
-        if (key_tile < query_tile) {  // the next key and value tiles load during this one's products
-            load_tile_async<D>(k_tiles + (1 - buffer) * tile * ld, k_column, stride, k0 + tile, v);
-            load_tile_async<D>(v_tiles + (1 - buffer) * tile * ld, v_column, stride, k0 + tile, v);
-            commit_copies();
-            wait_copies<1>();
-        } else {
-            wait_copies<0>();
-        }
-        __syncthreads();
+        const int k0 = key_tile * tile;
+        keys.wait_for(key_tile, k0, key_tile < query_tile, v);
         if (key_tile == 0) load_rows<D>(q, q_tile, warp);
-        const bf16* k_tile = k_tiles + buffer * tile * ld;
-        const bf16* v_tile = v_tiles + buffer * tile * ld;
+        const bf16* k_tile = keys.first(key_tile);
+        const bf16* v_tile = keys.second(key_tile);
 
         float s[score_tiles][4];
         rows_times_tile_transposed<D>(s, q, k_tile);
@@ -357,14 +386,12 @@ __global__ void __launch_bounds__(threads)
     const std::size_t stride = 3 * std::size_t(C);
     const int key_tile = int(blockIdx.z), k0 = key_tile * tile;  // key tile 0 has the most queries after it
     const int query_tiles = (seq + tile - 1) / tile;
-    const bf16* q_column = qkv + v.h * D;
-    const bf16* dout_column = dout + v.h * D;
     const int key_row0 = k0 + warp * rows_per_warp + g;  // the lane's keys: key_row0 and + 8
+    const streamed_pair<D> queries{q_tiles, dout_tiles, qkv + v.h * D, stride, dout + v.h * D, std::size_t(C)};
 
     load_tile_async<D>(k_stage, qkv + C + v.h * D, stride, k0, v);
     load_tile_async<D>(v_stage, qkv + 2 * C + v.h * D, stride, k0, v);
-    load_tile_async<D>(q_tiles, q_column, stride, k0, v);
-    load_tile_async<D>(dout_tiles, dout_column, std::size_t(C), k0, v);
+    queries.load(0, k0, v);
     commit_copies();
     load_statistics(lse_tiles, delta_tiles, lse, delta, k0, v);
 
@@ -374,21 +401,14 @@ __global__ void __launch_bounds__(threads)
     zero<D>(dv);
 
     for (int query_tile = key_tile; query_tile < query_tiles; ++query_tile) {
-        const int buffer = (query_tile - key_tile) % 2, q0 = query_tile * tile;
-        if (query_tile + 1 < query_tiles) {
-            const int next = 1 - buffer;
-            load_tile_async<D>(q_tiles + next * tile * ld, q_column, stride, q0 + tile, v);
-            load_tile_async<D>(dout_tiles + next * tile * ld, dout_column, std::size_t(C), q0 + tile, v);
-            commit_copies();
+        const int step = query_tile - key_tile, buffer = step % 2, q0 = query_tile * tile;
+        const bool more = query_tile + 1 < query_tiles;
+        queries.wait_for(step, q0, more, v, [&](int next) {  // the next tile's statistics too
             load_statistics(lse_tiles + next * tile, delta_tiles + next * tile, lse, delta, q0 + tile, v);
-            wait_copies<1>();
-        } else {
-            wait_copies<0>();
-        }
-        __syncthreads();
-        if (query_tile == key_tile) load_rows<D>(k, k_stage, warp);
-        const bf16* q_tile = q_tiles + buffer * tile * ld;
-        const bf16* dout_tile = dout_tiles + buffer * tile * ld;
+        });
+        if (step == 0) load_rows<D>(k, k_stage, warp);
+        const bf16* q_tile = queries.first(step);
+        const bf16* dout_tile = queries.second(step);
         const float* lse_tile = lse_tiles + buffer * tile;
         const float* delta_tile = delta_tiles + buffer * tile;
 
@@ -443,14 +463,12 @@ __global__ void __launch_bounds__(threads)
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
     const int query_tile = heaviest_first(), q0 = query_tile * tile;
-    const bf16* k_column = qkv + C + v.h * D;
-    const bf16* v_column = qkv + 2 * C + v.h * D;
     const int row0 = q0 + warp * rows_per_warp + g;
+    const streamed_pair<D> keys{k_tiles, v_tiles, qkv + C + v.h * D, stride, qkv + 2 * C + v.h * D, stride};
 
     load_tile_async<D>(q_stage, qkv + v.h * D, stride, q0, v);
     load_tile_async<D>(dout_stage, dout + v.h * D, std::size_t(C), q0, v);
-    load_tile_async<D>(k_tiles, k_column, stride, 0, v);
-    load_tile_async<D>(v_tiles, v_column, stride, 0, v);
+    keys.load(0, 0, v);
     commit_copies();
 
     float lse_row[2], delta_row[2];
@@ -465,22 +483,14 @@ __global__ void __launch_bounds__(threads)
     zero<D>(dq);
 
     for (int key_tile = 0; key_tile <= query_tile; ++key_tile) {
-        const int buffer = key_tile % 2, k0 = key_tile * tile;
-        if (key_tile < query_tile) {
-            load_tile_async<D>(k_tiles + (1 - buffer) * tile * ld, k_column, stride, k0 + tile, v);
-            load_tile_async<D>(v_tiles + (1 - buffer) * tile * ld, v_column, stride, k0 + tile, v);
-            commit_copies();
-            wait_copies<1>();
-        } else {
-            wait_copies<0>();
-        }
-        __syncthreads();
+        const int k0 = key_tile * tile;
+        keys.wait_for(key_tile, k0, key_tile < query_tile, v);
         if (key_tile == 0) {
             load_rows<D>(q, q_stage, warp);
             load_rows<D>(d_out, dout_stage, warp);
         }
-        const bf16* k_tile = k_tiles + buffer * tile * ld;
-        const bf16* v_tile = v_tiles + buffer * tile * ld;
+        const bf16* k_tile = keys.first(key_tile);
+        const bf16* v_tile = keys.second(key_tile);
 
         float p[score_tiles][4], ds[score_tiles][4];
         rows_times_tile_transposed<D>(p, q, k_tile);       // q_i . k_j
