@@ -385,7 +385,7 @@ for pass in forward backward; do
         fail
     fi
 done
-# The mma.sync kernels (flash_attention_mma.cuh), not yet the backend's: their speed beside
+# The mma.sync kernels (flash_attention_mma.cuh), not yet the default: their speed beside
 # the WMMA kernels above; whether they are right is test_cuda_attention_mma's row in the tests.
 for pass in forward backward; do
     mma=$(grep -E "^flash_attention_mma_$pass" "$run/bench_kernels.log" | grep -oE '[0-9.]+ TFLOP/s' | head -1)
