@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
                  "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and "
                  "replay it after (--tp 1 and --zero 0 or 1 only; docs/cuda.md)");
     app.add_option("--attention-kernel", o.attention_kernel,
-                   "with --device cuda: wmma (flash attention on WMMA fragments, checked on an H200) or mma "
+                   "with --device cuda: wmma (flash attention on WMMA fragments, the default) or mma "
                    "(mma.sync with the scores in registers, FlashAttention-2's design; not yet run on a GPU: "
                    "docs/cuda.md)")
         ->capture_default_str();

@@ -1,8 +1,9 @@
 // weft's own CUDA kernels at GPT-2 124M training shapes (16 x 1024 tokens, C = 768,
 // 12 heads, vocab 50304): time per call and achieved memory bandwidth, and TFLOP/s for
-// attention: the flash kernels on tensor cores that exec::cuda runs, and the straightforward
-// exact ones they replaced, for comparison; the embedding's weight gradient with the host's
-// grouping of its rows by token. Exits 77 without a GPU.
+// attention: the flash kernels on tensor cores that exec::cuda runs by default, the exact
+// ones they replaced, and the mma.sync ones (--attention-kernel mma), for comparison; the
+// embedding's weight gradient with the host's grouping of its rows by token. Exits 77
+// without a GPU.
 #include <cuda_bf16.h>
 
 #include <chrono>
@@ -178,7 +179,7 @@ int main() {
             double(params) * (16 + 12 + 2));
 
         // Last, so that a fault leaves every row above printed: the mma.sync attention kernels
-        // (flash_attention_mma.cuh), which exec::cuda does not run yet.
+        // (flash_attention_mma.cuh), not yet exec::cuda's default.
         row("flash_attention_mma_forward", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::flash_attention_mma_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
             }),

@@ -123,7 +123,6 @@ public:
         graphs_ = on ? std::make_unique<weft::cuda::action_graphs>(stream()) : nullptr;
     }
     [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
-
     // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
     [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
     // The most memory this GPU's eager work and its action graphs have held at once, each in
@@ -161,8 +160,11 @@ public:
 
     // The attention kernels causal_attention_forward and _backward run (train_gpt
     // --attention-kernel): wmma by default; mma keeps the scores in registers and has not run
-    // on a GPU yet (docs/cuda.md). A change drops the action graphs captured with the old ones.
+    // on a GPU yet (docs/cuda.md). A change drops the action graphs captured with the old ones,
+    // so it is refused inside an action, whose graph may be the one being recorded.
     void set_attention_kernel(weft::cuda::attention_kernel kernel) {
+        require(weft::cuda::current_recording() == nullptr, "set_attention_kernel", "inside an action",
+                "is only valid between actions (it drops the captured graphs)");
         if (kernel != attention_kernel_) forget_all_actions();
         attention_kernel_ = kernel;
     }

@@ -511,7 +511,7 @@ void test_attention(int batch, int seq, int heads, int head_dim) {
     expect_close("attention_backward" + tag, download(dqkv), want_dqkv, r, r * max_abs(want_dqkv));
 }
 
-// The mma.sync kernels (not yet the backend's) against the double reference, with
+// The mma.sync kernels (not yet the backend's default) against the double reference, with
 // tests/exec/cuda/backend_test.cpp's bounds for the WMMA kernels: forward within 2^-7 max|v|
 // (the probabilities' bf16 rounding) plus the output's own rounding, backward within a few
 // bf16 roundings. lse and the outputs also against the WMMA kernels, which round at the same

@@ -129,7 +129,7 @@ void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, f
 
 void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
                        attention_kernel kernel, cudaStream_t stream) {
-    if (skip_recorded_work("attention_forward", qkv, out, lse, batch, seq, heads, head_dim, int(kernel))) return;
+    if (skip_recorded_work("attention_forward", qkv, out, lse, batch, seq, heads, head_dim, kernel)) return;
     if (kernel == attention_kernel::mma)
         flash_attention_mma_forward(qkv, out, lse, batch, seq, heads, head_dim, stream);
     else
@@ -138,7 +138,7 @@ void attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int se
 void attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
                         int batch, int seq, int heads, int head_dim, attention_kernel kernel, cudaStream_t stream) {
     if (skip_recorded_work("attention_backward", qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim,
-                           int(kernel)))
+                           kernel))
         return;
     if (kernel == attention_kernel::mma)
         flash_attention_mma_backward(qkv, out, dout, lse, delta, dqkv, batch, seq, heads, head_dim, stream);

@@ -21,9 +21,10 @@
 
 namespace weft::cuda {
 
-// Which causal-attention kernels exec::cuda runs: wmma (kernels/flash_attention.cuh, run and
-// checked on an H200) or mma (kernels/flash_attention_mma.cuh, scores in registers, built and
-// tested but not yet run on a GPU; docs/cuda.md).
+// Which causal-attention kernels exec::cuda runs: wmma (kernels/flash_attention.cuh, the
+// default, run on an H200 before its latest grid changes) or mma
+// (kernels/flash_attention_mma.cuh, scores in registers, built and tested but not yet run on
+// a GPU; docs/cuda.md).
 enum class attention_kernel { wmma, mma };
 
 }  // namespace weft::cuda
