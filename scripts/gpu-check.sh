@@ -318,52 +318,34 @@ echo "=== gpu-check: GPT-2 124M, seq 1024, batch 16: MFU"
 # The vocabulary padded to 50304 (a multiple of 64), as llm.c measures GPT-2 124M: 50257
 # gives the LM head's GEMMs rows that start off 16-byte alignment, which tensor cores want
 # (test_cuda_backend checks such an odd width for correctness).
-within 240 "${train[@]}" --device cuda --layers 12 --d-model 768 --heads 12 --vocab 50304 --seq-len 1024 \
-    --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m.log" 2>&1
-mfu_status=$?
-grep -E "^step|device cuda|MFU is" "$run/gpt2_124m.log" | tail -6
-last_step=$(grep -E "^step" "$run/gpt2_124m.log" | tail -1)
-if [[ $mfu_status -eq 0 && -n "$last_step" ]]; then
-    row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m.log")"
-else
-    row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" "FAIL" "exit $mfu_status; $(tail -1 "$run/gpt2_124m.log")"
-    fail
-fi
+gpt2_124m=(--device cuda --layers 12 --d-model 768 --heads 12 --vocab 50304 --seq-len 1024 --batch 16
+           --microbatches 1 --steps 4 --lr 6e-4)
+# Trains that GPT-2 for 4 steps with the further flags $4..., its output in $3, within $2 s,
+# and adds row "$1": the last step's time, bubble and MFU, and the device memory it held.
+mfu_row() {
+    local name=$1 limit=$2 log=$3 code last_step
+    shift 3
+    within "$limit" "${train[@]}" "${gpt2_124m[@]}" "$@" >"$log" 2>&1
+    code=$?
+    grep -E "^step|device cuda|MFU is" "$log" | tail -6
+    last_step=$(grep -E "^step" "$log" | tail -1)
+    if [[ $code -eq 0 && -n "$last_step" ]]; then
+        row "$name" "report" \
+            "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$log")"
+    else
+        row "$name" "FAIL" "exit $code; $(tail -1 "$log")"
+        fail
+    fi
+}
+mfu_row "GPT-2 124M seq 1024 batch 16: MFU (goal 50%)" 240 "$run/gpt2_124m.log"
 # The same with the mma.sync attention kernels: what they would make of the MFU.
-within 150 "${train[@]}" --device cuda --attention-kernel mma --layers 12 --d-model 768 --heads 12 --vocab 50304 \
-    --seq-len 1024 --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m_mma.log" 2>&1
-mma_mfu_status=$?
-grep -E "^step" "$run/gpt2_124m_mma.log" | tail -2
-last_step=$(grep -E "^step" "$run/gpt2_124m_mma.log" | tail -1)
-if [[ $mma_mfu_status -eq 0 && -n "$last_step" ]]; then
-    row "GPT-2 124M as above, mma attention: MFU" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m_mma.log")"
-else
-    row "GPT-2 124M as above, mma attention: MFU" "FAIL" \
-        "exit $mma_mfu_status; $(tail -1 "$run/gpt2_124m_mma.log")"
-    fail
-fi
+mfu_row "GPT-2 124M as above, mma attention: MFU" 150 "$run/gpt2_124m_mma.log" --attention-kernel mma
 # The same with --cuda-graphs, unless less than 90 s of the budget are left: the benchmarks
 # still have to fit in it.
 if (( $(seconds_left) < 90 )); then
-    graphs_mfu_status=skip
-    last_step=""
-else
-    within 150 "${train[@]}" --device cuda --cuda-graphs --layers 12 --d-model 768 --heads 12 --vocab 50304 \
-        --seq-len 1024 --batch 16 --microbatches 1 --steps 4 --lr 6e-4 >"$run/gpt2_124m_graphs.log" 2>&1
-    graphs_mfu_status=$?
-    last_step=$(grep -E "^step" "$run/gpt2_124m_graphs.log" | tail -1)
-fi
-if [[ $graphs_mfu_status == skip ]]; then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "skip" "at $(elapsed) of $budget s: the rest is the benchmarks'"
-elif [[ $graphs_mfu_status -eq 0 && -n "$last_step" ]]; then
-    row "GPT-2 124M as above, --cuda-graphs: MFU" "report" \
-        "$(echo "$last_step" | grep -oE '[0-9.]+ ms|bubble [0-9.]+%|MFU [0-9.]+%' | tr '\n' ' ')(last of 4 steps); $(device_mib "$run/gpt2_124m_graphs.log")"
 else
-    row "GPT-2 124M as above, --cuda-graphs: MFU" "FAIL" \
-        "exit $graphs_mfu_status; $(tail -1 "$run/gpt2_124m_graphs.log")"
-    fail
+    mfu_row "GPT-2 124M as above, --cuda-graphs: MFU" 150 "$run/gpt2_124m_graphs.log" --cuda-graphs
 fi
 echo "=== gpu-check: training runs done in $(elapsed)"
 
