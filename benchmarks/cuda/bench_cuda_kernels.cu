@@ -93,24 +93,26 @@ int main() {
         const double attention_flops = 2.0 * 2.0 * B * H * (double(T) * (T + 1) / 2) * hd;  // q k^T and p v, causal
         // Backward's useful work is 2.5 times forward's (five products to two), whatever a
         // kernel recomputes.
+        const double forward_bytes = 3.0 * NC * 2 + NC * 2;           // qkv read, out written
+        const double backward_bytes = 2.0 * 3 * NC * 2 + 2 * NC * 2;  // qkv, dqkv; out, dout
         row("flash_attention_forward", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::flash_attention_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
             }),
-            3.0 * NC * 2 + NC * 2, attention_flops);
+            forward_bytes, attention_flops);
         row("flash_attention_backward", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::flash_attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(),
                                              dqkv.data(), B, T, H, hd, s);
             }),
-            2.0 * 3 * NC * 2 + 2 * NC * 2, 2.5 * attention_flops);
+            backward_bytes, 2.5 * attention_flops);
         row("exact attention_forward", weft_bench::time_ms(s, 1, 3, [&] {
                 cu::attention_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
             }),
-            3.0 * NC * 2 + NC * 2, attention_flops);
+            forward_bytes, attention_flops);
         row("exact attention_backward", weft_bench::time_ms(s, 1, 3, [&] {
                 cu::attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(), dqkv.data(), B,
                                        T, H, hd, s);
             }),
-            2.0 * 3 * NC * 2 + 2 * NC * 2, 2.5 * attention_flops);
+            backward_bytes, 2.5 * attention_flops);
 
         const std::size_t NV = std::size_t(N) * V;
         cu::device_buffer<bf16> logits(NV), dlogits(NV);
@@ -183,12 +185,12 @@ int main() {
         row("flash_attention_mma_forward", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::flash_attention_mma_forward(qkv.data(), att.data(), lse.data(), B, T, H, hd, s);
             }),
-            3.0 * NC * 2 + NC * 2, attention_flops);
+            forward_bytes, attention_flops);
         row("flash_attention_mma_backward", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::flash_attention_mma_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(),
                                                  dqkv.data(), B, T, H, hd, s);
             }),
-            2.0 * 3 * NC * 2 + 2 * NC * 2, 2.5 * attention_flops);
+            backward_bytes, 2.5 * attention_flops);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_cuda_kernels: %s\n", e.what());

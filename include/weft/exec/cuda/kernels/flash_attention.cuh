@@ -439,6 +439,40 @@ inline void require_shape(int batch, int seq, int heads, int head_dim, const cha
             "must be 32, 64, 96 or 128");
 }
 
+// fn.template operator()<D>() for the head size D = head_dim (32, 64, 96 or 128, as
+// require_shape checked): the kernels' one run-time to compile-time dispatch.
+template <class Fn>
+void with_head_dim(int head_dim, Fn&& fn) {
+    switch (head_dim) {
+        case 32:
+            fn.template operator()<32>();
+            break;
+        case 64:
+            fn.template operator()<64>();
+            break;
+        case 96:
+            fn.template operator()<96>();
+            break;
+        default:
+            fn.template operator()<128>();
+            break;
+    }
+}
+
+// Backward's first step, delta = dout . out per row and head (delta_kernel), for the kernels
+// `what` names (in its errors).
+inline void launch_delta(const bf16* out, const bf16* dout, float* delta, int batch, int seq, int heads, int head_dim,
+                         const std::string& what, cudaStream_t stream) {
+    const std::size_t rows = std::size_t(batch) * seq;
+    require(rows * std::size_t(heads) <= 0x3ffffffu, what + ": batch * seq * heads", rows * std::size_t(heads),
+            "must be at most 2^26 (one warp per row and head in one launch)");
+    constexpr unsigned int delta_threads = 256;
+    const std::size_t delta_blocks = (rows * heads * 32 + delta_threads - 1) / delta_threads;
+    delta_kernel<bf16>
+        <<<unsigned(delta_blocks), delta_threads, 0, stream>>>(out, dout, delta, int(rows), seq, heads, head_dim);
+    check(cudaGetLastError(), what + ": delta kernel launch");
+}
+
 // More than the default 48 KiB of shared memory per block is opt-in, per kernel.
 template <class Kernel>
 void allow_shared_bytes(Kernel kernel, std::size_t bytes, const char* what) {
@@ -476,20 +510,7 @@ void backward(const bf16* qkv, const bf16* dout, const float* lse, const float* 
 inline void flash_attention_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads, int head_dim,
                                     cudaStream_t stream) {
     flash::require_shape(batch, seq, heads, head_dim, "flash_attention_forward");
-    switch (head_dim) {
-        case 32:
-            flash::forward<32>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        case 64:
-            flash::forward<64>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        case 96:
-            flash::forward<96>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        default:
-            flash::forward<128>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-    }
+    flash::with_head_dim(head_dim, [&]<int D>() { flash::forward<D>(qkv, out, lse, batch, seq, heads, stream); });
 }
 
 // dqkv (same layout as qkv) is written whole from what forward saved (out, lse); delta
@@ -497,28 +518,10 @@ inline void flash_attention_forward(const bf16* qkv, bf16* out, float* lse, int 
 inline void flash_attention_backward(const bf16* qkv, const bf16* out, const bf16* dout, const float* lse, float* delta,
                                      bf16* dqkv, int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
     flash::require_shape(batch, seq, heads, head_dim, "flash_attention_backward");
-    const std::size_t rows = std::size_t(batch) * seq;
-    require(rows * std::size_t(heads) <= 0x3ffffffu, "flash_attention_backward: batch * seq * heads",
-            rows * std::size_t(heads), "must be at most 2^26 (one warp per row and head in one launch)");
-    constexpr unsigned int delta_threads = 256;
-    const std::size_t delta_blocks = (rows * heads * 32 + delta_threads - 1) / delta_threads;
-    flash::delta_kernel<bf16>
-        <<<unsigned(delta_blocks), delta_threads, 0, stream>>>(out, dout, delta, int(rows), seq, heads, head_dim);
-    check(cudaGetLastError(), "flash attention delta kernel launch");
-    switch (head_dim) {
-        case 32:
-            flash::backward<32>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        case 64:
-            flash::backward<64>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        case 96:
-            flash::backward<96>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        default:
-            flash::backward<128>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-    }
+    flash::launch_delta(out, dout, delta, batch, seq, heads, head_dim, "flash_attention_backward", stream);
+    flash::with_head_dim(head_dim, [&]<int D>() {
+        flash::backward<D>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
+    });
 }
 
 }  // namespace weft::cuda

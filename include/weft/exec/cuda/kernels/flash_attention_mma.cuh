@@ -544,20 +544,7 @@ void backward(const bf16* qkv, const bf16* dout, const float* lse, const float* 
 inline void flash_attention_mma_forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int heads,
                                         int head_dim, cudaStream_t stream) {
     flash::require_shape(batch, seq, heads, head_dim, "flash_attention_mma_forward");
-    switch (head_dim) {
-        case 32:
-            flash_mma::forward<32>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        case 64:
-            flash_mma::forward<64>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        case 96:
-            flash_mma::forward<96>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-        default:
-            flash_mma::forward<128>(qkv, out, lse, batch, seq, heads, stream);
-            break;
-    }
+    flash::with_head_dim(head_dim, [&]<int D>() { flash_mma::forward<D>(qkv, out, lse, batch, seq, heads, stream); });
 }
 
 // As flash_attention_backward (dqkv written whole; delta [batch, heads, seq] is scratch).
@@ -565,28 +552,9 @@ inline void flash_attention_mma_backward(const bf16* qkv, const bf16* out, const
                                          float* delta, bf16* dqkv, int batch, int seq, int heads, int head_dim,
                                          cudaStream_t stream) {
     flash::require_shape(batch, seq, heads, head_dim, "flash_attention_mma_backward");
-    const std::size_t rows = std::size_t(batch) * seq;
-    require(rows * std::size_t(heads) <= 0x3ffffffu, "flash_attention_mma_backward: batch * seq * heads",
-            rows * std::size_t(heads), "must be at most 2^26 (one warp per row and head in one launch)");
-    constexpr unsigned int delta_threads = 256;
-    const std::size_t delta_blocks = (rows * heads * 32 + delta_threads - 1) / delta_threads;
-    flash::delta_kernel<bf16>
-        <<<unsigned(delta_blocks), delta_threads, 0, stream>>>(out, dout, delta, int(rows), seq, heads, head_dim);
-    check(cudaGetLastError(), "flash attention (mma) delta kernel launch");
-    switch (head_dim) {
-        case 32:
-            flash_mma::backward<32>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        case 64:
-            flash_mma::backward<64>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        case 96:
-            flash_mma::backward<96>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-        default:
-            flash_mma::backward<128>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream);
-            break;
-    }
+    flash::launch_delta(out, dout, delta, batch, seq, heads, head_dim, "flash_attention_mma_backward", stream);
+    flash::with_head_dim(
+        head_dim, [&]<int D>() { flash_mma::backward<D>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream); });
 }
 
 }  // namespace weft::cuda
