@@ -387,6 +387,22 @@ row "embedding weight gradient, GPT-2 shapes" "report" \
     "device ${embedding:-?} (ids spread), ${skewed:-?} (ids skewed); host grouping ${grouping:-?}"
 loss_kernel=$(grep -E "^cross_entropy fwd\+bwd" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms +[0-9.]+ GB/s' | head -1)
 row "cross-entropy forward+backward, N x V" "report" "${loss_kernel:-?} (bench_cuda_kernels)"
+# LayerNorm's weight gradient and the bias gradients, column sums in row chunks
+# (kernels/column_sums.cuh). Before the chunks, on the H200: 0.114 ms (443 GB/s) and, for
+# N x C, 0.025 ms (999 GB/s).
+column_sum() {
+    local figure
+    figure=$(grep -E "^$1" "$run/bench_kernels.log" | grep -oE '[0-9.]+ ms +[0-9.]+ GB/s' | head -1 | tr -s ' ')
+    echo "${figure:-?}"
+}
+row "column sums: LN weight, bias N x C, N x 4C" "report" "$(column_sum layer_norm_backward_weight);\
+ $(column_sum 'bias_grad \(N x C\)'); $(column_sum 'bias_grad \(N x 4C\)')"
+
+# GELU in the MLP's GEMM epilogues, as a step runs it (GPT-2 124M's rows come first); the
+# plain GEMMs' rows of the same layers are in bench_gemm.log.
+gelu_gemms=$(grep -E "^ +mlp\.c_(fc|proj) +(fwd\+GELU|dX\*GELU')" "$run/bench_gemm.log" | head -2 |
+    awk '{ if ($3 == "no") printf "%s %s: no cuBLASLt algorithm; ", $1, $2; else printf "%s %s %s ms; ", $1, $2, $6 }')
+row "GELU in GEMM epilogues, GPT-2 124M" "report" "${gelu_gemms:-?}"
 
 # The kernels' tests once more under compute-sanitizer, last, in what is left of the budget
 # (the issue's figures above come first, and the tools slow the tests many times over):

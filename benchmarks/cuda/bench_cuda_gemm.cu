@@ -91,15 +91,44 @@ int main(int argc, char** argv) {
                     {"bwd dW+=", s.in, s.out, tokens, weft_bench::time_ms(stream, 3, 20, [&] {
                          gemm.linear_backward_weight(x.data(), dy.data(), dw.data(), tokens, s.in, s.out, stream);
                      })}};
-                for (const pass& p : passes) {
+                const auto print_pass = [&](const pass& p) {
                     const double tflops = flops / (p.ms * 1e-3) / 1e12;
-                    best_tflops = std::max(best_tflops, tflops);
                     char mfu[16] = "n/a";
                     if (peak > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tflops / peak);
                     std::printf("%-10s %-12s %-9s %6d %6d %6d %9.3f %9.1f %6s\n", "", s.name, p.name, p.M, p.N, p.K,
                                 p.ms, tflops, mfu);
+                    return tflops;
+                };
+                for (const pass& p : passes) {
+                    best_tflops = std::max(best_tflops, print_pass(p));
                     step_flops += flops * s.per_model;
                     step_ms += p.ms * s.per_model;
+                }
+                // The MLP's GELU rides in these GEMMs' cuBLASLt epilogues in a training step
+                // (exec::fused_kernels): c_fc's forward writes the pre-activation and GELU of
+                // it, c_proj's input gradient goes through GELU's gradient. Timed apart from
+                // the step's total above, which stays the plain GEMMs'; where cuBLASLt has no
+                // algorithm, the step runs the plain GEMM and GELU's own kernel.
+                const std::string name = s.name;
+                if (name == "mlp.c_fc" || name == "mlp.c_proj") {
+                    const bool forward = name == "mlp.c_fc";
+                    cu::device_buffer<cu::bf16> pre_act(forward ? rows * s.out : rows * s.in);
+                    weft_bench::fill(pre_act.data(), pre_act.size(), 5);
+                    const auto run = [&] {
+                        return forward ? gemm.linear_gelu_forward(x.data(), w.data(), bias.data(), y.data(),
+                                                                  pre_act.data(), tokens, s.in, s.out, stream)
+                                       : gemm.linear_backward_input_gelu(dy.data(), w.data(), pre_act.data(),
+                                                                         dx.data(), tokens, s.in, s.out, stream);
+                    };
+                    const char* pass_name = forward ? "fwd+GELU" : "dX*GELU'";
+                    if (run()) {
+                        const pass& plain = passes[forward ? 0 : 1];
+                        print_pass({pass_name, plain.M, plain.N, plain.K,
+                                    weft_bench::time_ms(stream, 3, 20, [&] { (void)run(); })});
+                    } else {
+                        std::printf("%-10s %-12s %-9s no cuBLASLt algorithm: the step runs GELU's own kernel\n", "",
+                                    s.name, pass_name);
+                    }
                 }
             }
             const double tflops = step_flops / (step_ms * 1e-3) / 1e12;

@@ -18,6 +18,7 @@
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
+#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"
@@ -68,12 +69,16 @@ int main() {
                                               N, C, s);
             }),
             3.0 * NC * 2);
+        // The column sums' scratch, sized for the widest of them (bias_grad over N x 4C).
+        cu::device_buffer<float> partials(cu::column_sum_scratch_floats(N, 4 * C, 2));
         row("layer_norm_backward_weight", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dy.data(), dgamma.data(),
-                                               dbeta.data(), N, C, s);
+                                               dbeta.data(), partials.data(), N, C, s);
             }),
             2.0 * NC * 2);
-        row("bias_grad (N x C)", weft_bench::time_ms(s, 3, 20, [&] { cu::bias_grad(dy.data(), dgamma.data(), N, C, s); }),
+        row("bias_grad (N x C)", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::bias_grad(dy.data(), dgamma.data(), partials.data(), N, C, s);
+            }),
             1.0 * NC * 2);
 
         const std::size_t NF = 4 * NC;
@@ -85,6 +90,12 @@ int main() {
         row("gelu_backward (N x 4C)",
             weft_bench::time_ms(s, 3, 20, [&] { cu::gelu_backward(h.data(), dg.data(), g.data(), NF, s); }),
             3.0 * NF * 2);
+        cu::device_buffer<float> dbias(4 * C);
+        dbias.fill_zero();
+        row("bias_grad (N x 4C)", weft_bench::time_ms(s, 3, 20, [&] {
+                cu::bias_grad(dg.data(), dbias.data(), partials.data(), N, 4 * C, s);
+            }),
+            1.0 * NF * 2);
 
         cu::device_buffer<bf16> qkv(3 * NC), att(NC), datt(NC), dqkv(3 * NC);
         cu::device_buffer<float> lse(std::size_t(B) * H * T), delta(lse.size());

@@ -54,6 +54,7 @@
 #include "weft/exec/cuda/action_graphs.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/backend_kernels.hpp"
+#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/device_matrix.hpp"
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/interval_clock.hpp"
@@ -322,7 +323,8 @@ public:
         require_device(db, "linear_backward_weight: bias gradient");
         if (x.rows() == 0 || in == 0 || out == 0) return;
         gemm_.linear_backward_weight(x.data(), dy.data(), dw.data(), x.rows(), in, out, stream());
-        weft::cuda::launch::bias_grad(dy.data(), db.data(), x.rows(), out, stream());
+        scratch<float> partials(weft::cuda::column_sum_scratch_floats(x.rows(), out, 1), stream());
+        weft::cuda::launch::bias_grad(dy.data(), db.data(), partials.data(), x.rows(), out, stream());
     }
 
     [[nodiscard]] matrix gelu_forward(const matrix& x) {
@@ -405,8 +407,9 @@ public:
         require_device(dgamma, "layer_norm_backward_weight: weight gradient");
         require_device(dbeta, "layer_norm_backward_weight: bias gradient");
         if (x.rows() == 0 || n == 0) return;
+        scratch<float> partials(weft::cuda::column_sum_scratch_floats(x.rows(), n, 2), stream());
         weft::cuda::launch::layer_norm_backward_weight(x.data(), floats(mean), floats(rstd), dy.data(), dgamma.data(),
-                                                       dbeta.data(), x.rows(), n, stream());
+                                                       dbeta.data(), partials.data(), x.rows(), n, stream());
     }
 
     // Mean softmax cross-entropy over rows; dlogits = scale * d(mean loss)/d(logits). Returns

@@ -25,6 +25,7 @@
 #include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
+#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
@@ -74,14 +75,17 @@ void expect_close(const std::string& what, const vec& got, const vec& want, floa
 }
 
 template <class Fn>
-void expect_throws(const std::string& what, Fn&& fn) {
+void expect_throws(const std::string& what, Fn&& fn, const std::string& naming = "") {
+    std::string message;
     bool threw = false;
     try {
         fn();
-    } catch (const weft::error&) {
+    } catch (const weft::error& e) {
         threw = true;
+        message = e.what();
     }
-    expect(threw, what + " throws weft::error");
+    expect(threw && message.find(naming) != std::string::npos,
+           what + " throws weft::error" + (naming.empty() ? "" : " naming '" + naming + "' (got '" + message + "')"));
 }
 
 vec random_vec(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
@@ -159,7 +163,19 @@ void test_argument_validation() {
     expect_throws("cross_entropy classes = 0", [] {
         cu::cross_entropy_forward_backward<float>(nullptr, nullptr, nullptr, nullptr, 4, 0, 1.0f, nullptr);
     });
-    expect_throws("bias_grad cols = -1", [] { cu::bias_grad<float>(nullptr, nullptr, 4, -1, nullptr); });
+    expect_throws("bias_grad cols = -1", [] { cu::bias_grad<float>(nullptr, nullptr, nullptr, 4, -1, nullptr); });
+    expect_throws(
+        "bias_grad without scratch", [] { cu::bias_grad<float>(nullptr, nullptr, nullptr, 4, 8, nullptr); },
+        "bias_grad: partials = \"a null pointer\" is invalid: must hold column_sum_scratch_floats");
+    // 65536 blocks of 32 columns: one more than a grid's y dimension holds.
+    expect_throws(
+        "layer_norm_backward_weight cols = 2097152",
+        [] {
+            float partials = 0;  // refused before any launch reads it
+            cu::layer_norm_backward_weight<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &partials, 4,
+                                                  2097152, nullptr);
+        },
+        "layer_norm_backward_weight: cols = 2097152 is invalid: must be at most 2097120");
     expect_throws("convert of null pointers", [] { cu::convert<float, bf16>(nullptr, nullptr, 4, nullptr); });
     expect_throws("cross_entropy stride < classes", [] {
         cu::cross_entropy_forward_backward<float>(nullptr, nullptr, nullptr, nullptr, 4, 10, 8, 1.0f, nullptr);
@@ -241,7 +257,8 @@ void test_linear(int rows, int in, int out) {
     weft_test::linear_backward_weight(x, dy, rows, in, out, want_dw, want_db);
     cu::device_buffer<float> dw{vec(std::size_t(in) * out, 1.0f)}, db{vec(std::size_t(out), 1.0f)};
     gemm.linear_backward_weight(dx_.data(), ddy.data(), dw.data(), rows, in, out, nullptr);
-    cu::bias_grad(ddy.data(), db.data(), rows, out, nullptr);
+    cu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, out, 1));
+    cu::bias_grad(ddy.data(), db.data(), partials.data(), rows, out, nullptr);
     for (float& v : want_dw) v += 1.0f;
     for (float& v : want_db) v += 1.0f;
     expect_close("linear_backward_weight " + tag, download(dw), want_dw, 1e-4f, 1e-4f * max_abs(want_dw));
@@ -295,8 +312,9 @@ void test_layer_norm(int rows, int cols, float spread = 2.0f, float offset = 3.0
     vec want_dgamma, want_dbeta;
     weft_test::layer_norm_backward_weight(x, want_mean, want_rstd, dy, rows, cols, want_dgamma, want_dbeta);
     cu::device_buffer<float> dgamma{vec(std::size_t(cols), 0.5f)}, dbeta{vec(std::size_t(cols), 0.5f)};
-    cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(), rows,
-                                   cols, nullptr);
+    cu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, cols, 2));
+    cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(),
+                                   partials.data(), rows, cols, nullptr);
     for (float& v : want_dgamma) v += 0.5f;
     for (float& v : want_dbeta) v += 0.5f;
     expect_close("layer_norm_backward_weight dgamma" + tag, download(dgamma), want_dgamma, 1e-4f,
@@ -612,6 +630,8 @@ struct tiny_model {
         dqkv{std::size_t(N) * 3 * C}, dln{std::size_t(N) * C}, dx{std::size_t(N) * C};
     cu::device_buffer<float> mean{std::size_t(N)}, rstd{std::size_t(N)}, lse{std::size_t(N) * heads},
         delta{std::size_t(N) * heads}, losses{std::size_t(N)}, loss{1};
+    // The column sums' scratch (bias and LayerNorm weight gradients), one after another on the stream.
+    cu::device_buffer<float> partials{cu::column_sum_scratch_floats(N, std::max({V, F, 3 * C}), 2)};
     cu::device_buffer<std::int32_t> labels{std::size_t(N)};
     std::vector<cu::adamw_range> ranges;
 
@@ -661,19 +681,20 @@ struct tiny_model {
         cu::mean(losses.data(), N, loss.data(), s);
 
         gemm.linear_backward_weight(g.data(), dlogits.data(), G + w3, N, F, V, s);
-        cu::bias_grad(dlogits.data(), G + b3, N, V, s);
+        cu::bias_grad(dlogits.data(), G + b3, partials.data(), N, V, s);
         gemm.linear_backward_input(dlogits.data(), P + w3, dg.data(), N, F, V, s);
         cu::gelu_backward(h.data(), dg.data(), dh.data(), h.size(), s);
         gemm.linear_backward_weight(att.data(), dh.data(), G + w2, N, C, F, s);
-        cu::bias_grad(dh.data(), G + b2, N, F, s);
+        cu::bias_grad(dh.data(), G + b2, partials.data(), N, F, s);
         gemm.linear_backward_input(dh.data(), P + w2, datt.data(), N, C, F, s);
         cu::attention_backward(qkv.data(), att.data(), datt.data(), lse.data(), delta.data(), dqkv.data(), batch, seq,
                                heads, head_dim, s);
         gemm.linear_backward_weight(ln.data(), dqkv.data(), G + w1, N, C, 3 * C, s);
-        cu::bias_grad(dqkv.data(), G + b1, N, 3 * C, s);
+        cu::bias_grad(dqkv.data(), G + b1, partials.data(), N, 3 * C, s);
         gemm.linear_backward_input(dqkv.data(), P + w1, dln.data(), N, C, 3 * C, s);
         cu::layer_norm_backward_input(x.data(), mean.data(), rstd.data(), P + gamma, dln.data(), dx.data(), N, C, s);
-        cu::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dln.data(), G + gamma, G + beta, N, C, s);
+        cu::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dln.data(), G + gamma, G + beta,
+                                       partials.data(), N, C, s);
 
         cu::adamw_begin_step(state.data(), s);
         cu::adamw_update(master.data(), G, m.data(), v.data(), params.data(), ranges, state.data(), s);
@@ -739,12 +760,16 @@ int main(int argc, char** argv) {
                                               test_linear<float>(37, 64, 80);
                                               test_linear<bf16>(37, 64, 80);
                                               test_linear<float>(256, 768, 2304);
+                                              // the column sums' row chunks (256 rows) with a
+                                              // partial last one, and a partial column block
+                                              test_linear<bf16>(600, 96, 40);
                                               test_gelu<float>();
                                               test_gelu<bf16>();
                                               test_layer_norm<float>(50, 96);
                                               test_layer_norm<bf16>(50, 768);
                                               // a warp's last pass over the columns partial
                                               test_layer_norm<float>(50, 100);
+                                              test_layer_norm<bf16>(600, 100);
                                               // variance below epsilon: where epsilon goes shows
                                               test_layer_norm<float>(50, 96, 1e-3f, 0.0f);
                                               test_layer_norm<bf16>(50, 768, 1e-3f, 0.0f);

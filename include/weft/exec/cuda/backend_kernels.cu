@@ -64,14 +64,15 @@ void layer_norm_backward_input(const bf16* x, const float* mean, const float* rs
     weft::cuda::layer_norm_backward_input(x, mean, rstd, gamma, dy, dx, rows, cols, stream);
 }
 void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,
-                                float* dbeta, int rows, int cols, cudaStream_t stream) {
-    if (skip_recorded_work("layer_norm_backward_weight", x, mean, rstd, dy, dgamma, dbeta, rows, cols)) return;
-    weft::cuda::layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta, rows, cols, stream);
+                                float* dbeta, float* partials, int rows, int cols, cudaStream_t stream) {
+    if (skip_recorded_work("layer_norm_backward_weight", x, mean, rstd, dy, dgamma, dbeta, partials, rows, cols))
+        return;
+    weft::cuda::layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta, partials, rows, cols, stream);
 }
 
-void bias_grad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream) {
-    if (skip_recorded_work("bias_grad", dy, db, rows, cols)) return;
-    weft::cuda::bias_grad(dy, db, rows, cols, stream);
+void bias_grad(const bf16* dy, float* db, float* partials, int rows, int cols, cudaStream_t stream) {
+    if (skip_recorded_work("bias_grad", dy, db, partials, rows, cols)) return;
+    weft::cuda::bias_grad(dy, db, partials, rows, cols, stream);
 }
 
 void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,

@@ -52,11 +52,13 @@ void residual_layer_norm_forward(const bf16* a, const bf16* b, bf16* sum, const 
                                  cudaStream_t stream);
 void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
                                bf16* dx, int rows, int cols, cudaStream_t stream);
+// `partials`: column_sum_scratch_floats(rows, cols, 2) floats of scratch
+// (weft/exec/cuda/column_sums_layout.hpp).
 void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,
-                                float* dbeta, int rows, int cols, cudaStream_t stream);
+                                float* dbeta, float* partials, int rows, int cols, cudaStream_t stream);
 
-// db += column sums of dy [rows, cols].
-void bias_grad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream);
+// db += column sums of dy [rows, cols]; `partials`: column_sum_scratch_floats(rows, cols, 1) floats.
+void bias_grad(const bf16* dy, float* db, float* partials, int rows, int cols, cudaStream_t stream);
 
 // Per-row losses and dlogits = scale / rows (softmax - onehot); then *out = mean of the losses.
 void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,

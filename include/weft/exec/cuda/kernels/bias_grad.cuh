@@ -1,5 +1,6 @@
 // Bias gradient of a linear layer: db += column sums of dy [rows, cols], in a fixed
-// order (no atomics) so that results are bit-reproducible, fp32 accumulation.
+// order (no atomics, kernels/column_sums.cuh) so that results are bit-reproducible, fp32
+// accumulation.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,42 +8,28 @@
 #include <cstddef>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/column_sums.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
-#include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
 
 namespace detail {
 
-constexpr int bias_grad_columns = 32;
-constexpr int bias_grad_row_lanes = 32;
-
 template <class T>
-__global__ void bias_grad_kernel(const T* dy, float* db, int rows, int cols) {
-    __shared__ float partial[bias_grad_row_lanes][bias_grad_columns + 1];
-    const int c = blockIdx.x * bias_grad_columns + threadIdx.x;
-    float sum = 0;
-    if (c < cols)
-        for (int r = threadIdx.y; r < rows; r += bias_grad_row_lanes) sum += to_float(dy[std::size_t(r) * cols + c]);
-    partial[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        float total = 0;
-        for (int r = 0; r < bias_grad_row_lanes; ++r) total += partial[r][threadIdx.x];
-        db[c] += total;
-    }
-}
+struct bias_grad_terms {
+    const T* dy;
+    __device__ void operator()(int /*row*/, std::size_t i, float (&sums)[1]) const { sums[0] += to_float(dy[i]); }
+};
 
 }  // namespace detail
 
+// `partials`: column_sum_scratch_floats(rows, cols, 1) floats of device scratch.
 template <class T>
-void bias_grad(const T* dy, float* db, int rows, int cols, cudaStream_t stream) {
+void bias_grad(const T* dy, float* db, float* partials, int rows, int cols, cudaStream_t stream) {
     require(rows > 0, "bias_grad: rows", rows, "must be positive");
     require(cols > 0, "bias_grad: cols", cols, "must be positive");
-    const unsigned int blocks = (cols + detail::bias_grad_columns - 1) / detail::bias_grad_columns;
-    detail::bias_grad_kernel<<<blocks, dim3(detail::bias_grad_columns, detail::bias_grad_row_lanes), 0, stream>>>(
-        dy, db, rows, cols);
-    check(cudaGetLastError(), "bias_grad kernel launch");
+    detail::column_sums<1>(detail::bias_grad_terms<T>{dy}, partials, detail::column_outputs<1>{{db}}, rows, cols,
+                           stream, "bias_grad");
 }
 
 }  // namespace weft::cuda

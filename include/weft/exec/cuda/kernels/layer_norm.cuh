@@ -1,5 +1,6 @@
 // LayerNorm on the GPU: forward saving per-row mean and rstd, backward for the input
-// and (separately, like the CPU backend's split backward) for weight and bias.
+// and (separately, like the CPU backend's split backward) for weight and bias, the latter
+// as column sums (kernels/column_sums.cuh).
 // Storage is float or bf16, arithmetic fp32; weight/bias grads accumulate in fp32.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/column_sums.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
@@ -96,40 +98,19 @@ __global__ void layer_norm_backward_input_kernel(const T* x, const float* mean, 
     }
 }
 
-// Column sums over rows with a fixed order: 32 columns per block, 32 row lanes each
-// summing a strided set of rows, then the 32 partials added in order. No atomics, so
-// results are bit-reproducible (a CUDA graph replay equals the eager run).
-constexpr int column_block = 32;
-constexpr int row_lanes = 32;
-
+// Row r's terms of dgamma and dbeta at element i: dy * xhat and dy (kernels/column_sums.cuh).
 template <class T>
-__global__ void layer_norm_backward_weight_kernel(const T* x, const float* mean, const float* rstd, const T* dy,
-                                                  float* dgamma, float* dbeta, int rows, int cols) {
-    __shared__ float partial_g[row_lanes][column_block + 1];
-    __shared__ float partial_b[row_lanes][column_block + 1];
-    const int c = blockIdx.x * column_block + threadIdx.x;
-    float g = 0, b = 0;
-    if (c < cols) {
-        for (int r = threadIdx.y; r < rows; r += row_lanes) {
-            const std::size_t i = std::size_t(r) * cols + c;
-            const float d = to_float(dy[i]);
-            g += d * (to_float(x[i]) - mean[r]) * rstd[r];
-            b += d;
-        }
+struct layer_norm_weight_terms {
+    const T* x;
+    const float* mean;
+    const float* rstd;
+    const T* dy;
+    __device__ void operator()(int r, std::size_t i, float (&sums)[2]) const {
+        const float d = to_float(dy[i]);
+        sums[0] += d * (to_float(x[i]) - mean[r]) * rstd[r];
+        sums[1] += d;
     }
-    partial_g[threadIdx.y][threadIdx.x] = g;
-    partial_b[threadIdx.y][threadIdx.x] = b;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        float sum_g = 0, sum_b = 0;
-        for (int r = 0; r < row_lanes; ++r) {
-            sum_g += partial_g[r][threadIdx.x];
-            sum_b += partial_b[r][threadIdx.x];
-        }
-        dgamma[c] += sum_g;
-        dbeta[c] += sum_b;
-    }
-}
+};
 
 inline void require_rows_cols(int rows, int cols, const char* what) {
     require(rows > 0, std::string(what) + ": rows", rows, "must be positive");
@@ -175,14 +156,14 @@ void layer_norm_backward_input(const T* x, const float* mean, const float* rstd,
 }
 
 // dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy (fp32 accumulators).
+// `partials`: column_sum_scratch_floats(rows, cols, 2) floats of device scratch.
 template <class T>
 void layer_norm_backward_weight(const T* x, const float* mean, const float* rstd, const T* dy, float* dgamma,
-                                float* dbeta, int rows, int cols, cudaStream_t stream) {
+                                float* dbeta, float* partials, int rows, int cols, cudaStream_t stream) {
     detail::require_rows_cols(rows, cols, "layer_norm_backward_weight");
-    const unsigned int blocks = (cols + detail::column_block - 1) / detail::column_block;
-    detail::layer_norm_backward_weight_kernel<<<blocks, dim3(detail::column_block, detail::row_lanes), 0, stream>>>(
-        x, mean, rstd, dy, dgamma, dbeta, rows, cols);
-    check(cudaGetLastError(), "layer_norm_backward_weight kernel launch");
+    detail::column_sums<2>(detail::layer_norm_weight_terms<T>{x, mean, rstd, dy}, partials,
+                           detail::column_outputs<2>{{dgamma, dbeta}}, rows, cols, stream,
+                           "layer_norm_backward_weight");
 }
 
 }  // namespace weft::cuda
