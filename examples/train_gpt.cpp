@@ -56,6 +56,10 @@ void train_on_device(Comm& world, const run_options& o) {
                   o.attention_kernel, "valid: wmma, mma");
     weft::require(o.attention_kernel == "wmma" || o.device == "cuda", "--attention-kernel", o.attention_kernel,
                   "is for --device cuda (the CPU backend has one attention)");
+    weft::require(!o.kernel_profile || o.device == "cuda", "--kernel-profile", "given",
+                  "is for --device cuda (it times the GPU's kernels)");
+    weft::require(!o.kernel_profile || !o.cuda_graphs, "--kernel-profile", "given",
+                  "cannot go with --cuda-graphs (a graph replays its kernels without the launches it times)");
     if (o.device == "cuda") {
 #if WEFT_TRAIN_GPT_CUDA
         weft_examples::train_gpt::train_on_cuda(world, o);
@@ -141,6 +145,9 @@ int main(int argc, char** argv) {
                    "(mma.sync with the scores in registers, FlashAttention-2's design; not yet run on a GPU: "
                    "docs/cuda.md)")
         ->capture_default_str();
+    app.add_flag("--kernel-profile", o.kernel_profile,
+                 "with --device cuda: time every kernel and GEMM on the GPU and print, at the end, their time per "
+                 "step by operation (steps after the first; not with --cuda-graphs; docs/cuda.md)");
     app.add_option("--partition", o.partition,
                    "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
                    "(default: balanced by estimated flops per stage)")

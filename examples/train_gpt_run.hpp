@@ -21,6 +21,7 @@
 
 #include "weft/weft.hpp"
 #include "weft/core/state_memory.hpp"
+#include "weft/exec/operation_times.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/train/checkpoint_directory.hpp"
 #include "weft/models/gpt.hpp"
@@ -55,6 +56,7 @@ struct run_options : weft_examples::gpt_run_options {
     std::string gpu_comm = "host-staged";
     bool cuda_graphs = false;  // --device cuda: each F, B, I and W captured once, then replayed
     std::string attention_kernel = "wmma";  // --device cuda: wmma, or mma (not yet run on a GPU)
+    bool kernel_profile = false;  // --device cuda: each operation's GPU time per step, printed at the end
     std::vector<int> partition;  // units per stage; empty = balanced by estimated flops
     int skip_nonfinite = 0;      // non-finite steps tolerated (not applied) before the run stops
     long long warmup_steps = 0;
@@ -319,6 +321,15 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         host.broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
         return flag[0] != 0;
     };
+    // --kernel-profile: rank 0 times its process's kernels and GEMMs (every rank thread's)
+    // from the run's second step on; the first is warm-up (allocations, cuBLASLt's choices).
+    constexpr bool can_profile = requires { engine.backend().take_operation_times(); };
+    const bool profiling = can_profile && o.kernel_profile && world.rank() == 0 && !engine.is_spare();
+    std::vector<weft::operation_time> profile_totals;
+    long long profiled_steps = 0;  // the warm-up step included
+    double profiled_milliseconds = 0;
+    if constexpr (can_profile)
+        if (profiling) engine.backend().enable_operation_profile(true);
     int nonfinite_steps = 0;
     while (steps_done() < o.steps) {
         while (next_switch < switches.size() && switches[next_switch].step == steps_done())
@@ -338,12 +349,23 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         // from where it was saved (step numbers too), as if it had not stopped.
         const auto batch_index =
             static_cast<long long>(engine.progress().samples / static_cast<std::uint64_t>(o.batch));
+        // What ran since the last step (validation, a checkpoint, a switch) is not the step's.
+        if constexpr (can_profile)
+            if (profiling) static_cast<void>(engine.backend().take_operation_times());
         auto stats = engine.step(weft::data::batch_at(tokens, batch_index, o.batch, o.seq_len));
         ++steps_taken;
         const double tokens_per_step = static_cast<double>(o.batch) * o.seq_len;
         stats.lr = step_lr;
         stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
         stats.mfu = weft::train::mfu(flops_per_token, tokens_per_step, stats.milliseconds / 1e3, peak_tflops);
+        if constexpr (can_profile)
+            if (profiling) {
+                const auto times = engine.backend().take_operation_times();
+                if (++profiled_steps > 1) {  // the first is warm-up
+                    weft::accumulate_operation_times(profile_totals, times);
+                    profiled_milliseconds += stats.milliseconds;
+                }
+            }
         if (world.rank() == 0) {
             std::printf("%s\n", weft::train::format_step(stats).c_str());
             std::fflush(stdout);
@@ -377,6 +399,15 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
     }
     if (val_tokens && validated_step != steps_done()) validate();
     report_memory(host, engine);
+    if (profiling && profiled_steps > 1) {
+        const long long timed = profiled_steps - 1;
+        std::printf("kernel profile | GPU time per step of the kernels and GEMMs of rank 0's process, mean over "
+                    "%lld step(s) after the first\n",
+                    timed);
+        for (const std::string& line :
+             weft::format_operation_times(profile_totals, timed, profiled_milliseconds / double(timed)))
+            std::printf("kernel profile | %s\n", line.c_str());
+    }
     if constexpr (requires { engine.backend().memory_high_water(); })
         if (world.rank() == 0 && !engine.is_spare()) {
             // A figure for the log: a failed query must not stop the run's checkpoint and save.

@@ -12,9 +12,11 @@
 #   - MFU of GPT-2 124M at seq 1024, batch 16 (llm.c's 6N + 6LCT flops per token against
 #     the GPU's dense bf16 peak), with its step time and bubble, eager, with the mma.sync
 #     attention kernels and with --cuda-graphs, and the device memory each held;
+#   - where GPT-2 124M's step time goes, by kernel and GEMM (train_gpt --kernel-profile);
 #   - the flash attention kernels' TFLOP/s (forward, backward) against the best GEMM TFLOP/s of
 #     bench_cuda_gemm, the mma.sync attention kernels' against them, and the embedding
-#     gradient's and the cross-entropy's times at GPT-2's shapes;
+#     gradient's, the cross-entropy's, the column sums' and the GELU epilogues' times at
+#     GPT-2's shapes;
 #   - in what is left of its time, test_cuda_backend under compute-sanitizer's memcheck and the
 #     mma.sync attention kernels' test under its racecheck.
 #
@@ -346,6 +348,33 @@ if (( $(seconds_left) < 90 )); then
     row "GPT-2 124M as above, --cuda-graphs: MFU" "skip" "at $(elapsed) of $budget s: the rest is the benchmarks'"
 else
     mfu_row "GPT-2 124M as above, --cuda-graphs: MFU" 150 "$run/gpt2_124m_graphs.log" --cuda-graphs
+fi
+# Where a GPT-2 124M step's GPU time goes, by kernel and GEMM (train_gpt --kernel-profile):
+# the four longest and what is left outside them; the whole table is in the log.
+profile_summary() {
+    sed -n 's/^kernel profile | //p' "$1" | awk '
+        /^operation \(per step\)/ { table = 1; next }
+        !table || /^all of the above/ { next }
+        /^the rest of the step/ { printf "rest of the step %s ms (%s)", $(NF - 1), $NF; next }
+        shown < 4 {
+            name = $1
+            for (i = 2; i <= NF - 3; ++i) name = name " " $i
+            printf "%s %s ms (%s); ", name, $(NF - 1), $NF
+            ++shown
+        }'
+}
+if (( $(seconds_left) < 90 )); then
+    row "GPT-2 124M: step time by operation" "skip" "at $(elapsed) of $budget s: the rest is the benchmarks'"
+else
+    within 150 "${train[@]}" "${gpt2_124m[@]}" --kernel-profile >"$run/gpt2_124m_profile.log" 2>&1
+    code=$?
+    grep -E "^kernel profile" "$run/gpt2_124m_profile.log" | head -30
+    if [[ $code -eq 0 ]] && grep -q "^kernel profile | the rest of the step" "$run/gpt2_124m_profile.log"; then
+        row "GPT-2 124M: step time by operation" "report" "$(profile_summary "$run/gpt2_124m_profile.log")"
+    else
+        row "GPT-2 124M: step time by operation" "FAIL" "exit $code; $(tail -1 "$run/gpt2_124m_profile.log")"
+        fail
+    fi
 fi
 echo "=== gpu-check: training runs done in $(elapsed)"
 

@@ -60,11 +60,13 @@
 #include "weft/exec/cuda/interval_clock.hpp"
 #include "weft/exec/cuda/managed_state_memory.hpp"
 #include "weft/exec/cuda/memory_high_water.hpp"
+#include "weft/exec/cuda/operation_profile.hpp"
 #include "weft/exec/cuda/pinned_uploads.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/stream_memory.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
+#include "weft/exec/operation_times.hpp"
 #include "weft/exec/token_groups.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
@@ -121,9 +123,23 @@ public:
     // stages 0 and 1 (train_gpt --cuda-graphs refuses the rest). Turning it off drops the
     // graphs.
     void enable_action_graphs(bool on = true) {
+        require(!on || !weft::cuda::operation_profile::process().enabled(), "enable_action_graphs: operation profile",
+                "on", "must be off (a graph replays its kernels without the launches the profile times)");
         graphs_ = on ? std::make_unique<weft::cuda::action_graphs>(stream()) : nullptr;
     }
     [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
+    // The GPU time of every kernel and GEMM queued from now on, by operation
+    // (weft/exec/cuda/operation_profile.hpp): the process's profile, so rank threads sharing
+    // a process are all in it. Eager runs only: a graph's replay queues nothing to time.
+    void enable_operation_profile(bool on = true) {
+        require(!on || graphs_ == nullptr, "enable_operation_profile: action graphs", "on",
+                "must be off (a graph replays its kernels without the launches the profile times)");
+        weft::cuda::operation_profile::process().enable(on);
+    }
+    // What the profile timed since the last take, once the GPU has run it; starts over.
+    [[nodiscard]] std::vector<operation_time> take_operation_times() {
+        return weft::cuda::operation_profile::process().take(wait_limit_);
+    }
     // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
     [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
     // The most memory this GPU's eager work and its action graphs have held at once, each in

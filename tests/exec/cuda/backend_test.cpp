@@ -667,6 +667,45 @@ void host_checks() {
 
 }  // namespace
 
+// The operation profile (train_gpt --kernel-profile): each launch timed under its name, a
+// GEMM under its shape, nothing once it is off; refused together with action graphs.
+void test_operation_profile(gpu_backend& gpu) {
+    const cpu_matrix x = random_matrix(64, 32, 1);
+    const auto w = random_values(std::size_t(32) * 48, 3, 0.2f), b = random_values(48, 4);
+    device_values dw_w(w), dw_b(b);
+    const gpu_matrix gx = upload(gpu, x);
+    gpu.enable_operation_profile();
+    const gpu_matrix y = gpu.linear_forward(gx, dw_w.view(), dw_b.view(), 32, 48);
+    static_cast<void>(gpu.add(y, y));
+    const auto times = gpu.take_operation_times();
+    const auto timed_once = [&](const std::string& name) {
+        const auto it = std::find_if(times.begin(), times.end(), [&](const auto& t) { return t.name == name; });
+        return it != times.end() && it->calls == 1 && it->milliseconds > 0;
+    };
+    expect(timed_once("gemm 64x48x32 +bias"), "the profile times linear_forward's GEMM once, by its shape");
+    expect(timed_once("add"), "the profile times the add kernel once");
+    expect(gpu.take_operation_times().empty(), "a take starts the profile over");
+    bool refused = false;
+    try {
+        gpu.enable_action_graphs(true);
+    } catch (const weft::error&) {
+        refused = true;
+    }
+    expect(refused && !gpu.action_graphs_enabled(), "action graphs are refused while the profile is on");
+    gpu.enable_operation_profile(false);
+    static_cast<void>(gpu.add(y, y));
+    expect(gpu.take_operation_times().empty(), "nothing is timed once the profile is off");
+    gpu.enable_action_graphs(true);
+    refused = false;
+    try {
+        gpu.enable_operation_profile(true);
+    } catch (const weft::error&) {
+        refused = true;
+    }
+    expect(refused, "the profile is refused while action graphs are on");
+    gpu.enable_action_graphs(false);
+}
+
 int main(int argc, char** argv) {
     return weft_test::run_device_test(argc, argv, {"kernels"}, host_checks, [](std::string_view) {
         gpu_backend gpu(0);
@@ -699,6 +738,7 @@ int main(int argc, char** argv) {
         test_state_memory_free_without_wait(gpu);
         test_wait_limit(gpu);
         test_vocab_parallel_loss(gpu, cpu, 24, 300, 100, 1000);
+        test_operation_profile(gpu);
         // The same shapes through the mma.sync kernels (train_gpt --attention-kernel mma), last:
         // they have not run on a GPU yet, and a fault would fail every check after it.
         gpu.set_attention_kernel(weft::cuda::attention_kernel::mma);

@@ -21,6 +21,7 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
+#include "weft/exec/cuda/operation_profile.hpp"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
@@ -169,6 +170,10 @@ public:
         }
         if (!found->second) return false;
         if (recorded()) return true;
+        const profile_scope timed(operation_profile::process().enabled()
+                                      ? profile_name(m, n, k, a_t, b_t, epilogue, beta != 0.0f)
+                                      : std::string(),
+                                  stream);
         const cublasStatus_t status = cublasLtMatmul(handle_, h.op, &alpha, b, h.a, a, h.b, &beta, c, h.c, c, h.c,
                                                      &*found->second, workspace_.data(), workspace_.bytes(), stream);
         // A heuristic's algorithm may still be refused at the call (cuBLASLt says so); then
@@ -237,6 +242,21 @@ private:
             if (op != nullptr) static_cast<void>(cublasLtMatmulDescDestroy(op));
         }
     };
+
+    // The operation profile's name of a GEMM (operation_profile.hpp): c[m, n] = op(a)[m, k]
+    // op(b)[k, n] in weft's row-major terms, which operand is transposed, what the epilogue
+    // adds, and += where it accumulates. A GPT-2 step's GEMMs are told apart by these.
+    static std::string profile_name(int m, int n, int k, bool a_t, bool b_t, cublasLtEpilogue_t epilogue,
+                                    bool accumulates) {
+        std::string name = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+        if (a_t) name += " A^T";
+        if (b_t) name += " B^T";
+        if (epilogue == CUBLASLT_EPILOGUE_BIAS) name += " +bias";
+        if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) name += " +bias,GELU";
+        if (epilogue == CUBLASLT_EPILOGUE_DGELU) name += " *GELU'";
+        if (accumulates) name += " +=";
+        return name;
+    }
 
     // The largest power of two (up to 256) dividing the address: cuBLASLt assumes 256
     // unless told, and an algorithm chosen for 256 fails on an offset into a flat buffer.

@@ -17,8 +17,8 @@
 
 namespace weft::cuda::detail {
 
-constexpr int column_sum_columns = 32;  // a block's columns, one per lane: a warp reads 32 neighbours of a row
-constexpr int column_sum_warps = 8;     // each warp of a block takes every 8th row of the chunk
+constexpr int column_sum_columns = 32;       // a block's columns, one per lane: a warp reads 32 neighbours of a row
+constexpr int column_sum_warps = 8;          // each warp of a block takes every 8th row of the chunk
 constexpr int column_sum_max_tiles = 65535;  // blocks of columns: the grid's y limit
 
 template <int Sums>
@@ -77,12 +77,13 @@ void column_sums(Terms terms, float* partials, column_outputs<Sums> out, int row
         throw invalid_argument(what + ": partials", "a null pointer",
                                "must hold column_sum_scratch_floats(rows, cols, " + std::to_string(Sums) + ") floats");
     const auto chunks = static_cast<unsigned int>(column_sum_chunks(rows));
-    column_partials_kernel<Sums><<<dim3(chunks, unsigned(tiles)), dim3(column_sum_columns, column_sum_warps), 0,
-                                   stream>>>(terms, partials, rows, cols);
+    column_partials_kernel<Sums>
+        <<<dim3(chunks, unsigned(tiles)), dim3(column_sum_columns, column_sum_warps), 0, stream>>>(terms, partials,
+                                                                                                   rows, cols);
     check(cudaGetLastError(), what + " column partials kernel launch");
     constexpr int threads = 256;
-    add_column_partials_kernel<Sums><<<unsigned((cols + threads - 1) / threads), threads, 0, stream>>>(
-        partials, int(chunks), cols, out);
+    add_column_partials_kernel<Sums>
+        <<<unsigned((cols + threads - 1) / threads), threads, 0, stream>>>(partials, int(chunks), cols, out);
     check(cudaGetLastError(), what + " column sums kernel launch");
 }
 
