@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
-#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"
 #include "weft/exec/cuda/kernels/embedding.cuh"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -18,17 +19,22 @@ struct operation_time {
     double milliseconds = 0;
 };
 
-// Adds `more` into `totals` by name; a name new to `totals` goes at its end.
-inline void accumulate_operation_times(std::vector<operation_time>& totals, const std::vector<operation_time>& more) {
-    for (const operation_time& m : more) {
-        const auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.name == m.name; });
-        if (it == totals.end()) {
-            totals.push_back(m);
-        } else {
-            it->calls += m.calls;
-            it->milliseconds += m.milliseconds;
-        }
+// Adds `calls` calls of `milliseconds` in all to operation `name` of `totals`; a name new to
+// `totals` goes at its end.
+inline void add_operation_time(std::vector<operation_time>& totals, std::string_view name, long long calls,
+                               double milliseconds) {
+    const auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.name == name; });
+    if (it == totals.end()) {
+        totals.push_back({std::string(name), calls, milliseconds});
+    } else {
+        it->calls += calls;
+        it->milliseconds += milliseconds;
     }
+}
+
+// Adds `more` into `totals` by name, as add_operation_time does.
+inline void accumulate_operation_times(std::vector<operation_time>& totals, const std::vector<operation_time>& more) {
+    for (const operation_time& m : more) add_operation_time(totals, m.name, m.calls, m.milliseconds);
 }
 
 // Lines of a table, the longest total first: per step, each operation's calls, milliseconds

@@ -20,12 +20,12 @@
 
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
+#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/gemm.hpp"
 #include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
-#include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy.cuh"

@@ -48,7 +48,7 @@ public:
         std::vector<operation_time> times;
         for (const interval& i : taken) {
             synchronize(i.end.get(), limit, "a wait for a profiled operation (" + i.name + ")");
-            accumulate_operation_times(times, {{i.name, 1, double(i.end.elapsed_ms_since(i.start))}});
+            add_operation_time(times, i.name, 1, double(i.end.elapsed_ms_since(i.start)));
         }
         return times;
     }

@@ -7,9 +7,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/column_sums_layout.hpp"
@@ -65,26 +65,28 @@ __global__ void add_column_partials_kernel(const float* partials, int chunks, in
 }
 
 // Queues both passes. `partials` holds column_sum_scratch_floats(rows, cols, Sums) floats;
-// rows and cols are positive (the callers check them, naming their own parameters).
+// rows and cols are positive (the callers check them, naming their own parameters). `what`,
+// the caller's name, goes into messages, which are only built for an error: every bias and
+// LayerNorm weight gradient of a step comes through here.
 template <int Sums, class Terms>
 void column_sums(Terms terms, float* partials, column_outputs<Sums> out, int rows, int cols, cudaStream_t stream,
-                 const std::string& what) {
+                 std::string_view what) {
     const int tiles = (cols + column_sum_columns - 1) / column_sum_columns;
     if (tiles > column_sum_max_tiles)
-        throw invalid_argument(what + ": cols", cols,
+        throw invalid_argument(std::string(what) + ": cols", cols,
                                "must be at most " + std::to_string(column_sum_max_tiles * column_sum_columns));
     if (partials == nullptr)
-        throw invalid_argument(what + ": partials", "a null pointer",
+        throw invalid_argument(std::string(what) + ": partials", "a null pointer",
                                "must hold column_sum_scratch_floats(rows, cols, " + std::to_string(Sums) + ") floats");
     const auto chunks = static_cast<unsigned int>(column_sum_chunks(rows));
     column_partials_kernel<Sums>
         <<<dim3(chunks, unsigned(tiles)), dim3(column_sum_columns, column_sum_warps), 0, stream>>>(terms, partials,
                                                                                                    rows, cols);
-    check(cudaGetLastError(), what + " column partials kernel launch");
+    check(cudaGetLastError(), "column_partials_kernel launch");
     constexpr int threads = 256;
     add_column_partials_kernel<Sums>
         <<<unsigned((cols + threads - 1) / threads), threads, 0, stream>>>(partials, int(chunks), cols, out);
-    check(cudaGetLastError(), what + " column sums kernel launch");
+    check(cudaGetLastError(), "add_column_partials_kernel launch");
 }
 
 }  // namespace weft::cuda::detail

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
@@ -460,17 +461,18 @@ void with_head_dim(int head_dim, Fn&& fn) {
 }
 
 // Backward's first step, delta = dout . out per row and head (delta_kernel), for the kernels
-// `what` names (in its errors).
+// `what` names (in its error, built only then: this runs on every attention backward).
 inline void launch_delta(const bf16* out, const bf16* dout, float* delta, int batch, int seq, int heads, int head_dim,
-                         const std::string& what, cudaStream_t stream) {
+                         std::string_view what, cudaStream_t stream) {
     const std::size_t rows = std::size_t(batch) * seq;
-    require(rows * std::size_t(heads) <= 0x3ffffffu, what + ": batch * seq * heads", rows * std::size_t(heads),
-            "must be at most 2^26 (one warp per row and head in one launch)");
+    if (rows * std::size_t(heads) > 0x3ffffffu)
+        throw invalid_argument(std::string(what) + ": batch * seq * heads", rows * std::size_t(heads),
+                               "must be at most 2^26 (one warp per row and head in one launch)");
     constexpr unsigned int delta_threads = 256;
     const std::size_t delta_blocks = (rows * heads * 32 + delta_threads - 1) / delta_threads;
     delta_kernel<bf16>
         <<<unsigned(delta_blocks), delta_threads, 0, stream>>>(out, dout, delta, int(rows), seq, heads, head_dim);
-    check(cudaGetLastError(), what + ": delta kernel launch");
+    check(cudaGetLastError(), "flash attention delta kernel launch");
 }
 
 // More than the default 48 KiB of shared memory per block is opt-in, per kernel.
