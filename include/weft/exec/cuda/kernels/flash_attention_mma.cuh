@@ -29,6 +29,7 @@
 #include <cstddef>
 
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
+#include "weft/exec/cuda/mma_fragments.hpp"
 
 namespace weft::cuda {
 
@@ -65,7 +66,7 @@ __device__ inline void wait_copies() {
 
 // Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of
 // matrix l / 8 and receives, of matrix i, the pair at row l / 4, columns 2 (l % 4) and + 1
-// (with .trans: of the transposed matrix).
+// (with .trans: of the transposed matrix). Which row each lane points at: mma_fragments.hpp.
 __device__ inline void load_matrices(unsigned (&r)[4], const bf16* shared_row) {
     const auto at = static_cast<unsigned>(__cvta_generic_to_shared(shared_row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -79,9 +80,8 @@ __device__ inline void load_matrices_transposed(unsigned (&r)[4], const bf16* sh
                  : "r"(at));
 }
 
-// d (16 x 8 fp32) += a (16 x 16 bf16, row-major) b (16 x 8 bf16, column-major). With g = lane / 4
-// and t = lane % 4, a lane holds a[g][2t, 2t+1], a[g+8][2t, 2t+1], a[g][2t+8, 2t+9],
-// a[g+8][2t+8, 2t+9]; b[2t, 2t+1][g], b[2t+8, 2t+9][g]; d[g][2t, 2t+1], d[g+8][2t, 2t+1].
+// d (16 x 8 fp32) += a (16 x 16 bf16, row-major) b (16 x 8 bf16, column-major); which lane
+// holds which element: mma_fragments::a_operand, b_operand and accumulator.
 __device__ inline void multiply_add(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
@@ -96,15 +96,20 @@ __device__ inline unsigned pack_bf16(float low, float high) {
 }
 
 // The A fragment of keys [16 j, 16 j + 16) from the accumulators of score tiles 2j and 2j + 1:
-// the lane's pairs sit where a k = 16 step wants them.
+// the lane's pairs sit where a k = 16 step wants them (mma_fragments::accumulator_tile).
 __device__ inline void scores_as_a(unsigned (&a)[4], const float (&s)[score_tiles][4], int j) {
-    a[0] = pack_bf16(s[2 * j][0], s[2 * j][1]);
-    a[1] = pack_bf16(s[2 * j][2], s[2 * j][3]);
-    a[2] = pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]);
-    a[3] = pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const float(&from)[4] = s[2 * j + mma_fragments::accumulator_tile(r)];
+        const int e = mma_fragments::accumulator_element(r);
+        a[r] = pack_bf16(from[e], from[e + 1]);
+    }
 }
 
 // ---- tiles and fragments --------------------------------------------------------------
+// tests/exec/mma_fragments_test.cpp runs load_rows, rows_times_tile_transposed and
+// accumulate_times_tile step for step on an emulated warp: a change to their loops or
+// registers belongs there too.
 
 // Rows [first, first + 64) of one head's D columns (`column`: the head's column of row 0;
 // `stride` elements a row) into shared [64][D + 8], asynchronously; rows past the sequence's
@@ -124,11 +129,10 @@ __device__ inline void load_tile_async(bf16* shared_tile, const bf16* column, st
 // A warp's 16 rows of a shared 64 x D tile as D / 16 A fragments.
 template <int D>
 __device__ inline void load_rows(unsigned (&rows)[D / 16][4], const bf16* shared_tile, int warp) {
-    const int lane = int(threadIdx.x) % 32;
+    const mma_fragments::element at = mma_fragments::a_rows(int(threadIdx.x) % 32);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-        load_matrices(rows[kk],
-                      shared_tile + (warp * rows_per_warp + lane % 16) * head_ld<D> + kk * 16 + lane / 16 * 8);
+        load_matrices(rows[kk], shared_tile + (warp * rows_per_warp + at.row) * head_ld<D> + kk * 16 + at.col);
 }
 
 // s (the warp's 16 x 64) = rows (16 x D) times the transpose of a shared 64 x D tile: B's
@@ -136,18 +140,16 @@ __device__ inline void load_rows(unsigned (&rows)[D / 16][4], const bf16* shared
 template <int D>
 __device__ inline void rows_times_tile_transposed(float (&s)[score_tiles][4], const unsigned (&rows)[D / 16][4],
                                                   const bf16* shared_tile) {
-    const int lane = int(threadIdx.x) % 32;
+    const mma_fragments::element at = mma_fragments::b_pair_from_rows(int(threadIdx.x) % 32);
 #pragma unroll
     for (int n = 0; n < score_tiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
         for (int pair = 0; pair < score_tiles / 2; ++pair) {
-            // matrices: (rows 16 pair + 0..7, columns 16 kk + 0..7), (same rows, + 8..15),
-            // (rows + 8..15, columns + 0..7), (rows + 8..15, + 8..15) = b0, b1 of tiles 2 pair, 2 pair + 1
+            // the block of rows 16 pair.. and columns 16 kk..: b0, b1 of tiles 2 pair and 2 pair + 1
             unsigned b[4];
-            load_matrices(
-                b, shared_tile + (pair * 16 + lane / 16 * 8 + lane % 8) * head_ld<D> + kk * 16 + (lane / 8) % 2 * 8);
+            load_matrices(b, shared_tile + (pair * 16 + at.row) * head_ld<D> + kk * 16 + at.col);
             multiply_add(s[2 * pair], rows[kk], b[0], b[1]);
             multiply_add(s[2 * pair + 1], rows[kk], b[2], b[3]);
         }
@@ -159,35 +161,36 @@ __device__ inline void rows_times_tile_transposed(float (&s)[score_tiles][4], co
 template <int D>
 __device__ inline void accumulate_times_tile(float (&sums)[D / 8][4], const float (&p)[score_tiles][4],
                                              const bf16* shared_tile) {
-    const int lane = int(threadIdx.x) % 32;
+    const mma_fragments::element at = mma_fragments::b_pair_from_columns(int(threadIdx.x) % 32);
 #pragma unroll
     for (int j = 0; j < key_steps; ++j) {
         unsigned a[4];
         scores_as_a(a, p, j);
 #pragma unroll
         for (int pair = 0; pair < D / 16; ++pair) {
-            // matrices (transposed): (rows 16 j + 0..7, columns 16 pair + 0..7), (rows + 8..15,
-            // same columns), (rows + 0..7, columns + 8..15), (rows + 8..15, + 8..15)
+            // the block of rows 16 j.. and columns 16 pair.., transposed: b0, b1 of output
+            // tiles 2 pair and 2 pair + 1
             unsigned b[4];
-            load_matrices_transposed(
-                b, shared_tile + (j * 16 + (lane / 8) % 2 * 8 + lane % 8) * head_ld<D> + pair * 16 + lane / 16 * 8);
+            load_matrices_transposed(b, shared_tile + (j * 16 + at.row) * head_ld<D> + pair * 16 + at.col);
             multiply_add(sums[2 * pair], a, b[0], b[1]);
             multiply_add(sums[2 * pair + 1], a, b[2], b[3]);
         }
     }
 }
 
-// Writes a warp's 16 x D accumulators times `scale` (per row: rows g and g + 8) as bf16 to
-// the rows of `column` (as in load_tile_async) from `first`, leaving out rows past the end.
+// Writes a warp's 16 x D accumulators times `scale` (per row: scale[half] for the lane's
+// elements 2 half and 2 half + 1) as bf16 to the rows of `column` (as in load_tile_async) from
+// `first`, leaving out rows past the end.
 template <int D>
 __device__ inline void store_rows(const float (&sums)[D / 8][4], const float (&scale)[2], bf16* column,
                                   std::size_t stride, int first, const head_view& v) {
-    const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+    const int lane = int(threadIdx.x) % 32;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int row = first + g + 8 * half;
+        const mma_fragments::element at = mma_fragments::accumulator(lane, 2 * half);
+        const int row = first + at.row;
         if (row >= v.seq) continue;
-        bf16* out = column + v.row(row) * stride + 2 * t;
+        bf16* out = column + v.row(row) * stride + at.col;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
             *reinterpret_cast<__nv_bfloat162*>(out + n * 8) =
@@ -263,12 +266,12 @@ __global__ void __launch_bounds__(threads)
     bf16* k_tiles = q_tile + tile * ld;  // [2][64][ld]
     bf16* v_tiles = k_tiles + 2 * tile * ld;
 
-    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
     const int query_tile = heaviest_first(), q0 = query_tile * tile;
-    const int row0 = q0 + warp * rows_per_warp + g;  // the lane's rows: row0 and row0 + 8
+    const int warp_row0 = q0 + warp * rows_per_warp;  // the lane's rows: + accumulator(lane, e).row
     const streamed_pair<D> keys{k_tiles, v_tiles, qkv + C + v.h * D, stride, qkv + 2 * C + v.h * D, stride};
 
     load_tile_async<D>(q_tile, qkv + v.h * D, stride, q0, v);
@@ -295,7 +298,8 @@ __global__ void __launch_bounds__(threads)
         for (int n = 0; n < score_tiles; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int key = k0 + n * 8 + 2 * t + e % 2, row = row0 + 8 * (e / 2);
+                const mma_fragments::element at = mma_fragments::accumulator(lane, e);
+                const int key = k0 + n * 8 + at.col, row = warp_row0 + at.row;
                 s[n][e] = masked && (key > row || key >= seq) ? -CUDART_INF_F : s[n][e] * scale_log2;
             }
 
@@ -339,10 +343,10 @@ __global__ void __launch_bounds__(threads)
         float total = l[half] + __shfl_xor_sync(0xffffffffu, l[half], 1);
         total += __shfl_xor_sync(0xffffffffu, total, 2);
         inverse[half] = total > 0.0f ? 1.0f / total : 0.0f;
-        const int row = row0 + 8 * half;
-        if (t == 0 && row < seq) lse[v.stat(row)] = (m[half] + log2f(total)) * ln2;
+        const int row = warp_row0 + mma_fragments::accumulator(lane, 2 * half).row;
+        if (lane % 4 == 0 && row < seq) lse[v.stat(row)] = (m[half] + log2f(total)) * ln2;  // one of the row's 4 lanes
     }
-    store_rows<D>(o, inverse, out + v.h * D, std::size_t(C), q0 + warp * rows_per_warp, v);
+    store_rows<D>(o, inverse, out + v.h * D, std::size_t(C), warp_row0, v);
 }
 
 // ---- backward ---------------------------------------------------------------------------
@@ -380,13 +384,13 @@ __global__ void __launch_bounds__(threads)
     float* lse_tiles = reinterpret_cast<float*>(dout_tiles + 2 * tile * ld);  // [2][64]
     float* delta_tiles = lse_tiles + 2 * tile;                                // [2][64]
 
-    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
     const int key_tile = int(blockIdx.z), k0 = key_tile * tile;  // key tile 0 has the most queries after it
     const int query_tiles = (seq + tile - 1) / tile;
-    const int key_row0 = k0 + warp * rows_per_warp + g;  // the lane's keys: key_row0 and + 8
+    const int warp_key0 = k0 + warp * rows_per_warp;  // the lane's keys: + accumulator(lane, e).row
     const streamed_pair<D> queries{q_tiles, dout_tiles, qkv + v.h * D, stride, dout + v.h * D, std::size_t(C)};
 
     load_tile_async<D>(k_stage, qkv + C + v.h * D, stride, k0, v);
@@ -395,7 +399,6 @@ __global__ void __launch_bounds__(threads)
     commit_copies();
     load_statistics(lse_tiles, delta_tiles, lse, delta, k0, v);
 
-    unsigned k[D / 16][4];
     float dk[D / 8][4], dv[D / 8][4];
     zero<D>(dk);
     zero<D>(dv);
@@ -406,17 +409,20 @@ __global__ void __launch_bounds__(threads)
         queries.wait_for(step, q0, more, v, [&](int next) {  // the next tile's statistics too
             load_statistics(lse_tiles + next * tile, delta_tiles + next * tile, lse, delta, q0 + tile, v);
         });
-        if (step == 0) load_rows<D>(k, k_stage, warp);
         const bf16* q_tile = queries.first(step);
         const bf16* dout_tile = queries.second(step);
         const float* lse_tile = lse_tiles + buffer * tile;
         const float* delta_tile = delta_tiles + buffer * tile;
 
         float p[score_tiles][4], ds[score_tiles][4];
-        rows_times_tile_transposed<D>(p, k, q_tile);  // k_j . q_i
         {
-            // The values are read again for each tile: held in registers beside k, dk and dv
-            // they spilled at D = 128 (256 registers live).
+            // The keys and values are read again from shared memory for each tile: held in
+            // registers beside dk and dv they spilled at D = 128 (256 registers live).
+            unsigned keys[D / 16][4];
+            load_rows<D>(keys, k_stage, warp);
+            rows_times_tile_transposed<D>(p, keys, q_tile);  // k_j . q_i
+        }
+        {
             unsigned values[D / 16][4];
             load_rows<D>(values, v_stage, warp);
             rows_times_tile_transposed<D>(ds, values, dout_tile);  // v_j . dout_i
@@ -426,7 +432,8 @@ __global__ void __launch_bounds__(threads)
         for (int n = 0; n < score_tiles; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = n * 8 + 2 * t + e % 2, query = q0 + c, key = key_row0 + 8 * (e / 2);
+                const mma_fragments::element at = mma_fragments::accumulator(lane, e);
+                const int c = n * 8 + at.col, query = q0 + c, key = warp_key0 + at.row;
                 const bool dropped = masked && (query < key || query >= seq || key >= seq);
                 const float probability = dropped ? 0.0f : exp2f(p[n][e] * scale_log2 - lse_tile[c]);
                 p[n][e] = probability;
@@ -437,8 +444,8 @@ __global__ void __launch_bounds__(threads)
         __syncthreads();  // every warp is done with this buffer before it refills
     }
     const float key_scale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    store_rows<D>(dk, key_scale, dqkv + C + v.h * D, stride, k0 + warp * rows_per_warp, v);
-    store_rows<D>(dv, one, dqkv + 2 * C + v.h * D, stride, k0 + warp * rows_per_warp, v);
+    store_rows<D>(dk, key_scale, dqkv + C + v.h * D, stride, warp_key0, v);
+    store_rows<D>(dv, one, dqkv + 2 * C + v.h * D, stride, warp_key0, v);
 }
 
 template <int D>
@@ -458,12 +465,12 @@ __global__ void __launch_bounds__(threads)
     bf16* k_tiles = dout_stage + tile * ld;  // [2][64][ld]
     bf16* v_tiles = k_tiles + 2 * tile * ld;
 
-    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const head_view v = view_of_block(seq, heads);
     const int C = heads * D;
     const std::size_t stride = 3 * std::size_t(C);
     const int query_tile = heaviest_first(), q0 = query_tile * tile;
-    const int row0 = q0 + warp * rows_per_warp + g;
+    const int warp_row0 = q0 + warp * rows_per_warp;
     const streamed_pair<D> keys{k_tiles, v_tiles, qkv + C + v.h * D, stride, qkv + 2 * C + v.h * D, stride};
 
     load_tile_async<D>(q_stage, qkv + v.h * D, stride, q0, v);
@@ -474,7 +481,7 @@ __global__ void __launch_bounds__(threads)
     float lse_row[2], delta_row[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int row = row0 + 8 * half;
+        const int row = warp_row0 + mma_fragments::accumulator(lane, 2 * half).row;
         lse_row[half] = row < seq ? lse[v.stat(row)] * log2e : 0.0f;
         delta_row[half] = row < seq ? delta[v.stat(row)] : 0.0f;
     }
@@ -500,7 +507,8 @@ __global__ void __launch_bounds__(threads)
         for (int n = 0; n < score_tiles; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int key = k0 + n * 8 + 2 * t + e % 2, row = row0 + 8 * (e / 2);
+                const mma_fragments::element at = mma_fragments::accumulator(lane, e);
+                const int key = k0 + n * 8 + at.col, row = warp_row0 + at.row;
                 const bool dropped = masked && (key > row || key >= seq || row >= seq);
                 const float probability = dropped ? 0.0f : exp2f(p[n][e] * scale_log2 - lse_row[e / 2]);
                 ds[n][e] = probability * (ds[n][e] - delta_row[e / 2]);
@@ -509,7 +517,7 @@ __global__ void __launch_bounds__(threads)
         __syncthreads();
     }
     const float query_scale[2] = {scale, scale};
-    store_rows<D>(dq, query_scale, dqkv + v.h * D, stride, q0 + warp * rows_per_warp, v);
+    store_rows<D>(dq, query_scale, dqkv + v.h * D, stride, warp_row0, v);
 }
 
 template <int D>
