@@ -65,51 +65,51 @@ x4_registers load_matrices(const shared_tile& tile, const std::array<fragments::
     return out;
 }
 
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, per the PTX ISA's fragment figures, with
-// groupID = lane >> 2 and threadID_in_group = lane % 4: A's a0..a7 sit at (groupID, 2t + {0, 1}),
+// Where mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 takes and leaves its elements, per
+// the PTX ISA's fragment figures (groupID = lane >> 2, threadID_in_group = lane & 3), written
+// here apart from the header that they check: A's a0..a7 at (groupID, 2t + {0, 1}),
 // (groupID + 8, ...), (groupID, 2t + 8 + {0, 1}), (groupID + 8, ...); B's b0..b3 at
 // (2t + {0, 1}, groupID), (2t + 8 + {0, 1}, groupID); D's c0..c3 at (groupID, 2t + {0, 1}),
-// (groupID + 8, 2t + {0, 1}). Every element of A and B must come from exactly one lane.
+// (groupID + 8, 2t + {0, 1}). Register r holds elements 2r and 2r + 1 (`half` 0 and 1).
+fragments::element ptx_a(int lane, int r, int half) {
+    const int group = lane >> 2, t = lane & 3;
+    return {group + 8 * (r & 1), 2 * t + 8 * (r >> 1) + half};
+}
+fragments::element ptx_b(int lane, int r, int half) {
+    const int group = lane >> 2, t = lane & 3;
+    return {2 * t + 8 * r + half, group};
+}
+fragments::element ptx_d(int lane, int e) {
+    const int group = lane >> 2, t = lane & 3;
+    return {group + 8 * (e >> 1), 2 * t + (e & 1)};
+}
+
+// The emulated mma.sync: d += A B with A and B gathered from the warp's registers.
 void multiply_add(accumulators& d, const std::array<std::array<pair, 4>, warp_size>& a,
                   const std::array<std::array<pair, 2>, warp_size>& b) {
     double A[16][16] = {}, B[16][8] = {};
-    int a_seen[16][16] = {}, b_seen[16][8] = {};
-    for (int lane = 0; lane < warp_size; ++lane) {
-        const int group = lane >> 2, t = lane & 3;
-        const auto& fa = a[std::size_t(lane)];
-        const auto& fb = b[std::size_t(lane)];
-        for (int h = 0; h < 2; ++h) {
-            const int row_a[4] = {group, group + 8, group, group + 8};
-            const int col_a[4] = {2 * t + h, 2 * t + h, 2 * t + 8 + h, 2 * t + 8 + h};
+    for (int lane = 0; lane < warp_size; ++lane)
+        for (int half = 0; half < 2; ++half) {
             for (int r = 0; r < 4; ++r) {
-                A[row_a[r]][col_a[r]] = fa[std::size_t(r)][std::size_t(h)];
-                ++a_seen[row_a[r]][col_a[r]];
+                const fragments::element at = ptx_a(lane, r, half);
+                A[at.row][at.col] = a[std::size_t(lane)][std::size_t(r)][std::size_t(half)];
             }
-            B[2 * t + h][group] = fb[0][std::size_t(h)];
-            B[2 * t + 8 + h][group] = fb[1][std::size_t(h)];
-            ++b_seen[2 * t + h][group];
-            ++b_seen[2 * t + 8 + h][group];
+            for (int r = 0; r < 2; ++r) {
+                const fragments::element at = ptx_b(lane, r, half);
+                B[at.row][at.col] = b[std::size_t(lane)][std::size_t(r)][std::size_t(half)];
+            }
         }
-    }
-    bool each_once = true;
-    for (int i = 0; i < 16; ++i) {
-        for (int k = 0; k < 16; ++k) each_once = each_once && a_seen[i][k] == 1;
-        for (int j = 0; j < 8; ++j) each_once = each_once && b_seen[i][j] == 1;
-    }
-    REQUIRE(each_once);
-    for (int lane = 0; lane < warp_size; ++lane) {
-        const int group = lane >> 2, t = lane & 3;
+    for (int lane = 0; lane < warp_size; ++lane)
         for (int e = 0; e < 4; ++e) {
-            const int row = group + 8 * (e >= 2), col = 2 * t + (e & 1);
+            const fragments::element at = ptx_d(lane, e);
             double sum = 0;
-            for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+            for (int k = 0; k < 16; ++k) sum += A[at.row][k] * B[k][at.col];
             d[std::size_t(lane)][std::size_t(e)] += sum;
         }
-    }
 }
 
 // The two B operands (registers 0, 1 and 2, 3) that one ldmatrix.x4 loads.
-std::array<std::array<pair, 2>, warp_size> b_operand(const x4_registers& loaded, int which) {
+std::array<std::array<pair, 2>, warp_size> b_registers(const x4_registers& loaded, int which) {
     std::array<std::array<pair, 2>, warp_size> b{};
     for (int lane = 0; lane < warp_size; ++lane)
         for (int r = 0; r < 2; ++r)
@@ -141,8 +141,8 @@ std::vector<accumulators> rows_times_tile_transposed(const std::vector<x4_regist
         for (int pair_index = 0; pair_index < tile_rows / 16; ++pair_index) {
             const x4_registers b =
                 load_matrices(tile, addresses(fragments::b_pair_from_rows, pair_index * 16, kk * 16), false);
-            multiply_add(s[std::size_t(2 * pair_index)], rows[std::size_t(kk)], b_operand(b, 0));
-            multiply_add(s[std::size_t(2 * pair_index + 1)], rows[std::size_t(kk)], b_operand(b, 1));
+            multiply_add(s[std::size_t(2 * pair_index)], rows[std::size_t(kk)], b_registers(b, 0));
+            multiply_add(s[std::size_t(2 * pair_index + 1)], rows[std::size_t(kk)], b_registers(b, 1));
         }
     return s;
 }
@@ -167,8 +167,8 @@ void accumulate_times_tile(std::vector<accumulators>& sums, const std::vector<ac
         for (int pair_index = 0; pair_index < tile.cols / 16; ++pair_index) {
             const x4_registers b =
                 load_matrices(tile, addresses(fragments::b_pair_from_columns, j * 16, pair_index * 16), true);
-            multiply_add(sums[std::size_t(2 * pair_index)], a, b_operand(b, 0));
-            multiply_add(sums[std::size_t(2 * pair_index + 1)], a, b_operand(b, 1));
+            multiply_add(sums[std::size_t(2 * pair_index)], a, b_registers(b, 0));
+            multiply_add(sums[std::size_t(2 * pair_index + 1)], a, b_registers(b, 1));
         }
     }
 }
@@ -188,18 +188,33 @@ std::vector<std::vector<double>> as_matrix(const std::vector<accumulators>& tile
 }  // namespace
 
 TEST_CASE("mma fragments: the header's operand layouts are the PTX ISA's", "[exec][mma_fragments]") {
-    // The emulated mma above places A, B and D by the PTX figures; the header must agree.
+    // The figures above place each element of A (16 x 16), B (16 x 8) and D (16 x 8) in exactly
+    // one lane and register, and the header agrees with them.
+    int a_seen[16][16] = {}, b_seen[16][8] = {}, d_seen[16][8] = {};
     for (int lane = 0; lane < warp_size; ++lane) {
-        const int group = lane >> 2, t = lane & 3;
-        for (int e = 0; e < 4; ++e)
-            CHECK(fragments::accumulator(lane, e) == fragments::element{group + 8 * (e >= 2), 2 * t + (e & 1)});
-        for (int h = 0; h < 2; ++h) {
-            CHECK(fragments::a_operand(lane, 0, h) == fragments::element{group, 2 * t + h});
-            CHECK(fragments::a_operand(lane, 1, h) == fragments::element{group + 8, 2 * t + h});
-            CHECK(fragments::a_operand(lane, 2, h) == fragments::element{group, 2 * t + 8 + h});
-            CHECK(fragments::a_operand(lane, 3, h) == fragments::element{group + 8, 2 * t + 8 + h});
-            CHECK(fragments::b_operand(lane, 0, h) == fragments::element{2 * t + h, group});
-            CHECK(fragments::b_operand(lane, 1, h) == fragments::element{2 * t + 8 + h, group});
+        for (int half = 0; half < 2; ++half) {
+            for (int r = 0; r < 4; ++r) {
+                const fragments::element at = ptx_a(lane, r, half);
+                ++a_seen[at.row][at.col];
+                CHECK(fragments::a_operand(lane, r, half) == at);
+            }
+            for (int r = 0; r < 2; ++r) {
+                const fragments::element at = ptx_b(lane, r, half);
+                ++b_seen[at.row][at.col];
+                CHECK(fragments::b_operand(lane, r, half) == at);
+            }
+        }
+        for (int e = 0; e < 4; ++e) {
+            const fragments::element at = ptx_d(lane, e);
+            ++d_seen[at.row][at.col];
+            CHECK(fragments::accumulator(lane, e) == at);
+        }
+    }
+    for (int i = 0; i < 16; ++i) {
+        for (int k = 0; k < 16; ++k) CHECK(a_seen[i][k] == 1);
+        for (int j = 0; j < 8; ++j) {
+            CHECK(b_seen[i][j] == 1);
+            CHECK(d_seen[i][j] == 1);
         }
     }
 }
