@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/env.sh
-# Without -Werror, as gpu-check.sh: this build is for running. A warning that only -O3's
-# inlining brings out must not stop it; CI's build (-O1, docs/building.md) and the release
+# Without -Werror, as gpu-check.sh: this build is for running. A warning that only -O2's or
+# -O3's inlining brings out must not stop it; CI's build (-O1, docs/building.md) and the release
 # preset's are where warnings fail.
 cmake --preset release -DWEFT_BUILD_TESTS=OFF -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_WARNINGS_AS_ERRORS=OFF
 cmake --build --preset release --target train_gpt make_dataset -j "$jobs"
