@@ -685,6 +685,11 @@ void test_operation_profile(gpu_backend& gpu) {
     expect(timed_once("gemm 64x48x32 +bias"), "the profile times linear_forward's GEMM once, by its shape");
     expect(timed_once("add"), "the profile times the add kernel once");
     expect(gpu.take_operation_times().empty(), "a take starts the profile over");
+    {
+        weft::cuda::profile_scope refused_gemm("gemm refused at its call", gpu.stream());
+        refused_gemm.cancel();
+    }
+    expect(gpu.take_operation_times().empty(), "a cancelled scope (a GEMM cuBLASLt refused) times nothing");
     bool refused = false;
     try {
         gpu.enable_action_graphs(true);
@@ -704,6 +709,56 @@ void test_operation_profile(gpu_backend& gpu) {
     }
     expect(refused, "the profile is refused while action graphs are on");
     gpu.enable_action_graphs(false);
+}
+
+// A change of attention kernel drops the action graphs captured with the old one, whose
+// replays would run the old kernels; setting the kernel already set keeps them; and a change
+// inside an action is refused. Counted by graph launches: an action's first call after a drop
+// runs eagerly and launches nothing, a kept graph's replay is one launch.
+void test_attention_kernel_drops_graphs(gpu_backend& gpu, cpu_backend& cpu) {
+    const int seq_len = 64, heads = 2, head_dim = 32;
+    const cpu_matrix qkv = random_matrix(seq_len, 3 * heads * head_dim, 24);
+    const gpu_matrix gqkv = upload(gpu, qkv);
+    const weft::exec::action_key key{
+        .stage = 0, .part = weft::exec::action_part::forward, .microbatch = 0, .rows = seq_len};
+    // What the action allocates is freed before its graph launches again, as a step does.
+    const auto forward = [&] {
+        gpu_matrix saved;
+        const gpu_matrix out =
+            gpu.run_action(key, [&] { return gpu.causal_attention_forward(gqkv, seq_len, heads, saved); });
+        return download(gpu, out);
+    };
+    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+    gpu.enable_action_graphs(true);
+    const std::vector<float> eager = forward();  // measured
+    expect(forward() == eager && gpu.action_graph_launches() == 1, "the second call is captured and launched");
+    expect(forward() == eager && gpu.action_graph_launches() == 2, "the third call replays the graph");
+    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+    expect(forward() == eager && gpu.action_graph_launches() == 3, "setting the same kernel keeps the graph");
+
+    gpu.set_attention_kernel(weft::cuda::attention_kernel::mma);
+    const std::vector<float> mma = forward();
+    expect(gpu.action_graph_launches() == 3, "a new kernel drops the graph: the next call runs eagerly");
+    cpu_matrix probs;
+    expect_close("causal_attention_forward (mma, after wmma's graph was dropped)", mma,
+                 values(cpu.causal_attention_forward(qkv, seq_len, heads, probs)), bf16_rtol, 1e-2f);
+    expect(forward() == mma && gpu.action_graph_launches() == 4, "the mma kernels are captured anew");
+
+    bool refused = false;
+    try {
+        weft::exec::action_key other = key;
+        other.microbatch = 1;  // a first call: the action runs eagerly, being measured
+        static_cast<void>(gpu.run_action(other, [&] {
+            gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+            return gpu_matrix();
+        }));
+    } catch (const weft::error& e) {
+        refused = std::string(e.what()).find("set_attention_kernel") != std::string::npos;
+    }
+    expect(refused && gpu.attention_kernel() == weft::cuda::attention_kernel::mma,
+           "set_attention_kernel inside an action is refused, and changes nothing");
+    gpu.enable_action_graphs(false);
+    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
 }
 
 int main(int argc, char** argv) {
@@ -748,6 +803,6 @@ int main(int argc, char** argv) {
         test_attention(gpu, cpu, 2, 130, 2, 96);
         test_attention(gpu, cpu, 1, 200, 1, 128);
         test_attention(gpu, cpu, 2, 70, 3, 128);
-        gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+        test_attention_kernel_drops_graphs(gpu, cpu);
     });
 }

@@ -170,7 +170,7 @@ public:
         }
         if (!found->second) return false;
         if (recorded()) return true;
-        const profile_scope timed(operation_profile::process().enabled()
+        profile_scope timed(operation_profile::process().enabled()
                                       ? profile_name(m, n, k, a_t, b_t, epilogue, beta != 0.0f)
                                       : std::string(),
                                   stream);
@@ -179,6 +179,7 @@ public:
         // A heuristic's algorithm may still be refused at the call (cuBLASLt says so); then
         // nothing was queued, and the caller may compute it another way, as with no algorithm.
         if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+            timed.cancel();
             found->second.reset();
             return false;
         }

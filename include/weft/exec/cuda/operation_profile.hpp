@@ -86,6 +86,9 @@ public:
     }
     profile_scope(const profile_scope&) = delete;
     profile_scope& operator=(const profile_scope&) = delete;
+    // The operation queued nothing after all (a GEMM cuBLASLt refused at its call): no
+    // interval, so the profile counts no call of ~0 ms under its name.
+    void cancel() { open_.reset(); }
     // A failed record loses this interval only: profiling must not end the run.
     ~profile_scope() {
         if (!open_) return;
