@@ -1,69 +1,29 @@
-// The mma.sync attention kernels' index arithmetic (weft/exec/cuda/mma_fragments.hpp), checked
-// on the host: this file emulates ldmatrix.x4 and mma.sync.m16n8k16 for a whole warp as the
-// PTX ISA describes them, independently of the header, then runs the kernels' three register
-// products (kernels/flash_attention_mma.cuh: load_rows, rows_times_tile_transposed and
-// accumulate_times_tile, with scores_as_a) through the emulation and compares each with the
-// plain matrix product. A wrong lane address, a swapped register or a misplaced accumulator
-// gives a wrong product here, in every CI build, without a GPU.
+// The mma.sync attention kernels' index arithmetic (weft/exec/cuda/mma_fragments.hpp) and the
+// host emulation of the two warp instructions they rest on (weft/exec/cuda/simt_emulation.hpp),
+// both checked against the PTX ISA's fragment figures, written out here apart from either
+// ("Matrix Fragments for mma.m16n8k16 with floating point type", "ldmatrix"). The kernels
+// themselves run on that emulation in test_cuda_mma_emulated; these checks are what make its
+// verdict the PTX ISA's rather than the emulation's. No GPU and no CUDA toolkit needed.
 //
 // Values are small integers, exact in bf16 and in the products, so results compare exactly.
-// A tile's padding columns (the kernels' rows are D + 8 elements) hold NaN, so reading one
-// shows up as a NaN in the product.
 #include <array>
+#include <bit>
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <cstddef>
-#include <limits>
+#include <cstdint>
 #include <set>
 #include <vector>
 
 #include "weft/exec/cuda/mma_fragments.hpp"
+#include "weft/exec/cuda/simt_emulation.hpp"
 
 namespace {
 
 namespace fragments = weft::cuda::mma_fragments;
+namespace simt = weft::cuda::simt;
 
 constexpr int warp_size = 32;
-constexpr int tile_rows = 64;      // flash::tile: rows of a block's tile
-constexpr int rows_per_warp = 16;  // mma's m: a warp's rows of the tile
-
-// A row-major shared-memory tile as the kernels lay it out: `ld` = D + 8 elements a row.
-struct shared_tile {
-    int rows;
-    int cols;
-    int ld;
-    std::vector<double> values;
-
-    shared_tile(int rows_, int cols_, int seed) : rows(rows_), cols(cols_), ld(cols_ + 8) {
-        values.assign(std::size_t(rows) * std::size_t(ld), std::numeric_limits<double>::quiet_NaN());
-        for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < cols; ++c) at(r, c) = double((r * 7 + c * 3 + seed) % 7 - 3);
-    }
-    double& at(int r, int c) { return values[std::size_t(r) * std::size_t(ld) + std::size_t(c)]; }
-    [[nodiscard]] double at(int r, int c) const { return values[std::size_t(r) * std::size_t(ld) + std::size_t(c)]; }
-};
-
-using pair = std::array<double, 2>;  // a 32-bit register's two bf16 (low half first)
-using x4_registers = std::array<std::array<pair, 4>, warp_size>;
-using accumulators = std::array<std::array<double, 4>, warp_size>;
-
-// ldmatrix.sync.aligned.m8n8.x4(.trans).b16, per the PTX ISA: lane 8 i + r gives the address
-// of row r of matrix i (8 consecutive elements); without .trans lane l receives in register i
-// row l / 4, elements 2 (l % 4) and + 1 of matrix i; with .trans, the same of its transpose.
-x4_registers load_matrices(const shared_tile& tile, const std::array<fragments::element, warp_size>& address,
-                           bool transposed) {
-    x4_registers out{};
-    for (int lane = 0; lane < warp_size; ++lane)
-        for (int i = 0; i < 4; ++i)
-            for (int half = 0; half < 2; ++half) {
-                const int r = lane / 4, c = 2 * (lane % 4) + half;
-                const fragments::element row_start =
-                    transposed ? address[std::size_t(8 * i + c)] : address[std::size_t(8 * i + r)];
-                out[std::size_t(lane)][std::size_t(i)][std::size_t(half)] =
-                    tile.at(row_start.row, row_start.col + (transposed ? r : c));
-            }
-    return out;
-}
+constexpr int tile_rows = 64;  // flash::tile: rows of a block's tile
 
 // Where mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 takes and leaves its elements, per
 // the PTX ISA's fragment figures (groupID = lane >> 2, threadID_in_group = lane & 3), written
@@ -84,39 +44,6 @@ fragments::element ptx_d(int lane, int e) {
     return {group + 8 * (e >> 1), 2 * t + (e & 1)};
 }
 
-// The emulated mma.sync: d += A B with A and B gathered from the warp's registers.
-void multiply_add(accumulators& d, const std::array<std::array<pair, 4>, warp_size>& a,
-                  const std::array<std::array<pair, 2>, warp_size>& b) {
-    double A[16][16] = {}, B[16][8] = {};
-    for (int lane = 0; lane < warp_size; ++lane)
-        for (int half = 0; half < 2; ++half) {
-            for (int r = 0; r < 4; ++r) {
-                const fragments::element at = ptx_a(lane, r, half);
-                A[at.row][at.col] = a[std::size_t(lane)][std::size_t(r)][std::size_t(half)];
-            }
-            for (int r = 0; r < 2; ++r) {
-                const fragments::element at = ptx_b(lane, r, half);
-                B[at.row][at.col] = b[std::size_t(lane)][std::size_t(r)][std::size_t(half)];
-            }
-        }
-    for (int lane = 0; lane < warp_size; ++lane)
-        for (int e = 0; e < 4; ++e) {
-            const fragments::element at = ptx_d(lane, e);
-            double sum = 0;
-            for (int k = 0; k < 16; ++k) sum += A[at.row][k] * B[k][at.col];
-            d[std::size_t(lane)][std::size_t(e)] += sum;
-        }
-}
-
-// The two B operands (registers 0, 1 and 2, 3) that one ldmatrix.x4 loads.
-std::array<std::array<pair, 2>, warp_size> b_registers(const x4_registers& loaded, int which) {
-    std::array<std::array<pair, 2>, warp_size> b{};
-    for (int lane = 0; lane < warp_size; ++lane)
-        for (int r = 0; r < 2; ++r)
-            b[std::size_t(lane)][std::size_t(r)] = loaded[std::size_t(lane)][std::size_t(2 * which + r)];
-    return b;
-}
-
 std::array<fragments::element, warp_size> addresses(fragments::element (*in_block)(int), int block_row, int block_col) {
     std::array<fragments::element, warp_size> out{};
     for (int lane = 0; lane < warp_size; ++lane) {
@@ -126,63 +53,12 @@ std::array<fragments::element, warp_size> addresses(fragments::element (*in_bloc
     return out;
 }
 
-// load_rows: a warp's 16 rows of a 64 x D tile as D / 16 A operands.
-std::vector<x4_registers> load_rows(const shared_tile& tile, int warp) {
-    std::vector<x4_registers> rows;
-    for (int kk = 0; kk < tile.cols / 16; ++kk)
-        rows.push_back(load_matrices(tile, addresses(fragments::a_rows, warp * rows_per_warp, kk * 16), false));
-    return rows;
+// The bf16 bits of a small integer (exact in bf16: the top half of its float).
+std::uint32_t bf16_bits(double v) {
+    return std::bit_cast<std::uint32_t>(float(v)) >> 16;
 }
-
-// rows_times_tile_transposed: the warp's 16 x 64 scores, 8 accumulator tiles of 8 columns.
-std::vector<accumulators> rows_times_tile_transposed(const std::vector<x4_registers>& rows, const shared_tile& tile) {
-    std::vector<accumulators> s(tile_rows / 8, accumulators{});
-    for (int kk = 0; kk < tile.cols / 16; ++kk)
-        for (int pair_index = 0; pair_index < tile_rows / 16; ++pair_index) {
-            const x4_registers b =
-                load_matrices(tile, addresses(fragments::b_pair_from_rows, pair_index * 16, kk * 16), false);
-            multiply_add(s[std::size_t(2 * pair_index)], rows[std::size_t(kk)], b_registers(b, 0));
-            multiply_add(s[std::size_t(2 * pair_index + 1)], rows[std::size_t(kk)], b_registers(b, 1));
-        }
-    return s;
-}
-
-// scores_as_a: the A operand of keys [16 j, 16 j + 16) from score tiles 2 j and 2 j + 1.
-x4_registers scores_as_a(const std::vector<accumulators>& p, int j) {
-    x4_registers a{};
-    for (int lane = 0; lane < warp_size; ++lane)
-        for (int r = 0; r < 4; ++r) {
-            const auto& from = p[std::size_t(2 * j + fragments::accumulator_tile(r))][std::size_t(lane)];
-            const int e = fragments::accumulator_element(r);
-            a[std::size_t(lane)][std::size_t(r)] = {from[std::size_t(e)], from[std::size_t(e + 1)]};
-        }
-    return a;
-}
-
-// accumulate_times_tile: the warp's 16 x D sums += p (16 x 64) times the 64 x D tile.
-void accumulate_times_tile(std::vector<accumulators>& sums, const std::vector<accumulators>& p,
-                           const shared_tile& tile) {
-    for (int j = 0; j < tile_rows / 16; ++j) {
-        const x4_registers a = scores_as_a(p, j);
-        for (int pair_index = 0; pair_index < tile.cols / 16; ++pair_index) {
-            const x4_registers b =
-                load_matrices(tile, addresses(fragments::b_pair_from_columns, j * 16, pair_index * 16), true);
-            multiply_add(sums[std::size_t(2 * pair_index)], a, b_registers(b, 0));
-            multiply_add(sums[std::size_t(2 * pair_index + 1)], a, b_registers(b, 1));
-        }
-    }
-}
-
-// The matrix a warp's accumulator tiles hold, placed by fragments::accumulator.
-std::vector<std::vector<double>> as_matrix(const std::vector<accumulators>& tiles) {
-    std::vector<std::vector<double>> m(rows_per_warp, std::vector<double>(tiles.size() * 8, std::nan("")));
-    for (std::size_t n = 0; n < tiles.size(); ++n)
-        for (int lane = 0; lane < warp_size; ++lane)
-            for (int e = 0; e < 4; ++e) {
-                const fragments::element at = fragments::accumulator(lane, e);
-                m[std::size_t(at.row)][n * 8 + std::size_t(at.col)] = tiles[n][std::size_t(lane)][std::size_t(e)];
-            }
-    return m;
+std::uint32_t pack(double low, double high) {
+    return bf16_bits(low) | (bf16_bits(high) << 16);
 }
 
 }  // namespace
@@ -219,46 +95,66 @@ TEST_CASE("mma fragments: the header's operand layouts are the PTX ISA's", "[exe
     }
 }
 
-TEST_CASE("mma fragments: scores = rows times a tile transposed, as the kernels compute them",
+TEST_CASE("simt emulation: mma.sync m16n8k16 is D = A B + C in the PTX ISA's fragment layout",
           "[exec][mma_fragments]") {
-    for (const int head_dim : {32, 64, 96, 128}) {
-        const shared_tile queries(tile_rows, head_dim, 1), keys(tile_rows, head_dim, 4);
-        for (int warp = 0; warp < tile_rows / rows_per_warp; ++warp) {
-            const auto scores = as_matrix(rows_times_tile_transposed(load_rows(queries, warp), keys));
-            for (int i = 0; i < rows_per_warp; ++i)
-                for (int key = 0; key < tile_rows; ++key) {
-                    double expected = 0;
-                    for (int d = 0; d < head_dim; ++d)
-                        expected += queries.at(warp * rows_per_warp + i, d) * keys.at(key, d);
-                    INFO("D " << head_dim << ", warp " << warp << ", row " << i << ", key " << key);
-                    REQUIRE(scores[std::size_t(i)][std::size_t(key)] == expected);
-                }
-        }
+    double A[16][16], B[16][8], C[16][8];
+    for (int i = 0; i < 16; ++i) {
+        for (int k = 0; k < 16; ++k) A[i][k] = double((i * 3 + k * 5) % 7 - 3);
+        for (int j = 0; j < 8; ++j) B[i][j] = double((i * 5 + j * 3) % 5 - 2), C[i][j] = double(i - j);
     }
+    std::array<std::array<float, 4>, warp_size> result{};
+    simt::launch({1, 1, 1}, warp_size, 0, [&] {
+        const int lane = int(threadIdx.x);
+        std::uint32_t a[4], b[2];
+        for (int r = 0; r < 4; ++r) {
+            const fragments::element low = ptx_a(lane, r, 0), high = ptx_a(lane, r, 1);
+            a[r] = pack(A[low.row][low.col], A[high.row][high.col]);
+        }
+        for (int r = 0; r < 2; ++r) {
+            const fragments::element low = ptx_b(lane, r, 0), high = ptx_b(lane, r, 1);
+            b[r] = pack(B[low.row][low.col], B[high.row][high.col]);
+        }
+        float d[4];
+        for (int e = 0; e < 4; ++e) d[e] = float(C[ptx_d(lane, e).row][ptx_d(lane, e).col]);
+        simt::multiply_add(d, a, b[0], b[1]);
+        for (int e = 0; e < 4; ++e) result[std::size_t(lane)][std::size_t(e)] = d[e];
+    });
+    for (int lane = 0; lane < warp_size; ++lane)
+        for (int e = 0; e < 4; ++e) {
+            const fragments::element at = ptx_d(lane, e);
+            double expected = C[at.row][at.col];
+            for (int k = 0; k < 16; ++k) expected += A[at.row][k] * B[k][at.col];
+            INFO("lane " << lane << ", element " << e);
+            REQUIRE(double(result[std::size_t(lane)][std::size_t(e)]) == expected);
+        }
 }
 
-TEST_CASE("mma fragments: sums += scores (as A operands) times a tile, as the kernels compute them",
-          "[exec][mma_fragments]") {
-    for (const int head_dim : {32, 64, 96, 128}) {
-        const shared_tile values(tile_rows, head_dim, 2);
-        // Probabilities in the accumulators' places: tile n, lane, element e.
-        std::vector<accumulators> p(tile_rows / 8, accumulators{});
-        for (std::size_t n = 0; n < p.size(); ++n)
-            for (int lane = 0; lane < warp_size; ++lane)
-                for (int e = 0; e < 4; ++e)
-                    p[n][std::size_t(lane)][std::size_t(e)] = double((int(n) * 5 + lane * 3 + e) % 5 - 2);
-        std::vector<accumulators> sums(std::size_t(head_dim / 8), accumulators{});
-        accumulate_times_tile(sums, p, values);
-
-        const auto probabilities = as_matrix(p);
-        const auto result = as_matrix(sums);
-        for (int i = 0; i < rows_per_warp; ++i)
-            for (int d = 0; d < head_dim; ++d) {
-                double expected = 0;
-                for (int key = 0; key < tile_rows; ++key)
-                    expected += probabilities[std::size_t(i)][std::size_t(key)] * values.at(key, d);
-                INFO("D " << head_dim << ", row " << i << ", column " << d);
-                REQUIRE(result[std::size_t(i)][std::size_t(d)] == expected);
+TEST_CASE("simt emulation: ldmatrix.x4 (and .trans) hands each lane the PTX ISA's pairs", "[exec][mma_fragments]") {
+    // A 16 x 24 row-major tile of distinct 16-bit values; matrix i of the x4 is the 8 x 8 block
+    // at rows 8 (i / 2), columns 8 (i % 2) + 4 (an offset, as the kernels' blocks have).
+    std::vector<std::uint16_t> tile(16 * 24);
+    for (std::size_t i = 0; i < tile.size(); ++i) tile[i] = std::uint16_t(1000 + i);
+    const auto value = [&](int matrix, int row, int col) {
+        return tile[std::size_t((8 * (matrix / 2) + row) * 24 + 8 * (matrix % 2) + 4 + col)];
+    };
+    for (const bool transposed : {false, true}) {
+        std::array<std::array<std::uint32_t, 4>, warp_size> result{};
+        simt::launch({1, 1, 1}, warp_size, 0, [&] {
+            const int lane = int(threadIdx.x), matrix = lane / 8, row = lane % 8;  // lane 8 i + r: row r of i
+            std::uint32_t r[4];
+            simt::load_matrices(r, &tile[std::size_t((8 * (matrix / 2) + row) * 24 + 8 * (matrix % 2) + 4)],
+                                transposed);
+            for (int i = 0; i < 4; ++i) result[std::size_t(lane)][std::size_t(i)] = r[i];
+        });
+        // Lane l, register i: row l / 4, columns 2 (l % 4) and + 1 of matrix i (of its
+        // transpose with .trans), the lower column in the low half.
+        for (int lane = 0; lane < warp_size; ++lane)
+            for (int i = 0; i < 4; ++i) {
+                const int row = lane / 4, col = 2 * (lane % 4);
+                const std::uint32_t low = transposed ? value(i, col, row) : value(i, row, col);
+                const std::uint32_t high = transposed ? value(i, col + 1, row) : value(i, row, col + 1);
+                INFO((transposed ? ".trans" : "") << " lane " << lane << ", register " << i);
+                REQUIRE(result[std::size_t(lane)][std::size_t(i)] == (low | (high << 16)));
             }
     }
 }

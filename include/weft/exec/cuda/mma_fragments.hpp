@@ -1,6 +1,6 @@
 // Which lane of a warp holds which matrix element for mma.sync.m16n8k16 (bf16 inputs, fp32
 // accumulators) and ldmatrix.x4, and which shared-memory row each lane hands ldmatrix in the
-// mma.sync attention kernels (kernels/flash_attention_mma.cuh).
+// mma.sync attention kernels (kernels/flash_attention_mma_kernels.cuh).
 //
 // Why a CUDA-free header: those kernels keep their scores in registers, so all of their
 // correctness rests on this index arithmetic, and no GPU has run them yet. Here it is plain

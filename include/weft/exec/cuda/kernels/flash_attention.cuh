@@ -35,6 +35,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/flash_tiles.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -47,14 +48,9 @@ using detail::from_float;
 using detail::to_float;
 using detail::warp_sum;
 
-constexpr int tile = 64;  // query rows or keys per block tile
-constexpr int warps = 4;  // each owns 16 rows of the tile
-constexpr int threads = 32 * warps;
 constexpr int frag = 16;            // WMMA's m = n = k
 constexpr int score_ld = tile + 4;  // floats per row of a warp's 16 x 64 scores (padding spreads banks)
 constexpr int prob_ld = tile + 8;   // bf16 per row of a warp's 16 x 64 probabilities
-template <int D>
-constexpr int head_ld = D + 8;  // bf16 per row of a 64 x D tile of q, k, v or dout
 template <int D>
 constexpr int out_ld = D + 4;  // floats per row of a warp's 16 x D output accumulator
 
@@ -62,23 +58,6 @@ using a_fragment = wmma::fragment<wmma::matrix_a, frag, frag, frag, bf16, wmma::
 using b_transposed = wmma::fragment<wmma::matrix_b, frag, frag, frag, bf16, wmma::col_major>;
 using b_fragment = wmma::fragment<wmma::matrix_b, frag, frag, frag, bf16, wmma::row_major>;
 using accumulator = wmma::fragment<wmma::accumulator, frag, frag, frag, float>;
-
-// Where (batch b, head h) rows and statistics are.
-struct head_view {
-    int seq, heads, b, h;
-    [[nodiscard]] __device__ std::size_t row(int t) const { return std::size_t(b) * seq + t; }
-    [[nodiscard]] __device__ std::size_t stat(int t) const { return (std::size_t(b) * heads + h) * seq + t; }
-};
-
-// The grid is (head, batch, tile): the tile is its slowest dimension, so blocks start tile by
-// tile over every head and batch. A causal tile's work grows (queries) or shrinks (keys) with
-// its index; started heaviest first, the light tiles fill the last wave instead of a few heavy
-// ones running alone at the end.
-[[nodiscard]] __device__ inline head_view view_of_block(int seq, int heads) {
-    return {seq, heads, int(blockIdx.y), int(blockIdx.x)};
-}
-// A query tile, the last (with the most keys before it) first.
-[[nodiscard]] __device__ inline int heaviest_first() { return int(gridDim.z - 1 - blockIdx.z); }
 
 // The column a lane takes at its step i through `width` columns of its row r (of the warp's 16)
 // and half: the steps rotated by r / 8 + 2 half. In rows padded to 68 floats, row r starts at

@@ -1,0 +1,227 @@
+// Device code run on the CPU: an emulated thread block, for testing kernels where no GPU is.
+//
+// The mma.sync attention kernels (kernels/flash_attention_mma_kernels.cuh) are the largest
+// single step toward the GPU's MFU goal, and the machines that build weft have no GPU. So
+// that their own source runs in every CI build, they compile with a host compiler too
+// (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
+// share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
+// ISA define it:
+//   - threadIdx, blockIdx, gridDim and blockDim, per host thread;
+//   - the block's dynamic shared memory, and __syncthreads as a barrier of the block;
+//   - __shfl_xor_sync, and the warp-wide instructions ldmatrix.x4 (.trans) and
+//     mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators), each an exchange of the 32 lanes'
+//     registers through the warp's own barrier;
+//   - cp.async of 16 bytes as an immediate copy (zero-filled past its source size), so its
+//     commit and wait are nothing: an emulated kernel cannot show a missing wait (a race on
+//     the GPU; gpu-check runs compute-sanitizer's racecheck for those).
+// The two instructions are written here from the PTX ISA apart from mma_fragments.hpp, whose
+// layouts the kernels use; tests/exec/mma_fragments_test.cpp checks both against the ISA's
+// fragment figures: what the emulation computes is what the ISA says they compute.
+//
+// Blocks run one after another; a block's threads all at once. A lane that skips a warp-wide
+// instruction the others run would hang the block, as it would on a GPU (the test's timeout
+// catches it).
+//
+// Warp exchanges use two sets of slots, alternately: a lane writes its registers into the
+// set of this exchange, waits at the warp's barrier, then reads the others'. The next
+// exchange writes the other set, and the one after reuses this one only after every lane
+// has passed the next exchange's barrier, hence finished reading: one barrier an exchange.
+#pragma once
+
+#include <array>
+#include <barrier>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "weft/core/error.hpp"
+
+namespace weft::cuda::simt {
+
+struct index3 {
+    unsigned int x = 0, y = 0, z = 0;
+};
+
+inline constexpr int warp_size = 32;
+
+// One running block: its shared memory, barriers and warp exchange slots.
+class block_state {
+public:
+    block_state(int threads, std::size_t shared_bytes)
+        : shared_(shared_bytes == 0 ? 1 : shared_bytes), block_barrier_(threads) {
+        for (int w = 0; w < threads / warp_size; ++w) warps_.push_back(std::make_unique<warp>());
+    }
+
+    [[nodiscard]] unsigned char* shared_memory() { return shared_.data(); }
+    void synchronize_block() { block_barrier_.arrive_and_wait(); }
+
+    // What one lane hands the others at a warp-wide instruction.
+    struct slot {
+        const void* address = nullptr;
+        std::array<std::uint32_t, 4> a{};
+        std::array<std::uint32_t, 2> b{};
+        float value = 0;
+    };
+
+    // Publishes `mine` as lane `lane` of warp `w`, waits for the warp, and returns the 32
+    // lanes' slots of this exchange (valid until this lane's next exchange but one).
+    const std::array<slot, warp_size>& exchange(int w, int lane, const slot& mine) {
+        warp& each = *warps_[std::size_t(w)];
+        int& parity = each.parity[std::size_t(lane)];
+        auto& set = each.slots[std::size_t(parity)];
+        parity ^= 1;
+        set[std::size_t(lane)] = mine;
+        each.barrier.arrive_and_wait();
+        return set;
+    }
+
+private:
+    struct warp {
+        std::barrier<> barrier{warp_size};
+        std::array<std::array<slot, warp_size>, 2> slots{};
+        std::array<int, warp_size> parity{};  // each lane's next set (only that lane touches it)
+    };
+    // 128-byte aligned, as CUDA's dynamic shared memory is at least.
+    struct alignas(128) line {
+        unsigned char bytes[128];
+    };
+    struct shared_bytes {
+        explicit shared_bytes(std::size_t n) : lines((n + sizeof(line) - 1) / sizeof(line)) {}
+        unsigned char* data() { return lines.front().bytes; }
+        std::vector<line> lines;
+    };
+    shared_bytes shared_;
+    std::barrier<> block_barrier_;
+    std::vector<std::unique_ptr<warp>> warps_;
+};
+
+namespace detail {
+inline thread_local block_state* current_block = nullptr;
+}  // namespace detail
+
+[[nodiscard]] inline block_state& current_block() {
+    require(detail::current_block != nullptr, "simt emulation: the calling thread", "outside a launch",
+            "device code runs only inside simt::launch");
+    return *detail::current_block;
+}
+
+}  // namespace weft::cuda::simt
+
+// CUDA's built-in variables and functions under their own names, so that device code compiles
+// unchanged: only where no CUDA compiler defines them (device_or_emulated.cuh includes this
+// header only then).
+inline thread_local weft::cuda::simt::index3 threadIdx, blockIdx, gridDim, blockDim;
+
+inline void __syncthreads() {
+    weft::cuda::simt::current_block().synchronize_block();
+}
+
+// The value of lane (this lane ^ lane_mask); every lane of the warp takes part (full mask).
+inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) {
+    weft::cuda::simt::block_state::slot mine;
+    mine.value = value;
+    const int lane = int(threadIdx.x) % weft::cuda::simt::warp_size;
+    const auto& all =
+        weft::cuda::simt::current_block().exchange(int(threadIdx.x) / weft::cuda::simt::warp_size, lane, mine);
+    return all[std::size_t(lane ^ lane_mask)].value;
+}
+
+namespace weft::cuda::simt {
+
+[[nodiscard]] inline unsigned char* dynamic_shared_memory() {
+    return current_block().shared_memory();
+}
+
+// The bf16 in the low (half 0) or high half of a register, as a float (exact).
+[[nodiscard]] inline float bf16_half(std::uint32_t reg, int half) {
+    return std::bit_cast<float>(((reg >> (16 * half)) & 0xffffu) << 16);
+}
+
+// cp.async.cg.shared.global [to], [from], 16, bytes: `bytes` (0 to 16) copied, the rest zeros.
+inline void copy_16_async(void* to, const void* from, int bytes) {
+    std::memset(to, 0, 16);
+    if (bytes > 0) std::memcpy(to, from, std::size_t(bytes));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8 i + r hands the address of row r
+// of 8 x 8 matrix i; lane l receives in register i the pair at row l / 4, columns 2 (l % 4)
+// and + 1 of matrix i (with .trans, of its transpose).
+inline void load_matrices(std::uint32_t (&r)[4], const void* row_address, bool transposed) {
+    block_state::slot mine;
+    mine.address = row_address;
+    const int lane = int(threadIdx.x) % warp_size;
+    const auto& all = current_block().exchange(int(threadIdx.x) / warp_size, lane, mine);
+    for (int i = 0; i < 4; ++i) {
+        std::uint16_t halves[2];
+        for (int half = 0; half < 2; ++half) {
+            const int row = lane / 4, col = 2 * (lane % 4) + half;
+            // M_i[row][col], or of the transpose: M_i[col][row].
+            const int source_row = transposed ? col : row, source_col = transposed ? row : col;
+            const auto* at = static_cast<const std::uint16_t*>(all[std::size_t(8 * i + source_row)].address);
+            halves[half] = at[source_col];
+        }
+        r[i] = std::uint32_t(halves[0]) | (std::uint32_t(halves[1]) << 16);
+    }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16 x 8) += A (16 x 16) B (16 x 8),
+// with g = lane / 4 and t = lane % 4: A's register r holds row g + 8 (r % 2), columns
+// 2t + 8 (r / 2) and + 1; B's register r rows 2t + 8 r and + 1 of column g; d's element e is
+// at row g + 8 (e / 2), column 2t + e % 2. Products of bf16 are exact in fp32; the sum runs
+// in fp32.
+inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    block_state::slot mine;
+    for (int r = 0; r < 4; ++r) mine.a[std::size_t(r)] = a[r];
+    mine.b = {b0, b1};
+    const int lane = int(threadIdx.x) % warp_size;
+    const auto& all = current_block().exchange(int(threadIdx.x) / warp_size, lane, mine);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < warp_size; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int half = 0; half < 2; ++half) {
+            for (int r = 0; r < 4; ++r)
+                A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + half] = bf16_half(all[std::size_t(l)].a[std::size_t(r)], half);
+            for (int r = 0; r < 2; ++r)
+                B[2 * t + 8 * r + half][g] = bf16_half(all[std::size_t(l)].b[std::size_t(r)], half);
+        }
+    }
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        float sum = d[e];
+        for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+        d[e] = sum;
+    }
+}
+
+// Runs `kernel()` as a grid of `grid` blocks of `threads` threads (a multiple of 32) with
+// `shared_bytes` of dynamic shared memory: the blocks one after another, each block's
+// threads as host threads at once.
+inline void launch(index3 grid, int threads, std::size_t shared_bytes, const std::function<void()>& kernel) {
+    require(threads > 0 && threads % warp_size == 0, "simt::launch: threads", threads,
+            "must be a positive multiple of 32");
+    for (unsigned int z = 0; z < grid.z; ++z)
+        for (unsigned int y = 0; y < grid.y; ++y)
+            for (unsigned int x = 0; x < grid.x; ++x) {
+                block_state block(threads, shared_bytes);
+                std::vector<std::jthread> running;
+                running.reserve(std::size_t(threads));
+                for (int t = 0; t < threads; ++t)
+                    running.emplace_back([&, t] {
+                        threadIdx = {unsigned(t), 0, 0};
+                        blockIdx = {x, y, z};
+                        gridDim = grid;
+                        blockDim = {unsigned(threads), 1, 1};
+                        detail::current_block = &block;
+                        kernel();
+                        detail::current_block = nullptr;
+                    });
+            }
+}
+
+}  // namespace weft::cuda::simt

@@ -1,0 +1,183 @@
+// The mma.sync attention kernels (weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh),
+// their own source compiled by the host compiler and run on an emulated thread block
+// (weft/exec/cuda/simt_emulation.hpp), against the double reference: no GPU needed, so every
+// CI build runs the kernels that have not yet run on a GPU. What it can show: any error of
+// indexing, masking, the online softmax, the saved statistics, the backward's formulas or
+// which buffer a step reads. What it cannot: timing (cp.async is an immediate copy here, so a
+// missing wait shows only on a GPU, under gpu-check's racecheck) and the GPU's own rounding
+// of fp32 sums (the tolerances are test_cuda_attention_mma's).
+//
+// Shapes: every head size, one to three 64-row tiles, full and partial, more than one batch
+// and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host threads).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_reference.hpp"
+#include "device_check.hpp"
+#include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
+
+namespace {
+
+namespace mma = weft::cuda::flash_mma;
+namespace simt = weft::cuda::simt;
+using weft::cuda::bf16;
+using weft_test::expect;
+using weft_test::vec;
+
+// n values of N(0, 1) rounded to bf16, as floats (exact in bf16).
+vec random_bf16_values(std::size_t n, unsigned seed) {
+    std::mt19937 generator(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    vec values(n);
+    for (float& v : values) v = __bfloat162float(__float2bfloat16_rn(normal(generator)));
+    return values;
+}
+
+std::vector<bf16> to_bf16(const vec& values) {
+    std::vector<bf16> out;
+    out.reserve(values.size());
+    for (const float v : values) out.push_back(__float2bfloat16_rn(v));
+    return out;
+}
+
+vec to_float(const std::vector<bf16>& values) {
+    vec out;
+    out.reserve(values.size());
+    for (const bf16 v : values) out.push_back(__bfloat162float(v));
+    return out;
+}
+
+// bf16 NaNs: an element the kernels leave unwritten fails every comparison.
+std::vector<bf16> unwritten(std::size_t n) {
+    return std::vector<bf16>(n, __float2bfloat16_rn(std::nanf("")));
+}
+
+// |got - want| <= atol + rtol |want| everywhere (a NaN fails); reports the worst element.
+void expect_close(const std::string& what, const vec& got, const vec& want, double rtol, double atol) {
+    if (got.size() != want.size()) {
+        expect(false, what + ": " + std::to_string(got.size()) + " values, want " + std::to_string(want.size()));
+        return;
+    }
+    std::size_t worst = 0;
+    double worst_excess = -1;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(double(got[i]) - double(want[i]));
+        const double excess = std::isnan(err) ? 1e30 : err - (atol + rtol * std::fabs(double(want[i])));
+        if (excess > worst_excess) worst_excess = excess, worst = i;
+    }
+    if (worst_excess > 0)
+        std::fprintf(stderr, "FAILED: %s: element %zu is %.8g, want %.8g (rtol %g, atol %g)\n", what.c_str(), worst,
+                     double(got[worst]), double(want[worst]), rtol, atol);
+    expect(worst_excess <= 0, what);
+}
+
+double max_abs(const vec& values) {
+    double m = 0;
+    for (const float v : values) m = std::max(m, double(std::fabs(v)));
+    return m;
+}
+
+// log sum_j<=i exp(scale q_i . k_j) per (batch, head, query), in double.
+vec reference_lse(const vec& qkv, int batch, int seq, int heads, int head_dim) {
+    const int C = heads * head_dim;
+    const double scale = 1.0 / std::sqrt(double(head_dim));
+    vec lse(std::size_t(batch) * heads * seq);
+    for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < seq; ++i) {
+                std::vector<double> scores;
+                for (int j = 0; j <= i; ++j) {
+                    double dot = 0;
+                    for (int d = 0; d < head_dim; ++d)
+                        dot += double(qkv[std::size_t(b * seq + i) * 3 * C + std::size_t(h * head_dim + d)]) *
+                               double(qkv[std::size_t(b * seq + j) * 3 * C + std::size_t(C + h * head_dim + d)]);
+                    scores.push_back(dot * scale);
+                }
+                const double top = *std::max_element(scores.begin(), scores.end());
+                double sum = 0;
+                for (const double s : scores) sum += std::exp(s - top);
+                lse[(std::size_t(b) * heads + std::size_t(h)) * std::size_t(seq) + std::size_t(i)] =
+                    float(top + std::log(sum));
+            }
+    return lse;
+}
+
+// delta_i = dout_i . out_i per (batch, head, query), from the bf16 output as the GPU's delta
+// kernel reads it.
+vec delta_of(const vec& out, const vec& dout, int batch, int seq, int heads, int head_dim) {
+    const int C = heads * head_dim;
+    vec delta(std::size_t(batch) * heads * seq);
+    for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < seq; ++i) {
+                float sum = 0;
+                for (int d = 0; d < head_dim; ++d) {
+                    const std::size_t at = std::size_t(b * seq + i) * std::size_t(C) + std::size_t(h * head_dim + d);
+                    sum += out[at] * dout[at];
+                }
+                delta[(std::size_t(b) * heads + std::size_t(h)) * std::size_t(seq) + std::size_t(i)] = sum;
+            }
+    return delta;
+}
+
+template <int D>
+void check_kernels(int batch, int seq, int heads) {
+    const std::string tag = " (emulated) " + std::to_string(batch) + "x" + std::to_string(seq) + "x" +
+                            std::to_string(heads) + "x" + std::to_string(D);
+    const int C = heads * D;
+    const std::size_t rows = std::size_t(batch) * std::size_t(seq);
+    const vec qkv = random_bf16_values(rows * 3 * std::size_t(C), 52);
+    const vec dout = random_bf16_values(rows * std::size_t(C), 53);
+    const std::vector<bf16> qkv16 = to_bf16(qkv), dout16 = to_bf16(dout);
+    const simt::index3 grid{unsigned(heads), unsigned(batch), unsigned((seq + mma::tile - 1) / mma::tile)};
+
+    std::vector<bf16> out16 = unwritten(rows * std::size_t(C));
+    vec lse(std::size_t(batch) * heads * seq, std::nanf(""));
+    simt::launch(grid, mma::threads, mma::forward_shared_bytes<D>(), [&] {
+        mma::forward_kernel<D>(qkv16.data(), out16.data(), lse.data(), seq, heads, mma::log2e / std::sqrt(float(D)));
+    });
+    const vec out = to_float(out16);
+    float max_v = 0;
+    for (std::size_t r = 0; r < rows; ++r)
+        for (int c = 2 * C; c < 3 * C; ++c) max_v = std::max(max_v, std::fabs(qkv[r * 3 * std::size_t(C) + c]));
+    expect_close("flash_attention_mma forward" + tag, out, weft_test::attention_forward(qkv, batch, seq, heads, D),
+                 8e-3, std::ldexp(max_v, -7));
+    expect_close("flash_attention_mma forward lse" + tag, lse, reference_lse(qkv, batch, seq, heads, D), 1e-5, 1e-4);
+
+    const vec delta = delta_of(out, dout, batch, seq, heads, D);
+    std::vector<bf16> dqkv16 = unwritten(qkv.size());
+    const float scale = 1.0f / std::sqrt(float(D)), scale_log2 = scale * mma::log2e;
+    simt::launch(grid, mma::threads, mma::key_value_shared_bytes<D>(), [&] {
+        mma::backward_key_value_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq,
+                                          heads, scale, scale_log2);
+    });
+    simt::launch(grid, mma::threads, mma::query_shared_bytes<D>(), [&] {
+        mma::backward_query_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq, heads,
+                                      scale, scale_log2);
+    });
+    const vec want_dqkv = weft_test::attention_backward(qkv, dout, batch, seq, heads, D);
+    expect_close("flash_attention_mma backward" + tag, to_float(dqkv16), want_dqkv, 2e-2, 1e-2 * max_abs(want_dqkv));
+}
+
+}  // namespace
+
+int main() {
+    try {
+        check_kernels<64>(2, 70, 2);   // two tiles, the second partial; two batches and heads
+        check_kernels<32>(1, 16, 2);   // one partial tile
+        check_kernels<96>(1, 130, 1);  // three tiles
+        check_kernels<128>(1, 64, 1);  // one full tile: the diagonal alone
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
+        return 1;
+    }
+    std::printf("%d check(s), %d failure(s)\n", weft_test::checks, weft_test::failures);
+    return weft_test::failures == 0 ? 0 : 1;
+}
