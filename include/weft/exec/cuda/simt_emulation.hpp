@@ -1,14 +1,15 @@
 // Device code run on the CPU: an emulated thread block, for testing kernels where no GPU is.
 //
-// The mma.sync attention kernels (kernels/flash_attention_mma_kernels.cuh) are the largest
-// single step toward the GPU's MFU goal, and the machines that build weft have no GPU. So
-// that their own source runs in every CI build, they compile with a host compiler too
+// The flash attention kernels (kernels/flash_attention_kernels.cuh on WMMA, which
+// simt_wmma.hpp emulates, and kernels/flash_attention_mma_kernels.cuh on mma.sync) changed
+// after their last run on a GPU, and the machines that build weft have none. So that their
+// own source runs in every CI build, they compile with a host compiler too
 // (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
 // share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
 // ISA define it:
 //   - threadIdx, blockIdx, gridDim and blockDim, per host thread;
 //   - the block's dynamic shared memory, and __syncthreads as a barrier of the block;
-//   - __shfl_xor_sync, and the warp-wide instructions ldmatrix.x4 (.trans) and
+//   - __syncwarp, __shfl_xor_sync, and the warp-wide instructions ldmatrix.x4 (.trans) and
 //     mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators), each an exchange of the 32 lanes'
 //     registers through the warp's own barrier;
 //   - cp.async of 16 bytes as an immediate copy (zero-filled past its source size), so its
@@ -58,6 +59,7 @@ public:
     }
 
     [[nodiscard]] unsigned char* shared_memory() { return shared_.data(); }
+    void fill_shared_memory(unsigned char byte) { std::memset(shared_.data(), byte, shared_.size()); }
     void synchronize_block() { block_barrier_.arrive_and_wait(); }
 
     // What one lane hands the others at a warp-wide instruction.
@@ -93,6 +95,7 @@ private:
     struct shared_bytes {
         explicit shared_bytes(std::size_t n) : lines((n + sizeof(line) - 1) / sizeof(line)) {}
         unsigned char* data() { return lines.front().bytes; }
+        [[nodiscard]] std::size_t size() const { return lines.size() * sizeof(line); }
         std::vector<line> lines;
     };
     shared_bytes shared_;
@@ -119,6 +122,17 @@ inline thread_local weft::cuda::simt::index3 threadIdx, blockIdx, gridDim, block
 
 inline void __syncthreads() {
     weft::cuda::simt::current_block().synchronize_block();
+}
+
+// The warp's lanes wait for each other (full mask): what each wrote before is seen by all after.
+inline void __syncwarp(unsigned int /*mask*/ = 0xffffffffu) {
+    static_cast<void>(weft::cuda::simt::current_block().exchange(int(threadIdx.x) / weft::cuda::simt::warp_size,
+                                                                 int(threadIdx.x) % weft::cuda::simt::warp_size, {}));
+}
+
+// math_constants.h spells CUDART_INF_F and its kin with this device intrinsic.
+inline float __int_as_float(int bits) {
+    return std::bit_cast<float>(bits);
 }
 
 // The value of lane (this lane ^ lane_mask); every lane of the warp takes part (full mask).
@@ -200,28 +214,33 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
 }
 
 // Runs `kernel()` as a grid of `grid` blocks of `threads` threads (a multiple of 32) with
-// `shared_bytes` of dynamic shared memory: the blocks one after another, each block's
-// threads as host threads at once.
+// `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
+// host threads at once (the same host threads for every block of the launch: starting 128
+// threads costs more than a small block's work). Each block's shared memory starts as 0xff
+// bytes, NaN in float and bf16, so a read of what the block never wrote shows in its results.
 inline void launch(index3 grid, int threads, std::size_t shared_bytes, const std::function<void()>& kernel) {
     require(threads > 0 && threads % warp_size == 0, "simt::launch: threads", threads,
             "must be a positive multiple of 32");
-    for (unsigned int z = 0; z < grid.z; ++z)
-        for (unsigned int y = 0; y < grid.y; ++y)
-            for (unsigned int x = 0; x < grid.x; ++x) {
-                block_state block(threads, shared_bytes);
-                std::vector<std::jthread> running;
-                running.reserve(std::size_t(threads));
-                for (int t = 0; t < threads; ++t)
-                    running.emplace_back([&, t] {
-                        threadIdx = {unsigned(t), 0, 0};
+    block_state block(threads, shared_bytes);
+    std::vector<std::jthread> running;
+    running.reserve(std::size_t(threads));
+    for (int t = 0; t < threads; ++t)
+        running.emplace_back([&, t] {
+            threadIdx = {unsigned(t), 0, 0};
+            gridDim = grid;
+            blockDim = {unsigned(threads), 1, 1};
+            detail::current_block = &block;
+            for (unsigned int z = 0; z < grid.z; ++z)
+                for (unsigned int y = 0; y < grid.y; ++y)
+                    for (unsigned int x = 0; x < grid.x; ++x) {
+                        if (t == 0) block.fill_shared_memory(0xff);
+                        block.synchronize_block();  // no thread starts the block before its memory is fresh
                         blockIdx = {x, y, z};
-                        gridDim = grid;
-                        blockDim = {unsigned(threads), 1, 1};
-                        detail::current_block = &block;
                         kernel();
-                        detail::current_block = nullptr;
-                    });
-            }
+                        block.synchronize_block();  // nor refills it while another still runs the last
+                    }
+            detail::current_block = nullptr;
+        });
 }
 
 }  // namespace weft::cuda::simt

@@ -1,5 +1,5 @@
-// fp32 <-> bf16 conversion: the elementwise kernel, and the load/store helpers every
-// weft kernel uses so that arithmetic is fp32 whatever the storage type.
+// fp32 <-> bf16 conversion: the elementwise kernels (the load/store helpers every weft kernel
+// uses, so that arithmetic is fp32 whatever the storage type, are element_types.cuh's).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,29 +7,14 @@
 
 #include <cstddef>
 #include <string>
-#include <type_traits>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
 
-using bf16 = __nv_bfloat16;
-
 namespace detail {
-
-__host__ __device__ inline float to_float(float v) { return v; }
-__host__ __device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
-
-template <class T>
-__host__ __device__ inline T from_float(float v) {
-    if constexpr (std::is_same_v<T, bf16>) {
-        return __float2bfloat16_rn(v);
-    } else {
-        static_assert(std::is_same_v<T, float>, "weft's CUDA kernels store float or bf16");
-        return v;
-    }
-}
 
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than n needs.
 inline unsigned int elementwise_blocks(std::size_t n, unsigned int threads) {

@@ -10,6 +10,8 @@
 #if defined(__CUDACC__)
 #define WEFT_DYNAMIC_SHARED_MEMORY(name) extern __shared__ __align__(128) unsigned char name[]
 #else
+#include <vector_functions.h>  // make_uint4 and its kin, which nvcc includes of itself
+
 #include "weft/exec/cuda/simt_emulation.hpp"
 #define WEFT_DYNAMIC_SHARED_MEMORY(name) unsigned char* const name = ::weft::cuda::simt::dynamic_shared_memory()
 #ifndef __launch_bounds__

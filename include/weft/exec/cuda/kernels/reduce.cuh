@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <math_constants.h>
 
+#include "weft/exec/cuda/kernels/device_or_emulated.cuh"
+
 namespace weft::cuda::detail {
 
 // After the xor butterfly every lane holds the same value (a + b == b + a exactly).

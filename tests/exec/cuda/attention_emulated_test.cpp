@@ -1,11 +1,13 @@
-// The mma.sync attention kernels (weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh),
-// their own source compiled by the host compiler and run on an emulated thread block
-// (weft/exec/cuda/simt_emulation.hpp), against the double reference: no GPU needed, so every
-// CI build runs the kernels that have not yet run on a GPU. What it can show: any error of
-// indexing, masking, the online softmax, the saved statistics, the backward's formulas or
-// which buffer a step reads. What it cannot: timing (cp.async is an immediate copy here, so a
-// missing wait shows only on a GPU, under gpu-check's racecheck) and the GPU's own rounding
-// of fp32 sums (the tolerances are test_cuda_attention_mma's).
+// The flash attention kernels, both sets (the WMMA kernels exec::cuda runs by default,
+// kernels/flash_attention_kernels.cuh, and the mma.sync kernels,
+// kernels/flash_attention_mma_kernels.cuh), their own source compiled by the host compiler and
+// run on an emulated thread block (weft/exec/cuda/simt_emulation.hpp, simt_wmma.hpp) against
+// the double reference: no GPU needed, so every CI build runs kernels that no GPU has run
+// since they last changed. What it can show: any error of indexing, masking, the online
+// softmax, the saved statistics, the backward's formulas or which buffer a step reads. What it
+// cannot: timing (cp.async is an immediate copy here, so a missing wait shows only on a GPU,
+// under gpu-check's racecheck) and the GPU's own rounding of fp32 sums (the tolerances are
+// test_cuda_attention_mma's).
 //
 // Shapes: every head size, one to three 64-row tiles, full and partial, more than one batch
 // and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host threads).
@@ -21,10 +23,12 @@
 
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
+#include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 
 namespace {
 
+namespace flash = weft::cuda::flash;
 namespace mma = weft::cuda::flash_mma;
 namespace simt = weft::cuda::simt;
 using weft::cuda::bf16;
@@ -109,71 +113,82 @@ vec reference_lse(const vec& qkv, int batch, int seq, int heads, int head_dim) {
     return lse;
 }
 
-// delta_i = dout_i . out_i per (batch, head, query), from the bf16 output as the GPU's delta
-// kernel reads it.
-vec delta_of(const vec& out, const vec& dout, int batch, int seq, int heads, int head_dim) {
-    const int C = heads * head_dim;
-    vec delta(std::size_t(batch) * heads * seq);
-    for (int b = 0; b < batch; ++b)
-        for (int h = 0; h < heads; ++h)
-            for (int i = 0; i < seq; ++i) {
-                float sum = 0;
-                for (int d = 0; d < head_dim; ++d) {
-                    const std::size_t at = std::size_t(b * seq + i) * std::size_t(C) + std::size_t(h * head_dim + d);
-                    sum += out[at] * dout[at];
-                }
-                delta[(std::size_t(b) * heads + std::size_t(h)) * std::size_t(seq) + std::size_t(i)] = sum;
-            }
+// delta_i = dout_i . out_i per (batch, head, query): both backward passes' first step, by the
+// delta kernel they share (one warp per row and head, 256 threads a block, as launch_delta).
+vec delta_of(const std::vector<bf16>& out, const std::vector<bf16>& dout, int batch, int seq, int heads, int head_dim) {
+    const int rows = batch * seq, threads = 256;
+    vec delta(std::size_t(rows) * std::size_t(heads), std::nanf(""));
+    const unsigned blocks = unsigned((rows * heads * 32 + threads - 1) / threads);
+    simt::launch({blocks, 1, 1}, threads, 0,
+                 [&] { flash::delta_kernel<bf16>(out.data(), dout.data(), delta.data(), rows, seq, heads, head_dim); });
     return delta;
 }
 
+enum class kernel_set { wmma, mma };
+
 template <int D>
-void check_kernels(int batch, int seq, int heads) {
-    const std::string tag = " (emulated) " + std::to_string(batch) + "x" + std::to_string(seq) + "x" +
-                            std::to_string(heads) + "x" + std::to_string(D);
+void check_kernels(kernel_set set, int batch, int seq, int heads) {
+    const std::string tag = std::string(set == kernel_set::mma ? " (mma, emulated) " : " (wmma, emulated) ") +
+                            std::to_string(batch) + "x" + std::to_string(seq) + "x" + std::to_string(heads) + "x" +
+                            std::to_string(D);
     const int C = heads * D;
     const std::size_t rows = std::size_t(batch) * std::size_t(seq);
     const vec qkv = random_bf16_values(rows * 3 * std::size_t(C), 52);
     const vec dout = random_bf16_values(rows * std::size_t(C), 53);
     const std::vector<bf16> qkv16 = to_bf16(qkv), dout16 = to_bf16(dout);
-    const simt::index3 grid{unsigned(heads), unsigned(batch), unsigned((seq + mma::tile - 1) / mma::tile)};
+    const simt::index3 grid{unsigned(heads), unsigned(batch), unsigned((seq + flash::tile - 1) / flash::tile)};
+    const float scale = 1.0f / std::sqrt(float(D)), scale_log2 = scale * mma::log2e;
 
     std::vector<bf16> out16 = unwritten(rows * std::size_t(C));
     vec lse(std::size_t(batch) * heads * seq, std::nanf(""));
-    simt::launch(grid, mma::threads, mma::forward_shared_bytes<D>(), [&] {
-        mma::forward_kernel<D>(qkv16.data(), out16.data(), lse.data(), seq, heads, mma::log2e / std::sqrt(float(D)));
-    });
-    const vec out = to_float(out16);
+    if (set == kernel_set::mma)
+        simt::launch(grid, mma::threads, mma::forward_shared_bytes<D>(),
+                     [&] { mma::forward_kernel<D>(qkv16.data(), out16.data(), lse.data(), seq, heads, scale_log2); });
+    else
+        simt::launch(grid, flash::threads, flash::forward_shared_bytes<D>(),
+                     [&] { flash::forward_kernel<D>(qkv16.data(), out16.data(), lse.data(), seq, heads, scale); });
     float max_v = 0;
     for (std::size_t r = 0; r < rows; ++r)
         for (int c = 2 * C; c < 3 * C; ++c) max_v = std::max(max_v, std::fabs(qkv[r * 3 * std::size_t(C) + c]));
-    expect_close("flash_attention_mma forward" + tag, out, weft_test::attention_forward(qkv, batch, seq, heads, D),
-                 8e-3, std::ldexp(max_v, -7));
-    expect_close("flash_attention_mma forward lse" + tag, lse, reference_lse(qkv, batch, seq, heads, D), 1e-5, 1e-4);
+    expect_close("flash attention forward" + tag, to_float(out16),
+                 weft_test::attention_forward(qkv, batch, seq, heads, D), 8e-3, std::ldexp(max_v, -7));
+    expect_close("flash attention forward lse" + tag, lse, reference_lse(qkv, batch, seq, heads, D), 1e-5, 1e-4);
 
-    const vec delta = delta_of(out, dout, batch, seq, heads, D);
+    const vec delta = delta_of(out16, dout16, batch, seq, heads, D);
     std::vector<bf16> dqkv16 = unwritten(qkv.size());
-    const float scale = 1.0f / std::sqrt(float(D)), scale_log2 = scale * mma::log2e;
-    simt::launch(grid, mma::threads, mma::key_value_shared_bytes<D>(), [&] {
-        mma::backward_key_value_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq,
+    if (set == kernel_set::mma) {
+        simt::launch(grid, mma::threads, mma::key_value_shared_bytes<D>(), [&] {
+            mma::backward_key_value_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq,
+                                              heads, scale, scale_log2);
+        });
+        simt::launch(grid, mma::threads, mma::query_shared_bytes<D>(), [&] {
+            mma::backward_query_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq,
                                           heads, scale, scale_log2);
-    });
-    simt::launch(grid, mma::threads, mma::query_shared_bytes<D>(), [&] {
-        mma::backward_query_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq, heads,
-                                      scale, scale_log2);
-    });
+        });
+    } else {
+        simt::launch(grid, flash::threads, flash::key_value_shared_bytes<D>(), [&] {
+            flash::backward_key_value_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(),
+                                                seq, heads, scale);
+        });
+        simt::launch(grid, flash::threads, flash::query_shared_bytes<D>(), [&] {
+            flash::backward_query_kernel<D>(qkv16.data(), dout16.data(), lse.data(), delta.data(), dqkv16.data(), seq,
+                                            heads, scale);
+        });
+    }
     const vec want_dqkv = weft_test::attention_backward(qkv, dout, batch, seq, heads, D);
-    expect_close("flash_attention_mma backward" + tag, to_float(dqkv16), want_dqkv, 2e-2, 1e-2 * max_abs(want_dqkv));
+    expect_close("flash attention backward" + tag, to_float(dqkv16), want_dqkv, 2e-2, 1e-2 * max_abs(want_dqkv));
 }
 
 }  // namespace
 
 int main() {
     try {
-        check_kernels<64>(2, 70, 2);   // two tiles, the second partial; two batches and heads
-        check_kernels<32>(1, 16, 2);   // one partial tile
-        check_kernels<96>(1, 130, 1);  // three tiles
-        check_kernels<128>(1, 64, 1);  // one full tile: the diagonal alone
+        for (const kernel_set set : {kernel_set::wmma, kernel_set::mma}) {
+            check_kernels<64>(set, 2, 70, 2);   // two tiles, the second partial; two batches and heads
+            check_kernels<32>(set, 1, 16, 2);   // one partial tile
+            check_kernels<96>(set, 1, 130, 1);  // three tiles
+            check_kernels<128>(set, 1, 64, 1);  // one full tile: the diagonal alone
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
         return 1;
