@@ -2,7 +2,7 @@
 // host emulation of the two warp instructions they rest on (weft/exec/cuda/simt_emulation.hpp),
 // both checked against the PTX ISA's fragment figures, written out here apart from either
 // ("Matrix Fragments for mma.m16n8k16 with floating point type", "ldmatrix"). The kernels
-// themselves run on that emulation in test_cuda_attention_emulated; these checks are what make its
+// themselves run on that emulation in test_cuda_kernels_emulated; these checks are what make its
 // verdict the PTX ISA's rather than the emulation's. No GPU and no CUDA toolkit needed.
 //
 // Values are small integers, exact in bf16 and in the products, so results compare exactly.

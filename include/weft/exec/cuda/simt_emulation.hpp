@@ -1,14 +1,16 @@
 // Device code run on the CPU: an emulated thread block, for testing kernels where no GPU is.
 //
-// The flash attention kernels (kernels/flash_attention_kernels.cuh on WMMA, which
-// simt_wmma.hpp emulates, and kernels/flash_attention_mma_kernels.cuh on mma.sync) changed
-// after their last run on a GPU, and the machines that build weft have none. So that their
-// own source runs in every CI build, they compile with a host compiler too
-// (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
-// share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
-// ISA define it:
+// Kernels that changed after their last run on a GPU (the flash attention kernels,
+// kernels/flash_attention_kernels.cuh on WMMA, which simt_wmma.hpp emulates, and
+// kernels/flash_attention_mma_kernels.cuh on mma.sync; the one-pass cross-entropy,
+// kernels/cross_entropy_kernels.cuh), on machines that have none. So that their own source
+// runs in every CI build (tests/exec/cuda/kernels_emulated_test.cpp), they compile with a
+// host compiler too (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread,
+// and what threads share or do together on a GPU is emulated here, as the CUDA programming
+// guide and the PTX ISA define it, for one-dimensional blocks:
 //   - threadIdx, blockIdx, gridDim and blockDim, per host thread;
-//   - the block's dynamic shared memory, and __syncthreads as a barrier of the block;
+//   - the block's shared memory (dynamic, and __shared__ variables as statics: one block of
+//     one launch runs at a time), and __syncthreads as a barrier of the block;
 //   - __syncwarp, __shfl_xor_sync, and the warp-wide instructions ldmatrix.x4 (.trans) and
 //     mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators), each an exchange of the 32 lanes'
 //     registers through the warp's own barrier;

@@ -7,8 +7,9 @@
 // here every lane holds the whole matrix: a load reads all of it, a product computes all of
 // it (in fp32: products of bf16 are exact, sums round as the tensor cores' may), and a store
 // writes each element from one lane and then waits for the warp, so the whole tile is
-// written when any lane goes on. That is as much as a GPU promises after the __syncwarp that
-// correct code puts between a store and reading it back, and no more is needed.
+// written when any lane goes on. A GPU promises that only after a __syncwarp, so a kernel
+// that reads a stored tile back without one passes here and races there (as a missing
+// cp.async wait does: simt_emulation.hpp); gpu-check's racecheck is for those.
 #pragma once
 
 #include <cuda_bf16.h>

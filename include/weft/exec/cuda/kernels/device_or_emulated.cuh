@@ -2,7 +2,8 @@
 // compiler, CUDA's built-ins; under a host compiler, their emulation (simt_emulation.hpp),
 // which runs the same kernels on the CPU in tests. Kernels that compile both ways declare
 // their dynamic shared memory with WEFT_DYNAMIC_SHARED_MEMORY and keep any PTX in
-// `#if defined(__CUDACC__)` wrappers whose other branch calls the emulation.
+// `#if defined(__CUDACC__)` wrappers whose other branch calls the emulation; they run as
+// one-dimensional blocks (threadIdx.x only).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,11 @@
 
 #include "weft/exec/cuda/simt_emulation.hpp"
 #define WEFT_DYNAMIC_SHARED_MEMORY(name) unsigned char* const name = ::weft::cuda::simt::dynamic_shared_memory()
+// A kernel's __shared__ variable is one per block: here a static, one for all the host threads
+// that run the block (the emulation runs one block, of one launch, at a time). CUDA's host
+// headers make __shared__ nothing for a host compiler, which would give each thread its own.
+#undef __shared__
+#define __shared__ static
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif

@@ -24,7 +24,7 @@
 // masked).
 //
 // The kernels compile with a host compiler too (device_or_emulated.cuh, with WMMA emulated by
-// simt_wmma.hpp), and tests/exec/cuda/attention_emulated_test.cpp runs them on an emulated
+// simt_wmma.hpp), and tests/exec/cuda/kernels_emulated_test.cpp runs them on an emulated
 // thread block against the double reference in every CI build, without a GPU.
 #pragma once
 

@@ -22,7 +22,7 @@
 // per query tile (dQ), so results repeat bit for bit.
 //
 // The kernels compile with a host compiler too (device_or_emulated.cuh), and
-// tests/exec/cuda/attention_emulated_test.cpp runs them on an emulated thread block
+// tests/exec/cuda/kernels_emulated_test.cpp runs them on an emulated thread block
 // (simt_emulation.hpp) against the double reference in every CI build, without a GPU.
 #pragma once
 

@@ -1,21 +1,26 @@
-// The flash attention kernels, both sets (the WMMA kernels exec::cuda runs by default,
-// kernels/flash_attention_kernels.cuh, and the mma.sync kernels,
-// kernels/flash_attention_mma_kernels.cuh), their own source compiled by the host compiler and
-// run on an emulated thread block (weft/exec/cuda/simt_emulation.hpp, simt_wmma.hpp) against
-// the double reference: no GPU needed, so every CI build runs kernels that no GPU has run
-// since they last changed. What it can show: any error of indexing, masking, the online
-// softmax, the saved statistics, the backward's formulas or which buffer a step reads. What it
-// cannot: timing (cp.async is an immediate copy here, so a missing wait shows only on a GPU,
-// under gpu-check's racecheck) and the GPU's own rounding of fp32 sums (the tolerances are
-// test_cuda_attention_mma's).
+// weft's CUDA kernels that have changed since they last ran on a GPU, their own source compiled
+// by the host compiler and run on an emulated thread block (weft/exec/cuda/simt_emulation.hpp,
+// simt_wmma.hpp), against the double reference or the CPU backend: no GPU needed, so every CI
+// build runs them.
+//   - both flash attention kernel sets (the WMMA kernels exec::cuda runs by default,
+//     kernels/flash_attention_kernels.cuh, and the mma.sync ones,
+//     kernels/flash_attention_mma_kernels.cuh) with the delta kernel they share;
+//   - the fused one-pass cross-entropy and the mean of its losses
+//     (kernels/cross_entropy_kernels.cuh).
+// What it can show: any error of indexing, masking, the online softmax, the saved statistics,
+// the backward's formulas or which buffer a step reads. What it cannot: timing (cp.async is an
+// immediate copy here, so a missing wait shows only on a GPU, under gpu-check's racecheck) and
+// the GPU's own rounding of fp32 sums (the tolerances are the GPU tests').
 //
-// Shapes: every head size, one to three 64-row tiles, full and partial, more than one batch
-// and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host threads).
+// Attention shapes: every head size, one to three 64-row tiles, full and partial, more than
+// one batch and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host
+// threads).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -23,6 +28,7 @@
 
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
+#include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 
@@ -179,10 +185,74 @@ void check_kernels(kernel_set set, int batch, int seq, int heads) {
     expect_close("flash attention backward" + tag, to_float(dqkv16), want_dqkv, 2e-2, 1e-2 * max_abs(want_dqkv));
 }
 
+// The fused cross-entropy, one block of 256 threads per row, as cross_entropy_forward_backward
+// launches it, and mean_kernel over the losses: bf16 logits around `offset` (at 100, exp of a
+// logit overflows a float: only a kernel that subtracts the row's maximum stays finite),
+// against the CPU backend. `stride` > classes pads the rows, whose padding must get exact
+// zero gradients; one row's label is out of range, and its loss and gradient must be NaN.
+template <bool Vectorized>
+void check_cross_entropy(int rows, int classes, int stride, float offset) {
+    namespace ce = weft::cuda::detail;
+    const std::string tag = std::string(Vectorized ? " (16-byte loads" : " (one element at a time") + ", emulated) " +
+                            std::to_string(rows) + "x" + std::to_string(classes) + " stride " + std::to_string(stride) +
+                            ", logits around " + std::to_string(int(offset));
+    vec logits = random_bf16_values(std::size_t(rows) * std::size_t(classes), 40);
+    for (float& v : logits) v = __bfloat162float(__float2bfloat16_rn(3.0f * v + offset));
+    std::vector<bf16> padded(std::size_t(rows) * std::size_t(stride), __float2bfloat16_rn(7.0f));
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < classes; ++c)
+            padded[std::size_t(r) * std::size_t(stride) + std::size_t(c)] =
+                __float2bfloat16_rn(logits[std::size_t(r) * std::size_t(classes) + std::size_t(c)]);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
+    const int invalid_row = rows - 1;
+    std::vector<std::int32_t> with_invalid = labels;
+    with_invalid[std::size_t(invalid_row)] = classes;
+
+    const float scale = 0.5f;
+    vec losses(std::size_t(rows), std::nanf(""));
+    std::vector<bf16> dlogits = unwritten(padded.size());
+    simt::launch({unsigned(rows), 1, 1}, int(ce::cross_entropy_threads), 0, [&] {
+        ce::cross_entropy_kernel<Vectorized>(padded.data(), with_invalid.data(), losses.data(), dlogits.data(), classes,
+                                             stride, scale / float(rows));
+    });
+    vec want_dlogits;
+    // The CPU backend over the valid rows: their mean loss, and gradients scaled as the kernel's
+    // (scale over all the rows).
+    const float want_loss =
+        weft_test::cross_entropy(vec(logits.begin(), logits.begin() + std::ptrdiff_t(invalid_row) * classes),
+                                 std::vector<std::int32_t>(labels.begin(), labels.begin() + invalid_row), invalid_row,
+                                 classes, scale * float(invalid_row) / float(rows), want_dlogits);
+    vec got_dlogits, padding;
+    for (int r = 0; r < invalid_row; ++r)
+        for (int c = 0; c < stride; ++c) {
+            const float d = __bfloat162float(dlogits[std::size_t(r) * std::size_t(stride) + std::size_t(c)]);
+            (c < classes ? got_dlogits : padding).push_back(d);
+        }
+    expect_close("cross_entropy dlogits" + tag, got_dlogits, want_dlogits, 8e-3, 1e-3 * max_abs(want_dlogits));
+    expect(std::all_of(padding.begin(), padding.end(), [](float d) { return d == 0.0f; }),
+           "cross_entropy: exact zero gradients in the padding" + tag);
+    bool invalid_is_nan = std::isnan(losses[std::size_t(invalid_row)]);
+    for (int c = 0; c < classes; ++c)
+        invalid_is_nan =
+            invalid_is_nan && std::isnan(__bfloat162float(dlogits[std::size_t(invalid_row) * std::size_t(stride) + c]));
+    expect(invalid_is_nan, "cross_entropy: an out-of-range label gives a NaN loss and gradient" + tag);
+
+    // The mean of the valid rows' losses, by the one-block mean kernel (1,024 threads).
+    vec mean(1, std::nanf(""));
+    simt::launch({1, 1, 1}, int(ce::mean_threads), 0,
+                 [&] { ce::mean_kernel(losses.data(), invalid_row, mean.data()); });
+    expect_close("cross_entropy mean loss" + tag, mean, vec{want_loss}, 1e-5, 0.0);
+}
+
 }  // namespace
 
 int main() {
     try {
+        check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
+        // Padding within the last vector and past it, and large logits.
+        check_cross_entropy<true>(12, 1001, 1016, 100.0f);
+        check_cross_entropy<false>(12, 1001, 1003, 0.0f);  // rows off 16-byte alignment, padded
         for (const kernel_set set : {kernel_set::wmma, kernel_set::mma}) {
             check_kernels<64>(set, 2, 70, 2);   // two tiles, the second partial; two batches and heads
             check_kernels<32>(set, 1, 16, 2);   // one partial tile
