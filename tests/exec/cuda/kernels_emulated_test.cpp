@@ -6,7 +6,9 @@
 //     kernels/flash_attention_kernels.cuh, and the mma.sync ones,
 //     kernels/flash_attention_mma_kernels.cuh) with the delta kernel they share;
 //   - the fused one-pass cross-entropy and the mean of its losses
-//     (kernels/cross_entropy_kernels.cuh).
+//     (kernels/cross_entropy_kernels.cuh);
+//   - the chunked column sums of the bias and LayerNorm weight gradients
+//     (kernels/column_sums_kernels.cuh), in two-dimensional blocks.
 // What it can show: any error of indexing, masking, the online softmax, the saved statistics,
 // the backward's formulas or which buffer a step reads. What it cannot: timing (cp.async is an
 // immediate copy here, so a missing wait shows only on a GPU, under gpu-check's racecheck) and
@@ -28,6 +30,7 @@
 
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
+#include "weft/exec/cuda/kernels/column_sums_kernels.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
@@ -245,10 +248,57 @@ void check_cross_entropy(int rows, int classes, int stride, float offset) {
     expect_close("cross_entropy mean loss" + tag, mean, vec{want_loss}, 1e-5, 0.0);
 }
 
+// What a row adds to the two sums of each column in check_column_sums: x, and x times y.
+struct sum_and_products {
+    const float* x;
+    const float* y;
+    __device__ void operator()(int /*row*/, std::size_t i, float (&sums)[2]) const {
+        sums[0] += x[i];
+        sums[1] += x[i] * y[i];
+    }
+};
+
+// Both passes of the column sums as column_sums() launches them (32 x 8 threads a block, a
+// block per chunk of 256 rows and 32 columns; then 256 threads a block, a thread per column),
+// adding to outputs that start at 0.5, against double sums. Rows and columns partial in their
+// last chunk and tile.
+void check_column_sums(int rows, int cols) {
+    namespace cs = weft::cuda::detail;
+    const std::string tag = " (emulated) " + std::to_string(rows) + "x" + std::to_string(cols);
+    const vec x = random_bf16_values(std::size_t(rows) * std::size_t(cols), 70);
+    const vec y = random_bf16_values(x.size(), 71);
+    const auto chunks = unsigned(weft::cuda::column_sum_chunks(rows));
+    const auto tiles = unsigned((cols + cs::column_sum_columns - 1) / cs::column_sum_columns);
+    vec partials(weft::cuda::column_sum_scratch_floats(rows, cols, 2), std::nanf(""));
+    vec sums(std::size_t(cols), 0.5f), products(std::size_t(cols), 0.5f);
+    simt::launch({chunks, tiles, 1}, simt::index3{cs::column_sum_columns, cs::column_sum_warps, 1}, 0, [&] {
+        cs::column_partials_kernel<2>(sum_and_products{x.data(), y.data()}, partials.data(), rows, cols);
+    });
+    simt::launch({unsigned((cols + 255) / 256), 1, 1}, 256, 0, [&] {
+        cs::add_column_partials_kernel<2>(partials.data(), int(chunks), cols,
+                                          cs::column_outputs<2>{{sums.data(), products.data()}});
+    });
+    vec want_sums(static_cast<std::size_t>(cols)), want_products(static_cast<std::size_t>(cols));
+    for (int c = 0; c < cols; ++c) {
+        double sum = 0.5, product = 0.5;
+        for (int r = 0; r < rows; ++r) {
+            const std::size_t i = std::size_t(r) * std::size_t(cols) + std::size_t(c);
+            sum += double(x[i]);
+            product += double(x[i]) * double(y[i]);
+        }
+        want_sums[std::size_t(c)] = float(sum);
+        want_products[std::size_t(c)] = float(product);
+    }
+    expect_close("column sums, first" + tag, sums, want_sums, 1e-5, 1e-4 * max_abs(want_sums));
+    expect_close("column sums, second" + tag, products, want_products, 1e-5, 1e-4 * max_abs(want_products));
+}
+
 }  // namespace
 
 int main() {
     try {
+        check_column_sums(600, 40);   // three chunks of rows, the last of 88; two tiles, the last of 8
+        check_column_sums(100, 768);  // one chunk; GPT-2's width
         check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);

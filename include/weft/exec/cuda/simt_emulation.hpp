@@ -1,13 +1,14 @@
 // Device code run on the CPU: an emulated thread block, for testing kernels where no GPU is.
 //
-// Kernels that changed after their last run on a GPU (the flash attention kernels,
-// kernels/flash_attention_kernels.cuh on WMMA, which simt_wmma.hpp emulates, and
-// kernels/flash_attention_mma_kernels.cuh on mma.sync; the one-pass cross-entropy,
-// kernels/cross_entropy_kernels.cuh), on machines that have none. So that their own source
-// runs in every CI build (tests/exec/cuda/kernels_emulated_test.cpp), they compile with a
-// host compiler too (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread,
-// and what threads share or do together on a GPU is emulated here, as the CUDA programming
-// guide and the PTX ISA define it, for one-dimensional blocks:
+// Kernels changed after their last run on a GPU, where the machines that build weft have
+// none: the flash attention kernels (kernels/flash_attention_kernels.cuh on WMMA, which
+// simt_wmma.hpp emulates, and kernels/flash_attention_mma_kernels.cuh on mma.sync), the
+// one-pass cross-entropy (kernels/cross_entropy_kernels.cuh) and the column sums
+// (kernels/column_sums_kernels.cuh). So that their own source runs in every CI build
+// (tests/exec/cuda/kernels_emulated_test.cpp), they compile with a host compiler too
+// (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
+// share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
+// ISA define it:
 //   - threadIdx, blockIdx, gridDim and blockDim, per host thread;
 //   - the block's shared memory (dynamic, and __shared__ variables as statics: one block of
 //     one launch runs at a time), and __syncthreads as a barrier of the block;
@@ -107,12 +108,24 @@ private:
 
 namespace detail {
 inline thread_local block_state* current_block = nullptr;
+// The thread's place in its block, x fastest, then y, then z: CUDA's order, which makes warps
+// of 32 consecutive ranks.
+inline thread_local int thread_rank = 0;
 }  // namespace detail
 
 [[nodiscard]] inline block_state& current_block() {
     require(detail::current_block != nullptr, "simt emulation: the calling thread", "outside a launch",
             "device code runs only inside simt::launch");
     return *detail::current_block;
+}
+
+[[nodiscard]] inline int lane() {
+    return detail::thread_rank % warp_size;
+}
+
+// Publishes this thread's slot in its warp's exchange and returns the warp's 32 slots.
+inline const std::array<block_state::slot, warp_size>& exchange_in_warp(const block_state::slot& mine) {
+    return current_block().exchange(detail::thread_rank / warp_size, lane(), mine);
 }
 
 }  // namespace weft::cuda::simt
@@ -128,8 +141,7 @@ inline void __syncthreads() {
 
 // The warp's lanes wait for each other (full mask): what each wrote before is seen by all after.
 inline void __syncwarp(unsigned int /*mask*/ = 0xffffffffu) {
-    static_cast<void>(weft::cuda::simt::current_block().exchange(int(threadIdx.x) / weft::cuda::simt::warp_size,
-                                                                 int(threadIdx.x) % weft::cuda::simt::warp_size, {}));
+    static_cast<void>(weft::cuda::simt::exchange_in_warp({}));
 }
 
 // math_constants.h spells CUDART_INF_F and its kin with this device intrinsic.
@@ -141,10 +153,16 @@ inline float __int_as_float(int bits) {
 inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) {
     weft::cuda::simt::block_state::slot mine;
     mine.value = value;
-    const int lane = int(threadIdx.x) % weft::cuda::simt::warp_size;
-    const auto& all =
-        weft::cuda::simt::current_block().exchange(int(threadIdx.x) / weft::cuda::simt::warp_size, lane, mine);
-    return all[std::size_t(lane ^ lane_mask)].value;
+    const auto& all = weft::cuda::simt::exchange_in_warp(mine);
+    return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].value;
+}
+
+// CUDA's integer min and max, which device code calls unqualified.
+inline int min(int a, int b) {
+    return a < b ? a : b;
+}
+inline int max(int a, int b) {
+    return a < b ? b : a;
 }
 
 namespace weft::cuda::simt {
@@ -170,8 +188,8 @@ inline void copy_16_async(void* to, const void* from, int bytes) {
 inline void load_matrices(std::uint32_t (&r)[4], const void* row_address, bool transposed) {
     block_state::slot mine;
     mine.address = row_address;
-    const int lane = int(threadIdx.x) % warp_size;
-    const auto& all = current_block().exchange(int(threadIdx.x) / warp_size, lane, mine);
+    const int lane = simt::lane();
+    const auto& all = exchange_in_warp(mine);
     for (int i = 0; i < 4; ++i) {
         std::uint16_t halves[2];
         for (int half = 0; half < 2; ++half) {
@@ -194,8 +212,8 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
     block_state::slot mine;
     for (int r = 0; r < 4; ++r) mine.a[std::size_t(r)] = a[r];
     mine.b = {b0, b1};
-    const int lane = int(threadIdx.x) % warp_size;
-    const auto& all = current_block().exchange(int(threadIdx.x) / warp_size, lane, mine);
+    const int lane = simt::lane();
+    const auto& all = exchange_in_warp(mine);
     float A[16][16], B[16][8];
     for (int l = 0; l < warp_size; ++l) {
         const int g = l / 4, t = l % 4;
@@ -215,34 +233,44 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
     }
 }
 
-// Runs `kernel()` as a grid of `grid` blocks of `threads` threads (a multiple of 32) with
-// `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
-// host threads at once (the same host threads for every block of the launch: starting 128
-// threads costs more than a small block's work). Each block's shared memory starts as 0xff
-// bytes, NaN in float and bf16, so a read of what the block never wrote shows in its results.
-inline void launch(index3 grid, int threads, std::size_t shared_bytes, const std::function<void()>& kernel) {
-    require(threads > 0 && threads % warp_size == 0, "simt::launch: threads", threads,
-            "must be a positive multiple of 32");
-    block_state block(threads, shared_bytes);
+// Runs `kernel()` as a grid of `grid` blocks of `block` threads (a multiple of 32, at most
+// 1,024) with `shared_bytes` of dynamic shared memory: the blocks one after another, a
+// block's threads as host threads at once (the same host threads for every block of the
+// launch: starting them costs more than a small block's work). Each block's shared memory
+// starts as 0xff bytes, NaN in float and bf16, so a read of what the block never wrote shows
+// in its results.
+inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
+    const unsigned long long threads = 1ull * block.x * block.y * block.z;
+    require(threads > 0 && threads % warp_size == 0 && threads <= 1024, "simt::launch: threads a block", threads,
+            "must be a positive multiple of 32, at most 1024");
+    block_state state(int(threads), shared_bytes);
     std::vector<std::jthread> running;
     running.reserve(std::size_t(threads));
-    for (int t = 0; t < threads; ++t)
+    for (int t = 0; t < int(threads); ++t)
         running.emplace_back([&, t] {
-            threadIdx = {unsigned(t), 0, 0};
+            const auto rank = unsigned(t);
+            threadIdx = {rank % block.x, rank / block.x % block.y, rank / (block.x * block.y)};
             gridDim = grid;
-            blockDim = {unsigned(threads), 1, 1};
-            detail::current_block = &block;
+            blockDim = block;
+            detail::thread_rank = t;
+            detail::current_block = &state;
             for (unsigned int z = 0; z < grid.z; ++z)
                 for (unsigned int y = 0; y < grid.y; ++y)
                     for (unsigned int x = 0; x < grid.x; ++x) {
-                        if (t == 0) block.fill_shared_memory(0xff);
-                        block.synchronize_block();  // no thread starts the block before its memory is fresh
+                        if (t == 0) state.fill_shared_memory(0xff);
+                        state.synchronize_block();  // no thread starts the block before its memory is fresh
                         blockIdx = {x, y, z};
                         kernel();
-                        block.synchronize_block();  // nor refills it while another still runs the last
+                        state.synchronize_block();  // nor refills it while another still runs the last
                     }
             detail::current_block = nullptr;
         });
+}
+
+// One-dimensional blocks of `threads` threads.
+inline void launch(index3 grid, int threads, std::size_t shared_bytes, const std::function<void()>& kernel) {
+    require(threads > 0, "simt::launch: threads", threads, "must be positive");
+    launch(grid, index3{unsigned(threads), 1, 1}, shared_bytes, kernel);
 }
 
 }  // namespace weft::cuda::simt

@@ -80,7 +80,7 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a,
 // The accumulator to p: element i written by lane i % 32, then the warp waits for all.
 template <int M, int N, int K>
 void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned int ldm, layout_t layout) {
-    const int lane = int(threadIdx.x) % weft::cuda::simt::warp_size;
+    const int lane = weft::cuda::simt::lane();
     for (int e = lane; e < M * N; e += weft::cuda::simt::warp_size) {
         const int r = e / N, c = e % N;
         p[layout == mem_col_major ? std::size_t(c) * ldm + std::size_t(r) : std::size_t(r) * ldm + std::size_t(c)] =

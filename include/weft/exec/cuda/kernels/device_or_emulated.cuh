@@ -2,8 +2,7 @@
 // compiler, CUDA's built-ins; under a host compiler, their emulation (simt_emulation.hpp),
 // which runs the same kernels on the CPU in tests. Kernels that compile both ways declare
 // their dynamic shared memory with WEFT_DYNAMIC_SHARED_MEMORY and keep any PTX in
-// `#if defined(__CUDACC__)` wrappers whose other branch calls the emulation; they run as
-// one-dimensional blocks (threadIdx.x only).
+// `#if defined(__CUDACC__)` wrappers whose other branch calls the emulation.
 #pragma once
 
 #include <cuda_runtime_api.h>
