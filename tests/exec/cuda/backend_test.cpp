@@ -28,6 +28,7 @@
 namespace {
 
 using weft_test::expect;
+using weft_test::expect_close;
 using cpu_backend = weft::exec::cpu;
 using cpu_matrix = cpu_backend::matrix;
 using gpu_backend = weft::exec::cuda;
@@ -77,26 +78,6 @@ std::vector<float> download_floats(gpu_backend& gpu, const gpu_matrix& d, std::s
                       "cudaMemcpy (saved statistics to host)");
     return host;
 }
-// |got - want| <= atol + rtol |want| everywhere; reports the worst element.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, float rtol,
-                  float atol) {
-    if (got.size() != want.size()) {
-        expect(false, what + ": size " + std::to_string(got.size()) + ", want " + std::to_string(want.size()));
-        return;
-    }
-    std::size_t worst = 0;
-    double worst_excess = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const double excess = std::fabs(double(got[i]) - double(want[i])) - (atol + rtol * std::fabs(double(want[i])));
-        if (std::isnan(excess) || excess > worst_excess) {
-            worst = i;
-            worst_excess = std::isnan(excess) ? 1e30 : excess;
-        }
-    }
-    expect(worst_excess <= 0, what + ": element " + std::to_string(worst) + " is " + std::to_string(got[worst]) +
-                                  ", want " + std::to_string(want[worst]));
-}
-
 // Device copies of host values: weights and gradients live in device memory.
 struct device_values {
     weft::cuda::device_buffer<float> buffer;

@@ -1,13 +1,16 @@
 // What weft's CUDA test programs share: checks that count, report and go on (so one run
-// shows every failure), and a main that runs the host-side checks first, skips with
+// shows every failure), exact or within a tolerance, and a main that runs the host-side checks first, skips with
 // exit code 77 where there is no GPU (ctest's SKIP_RETURN_CODE), then the chosen parts; and
 // a hold of a stream, for checks of what waits for it.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -30,6 +33,35 @@ inline void expect(bool condition, const std::string& what) {
         std::fprintf(stderr, "FAILED: %s\n", what.c_str());
         ++failures;
     }
+}
+
+// |got - want| <= atol + rtol |want| everywhere (a NaN fails); reports the worst element.
+inline void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                         double rtol, double atol) {
+    ++checks;
+    if (got.size() != want.size()) {
+        std::fprintf(stderr, "FAILED: %s: size %zu, want %zu\n", what.c_str(), got.size(), want.size());
+        ++failures;
+        return;
+    }
+    std::size_t worst = 0;
+    double worst_excess = -1;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(double(got[i]) - double(want[i]));
+        const double excess = std::isnan(err) ? 1e30 : err - (atol + rtol * std::fabs(double(want[i])));
+        if (excess > worst_excess) worst_excess = excess, worst = i;
+    }
+    if (worst_excess > 0) {
+        std::fprintf(stderr, "FAILED: %s: element %zu is %.8g, want %.8g (rtol %g, atol %g)\n", what.c_str(), worst,
+                     double(got[worst]), double(want[worst]), rtol, atol);
+        ++failures;
+    }
+}
+
+inline float max_abs(const std::vector<float>& values) {
+    float m = 0;
+    for (const float v : values) m = std::max(m, std::fabs(v));
+    return m;
 }
 
 template <class T>

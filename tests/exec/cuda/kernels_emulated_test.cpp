@@ -42,6 +42,8 @@ namespace mma = weft::cuda::flash_mma;
 namespace simt = weft::cuda::simt;
 using weft::cuda::bf16;
 using weft_test::expect;
+using weft_test::expect_close;
+using weft_test::max_abs;
 using weft_test::vec;
 
 // n values of N(0, 1) rounded to bf16, as floats (exact in bf16).
@@ -70,31 +72,6 @@ vec to_float(const std::vector<bf16>& values) {
 // bf16 NaNs: an element the kernels leave unwritten fails every comparison.
 std::vector<bf16> unwritten(std::size_t n) {
     return std::vector<bf16>(n, __float2bfloat16_rn(std::nanf("")));
-}
-
-// |got - want| <= atol + rtol |want| everywhere (a NaN fails); reports the worst element.
-void expect_close(const std::string& what, const vec& got, const vec& want, double rtol, double atol) {
-    if (got.size() != want.size()) {
-        expect(false, what + ": " + std::to_string(got.size()) + " values, want " + std::to_string(want.size()));
-        return;
-    }
-    std::size_t worst = 0;
-    double worst_excess = -1;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(double(got[i]) - double(want[i]));
-        const double excess = std::isnan(err) ? 1e30 : err - (atol + rtol * std::fabs(double(want[i])));
-        if (excess > worst_excess) worst_excess = excess, worst = i;
-    }
-    if (worst_excess > 0)
-        std::fprintf(stderr, "FAILED: %s: element %zu is %.8g, want %.8g (rtol %g, atol %g)\n", what.c_str(), worst,
-                     double(got[worst]), double(want[worst]), rtol, atol);
-    expect(worst_excess <= 0, what);
-}
-
-double max_abs(const vec& values) {
-    double m = 0;
-    for (const float v : values) m = std::max(m, double(std::fabs(v)));
-    return m;
 }
 
 // log sum_j<=i exp(scale q_i . k_j) per (batch, head, query), in double.

@@ -47,32 +47,9 @@ namespace {
 
 using weft_test::bits_equal;
 using weft_test::expect;
+using weft_test::expect_close;
+using weft_test::max_abs;
 using weft_test::failures;
-
-// |got - want| <= atol + rtol |want| everywhere; reports the worst element.
-void expect_close(const std::string& what, const vec& got, const vec& want, float rtol, float atol) {
-    ++weft_test::checks;
-    if (got.size() != want.size()) {
-        std::fprintf(stderr, "FAILED: %s: size %zu, want %zu\n", what.c_str(), got.size(), want.size());
-        ++failures;
-        return;
-    }
-    std::size_t worst = 0;
-    double worst_excess = -1;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(double(got[i]) - double(want[i]));
-        const double excess = err - (atol + rtol * std::fabs(double(want[i])));
-        if (!(excess <= 0) && (worst_excess < 0 || excess > worst_excess || std::isnan(excess))) {
-            worst = i;
-            worst_excess = std::isnan(excess) ? 1e30 : excess;
-        }
-    }
-    if (worst_excess > 0) {
-        std::fprintf(stderr, "FAILED: %s: element %zu is %.8g, want %.8g (rtol %g, atol %g)\n", what.c_str(), worst,
-                     double(got[worst]), double(want[worst]), double(rtol), double(atol));
-        ++failures;
-    }
-}
 
 template <class Fn>
 void expect_throws(const std::string& what, Fn&& fn, const std::string& naming = "") {
@@ -127,12 +104,6 @@ vec download(const cu::device_buffer<T>& d) {
             v[i] = host[i];
     }
     return v;
-}
-
-float max_abs(const vec& v) {
-    float m = 0;
-    for (float x : v) m = std::max(m, std::fabs(x));
-    return m;
 }
 
 // Tolerances: fp32 storage differs from the CPU only by summation order; bf16 storage

@@ -12,11 +12,10 @@
 // cp.async wait does: simt_emulation.hpp); gpu-check's racecheck is for those.
 #pragma once
 
-#include <cuda_bf16.h>
-
 #include <cstddef>
 #include <type_traits>
 
+#include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/simt_emulation.hpp"
 
 namespace nvcuda::wmma {
@@ -37,15 +36,6 @@ struct fragment {
     float x[num_elements];  // element (r, c) at r * cols + c, on every lane
 };
 
-namespace detail {
-inline float to_float(float v) {
-    return v;
-}
-inline float to_float(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-}  // namespace detail
-
 // An A or B fragment from memory: row_major puts element (r, c) at p[r * ldm + c], col_major
 // at p[c * ldm + r].
 template <class Use, int M, int N, int K, class T, class Layout>
@@ -53,9 +43,9 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned
     using frag = fragment<Use, M, N, K, T, Layout>;
     for (int r = 0; r < frag::rows; ++r)
         for (int c = 0; c < frag::cols; ++c)
-            f.x[r * frag::cols + c] =
-                detail::to_float(std::is_same_v<Layout, col_major> ? p[std::size_t(c) * ldm + std::size_t(r)]
-                                                                   : p[std::size_t(r) * ldm + std::size_t(c)]);
+            f.x[r * frag::cols + c] = weft::cuda::detail::to_float(std::is_same_v<Layout, col_major>
+                                                                       ? p[std::size_t(c) * ldm + std::size_t(r)]
+                                                                       : p[std::size_t(r) * ldm + std::size_t(c)]);
 }
 
 template <class Use, int M, int N, int K, class T, class Layout>

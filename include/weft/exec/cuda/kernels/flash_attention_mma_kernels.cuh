@@ -34,12 +34,11 @@
 #include <limits>
 
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
+#include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/kernels/flash_tiles.cuh"
 #include "weft/exec/cuda/mma_fragments.hpp"
 
 namespace weft::cuda {
-
-using bf16 = __nv_bfloat16;
 
 namespace flash_mma {
 
