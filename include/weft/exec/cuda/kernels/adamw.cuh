@@ -13,6 +13,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/optim/adamw_factors.hpp"
@@ -41,6 +42,8 @@ struct adamw_range {
 };
 
 namespace detail {
+
+WEFT_BEGIN_INLINE_KERNELS
 
 __global__ inline void adamw_begin_step_kernel(adamw_state* s) {
     const std::uint64_t t = s->step + 1;
@@ -74,6 +77,8 @@ __global__ inline void adamw_update_kernel(float* params, const float* grads, fl
     const adamw_step_factors f = state->factors;
     adamw_grid_stride(params, grads, m, v, params_bf16, n, f, decays);
 }
+
+WEFT_END_INLINE_KERNELS
 
 }  // namespace detail
 

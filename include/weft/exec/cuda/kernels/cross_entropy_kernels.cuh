@@ -116,6 +116,8 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* labels
 
 constexpr unsigned int mean_threads = 1024;
 
+WEFT_BEGIN_INLINE_KERNELS
+
 // One block, strided partial sums in a fixed order, then the fixed block tree. The bound
 // keeps the compiler within the registers that 1,024 threads in one block may use.
 __global__ inline void __launch_bounds__(mean_threads) mean_kernel(const float* values, int n, float* out) {
@@ -125,5 +127,7 @@ __global__ inline void __launch_bounds__(mean_threads) mean_kernel(const float* 
     sum = block_sum(sum, scratch);
     if (threadIdx.x == 0) *out = sum / float(n);
 }
+
+WEFT_END_INLINE_KERNELS
 
 }  // namespace weft::cuda::detail

@@ -17,6 +17,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -69,6 +70,8 @@ __global__ void softmax_gradient_kernel(const T* logits, const float* max, const
     }
 }
 
+WEFT_BEGIN_INLINE_KERNELS
+
 // The group's maxima: all holds `blocks` blocks of n row maxima (the all-gather's), taken in
 // block order as the host's max_over_blocks does.
 __global__ inline void max_over_blocks_kernel(const float* all, int n, int blocks, float* max) {
@@ -87,6 +90,8 @@ __global__ inline void loss_terms_kernel(const float* sums, int n, float* terms)
     for (int r = int(blockIdx.x * blockDim.x + threadIdx.x); r < n; r += int(gridDim.x * blockDim.x))
         terms[r] = logf(sums[r]) - sums[std::size_t(n) + std::size_t(r)];
 }
+
+WEFT_END_INLINE_KERNELS
 
 inline void check_rows(int rows, int cols, const char* what) {
     require(rows > 0, std::string(what) + ": rows", rows, "must be positive");
