@@ -34,6 +34,7 @@
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
+#include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
 
 namespace {
 
@@ -270,12 +271,70 @@ void check_column_sums(int rows, int cols) {
     expect_close("column sums, second" + tag, products, want_products, 1e-5, 1e-4 * max_abs(want_products));
 }
 
+// LayerNorm's kernels as exec::cuda launches them (bf16 rows, fp32 weight and bias; a warp per
+// row, 8 rows a block), the last block partial and rows off a multiple of 32 columns: the
+// forward and its residual form against the CPU backend, whose statistics (of the rounded
+// sum, in the residual form) and input gradient they must match. Rows of spread 2 around 3:
+// a kernel that drops the mean, or takes the variance about zero, is far off.
+void check_layer_norm(int rows, int cols) {
+    namespace ln = weft::cuda::detail;
+    const std::string tag = " (emulated) " + std::to_string(rows) + "x" + std::to_string(cols);
+    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+    vec a = random_bf16_values(n, 80), b = random_bf16_values(n, 81);
+    for (float& v : a) v = __bfloat162float(__float2bfloat16_rn(2.0f * v + 3.0f));
+    const vec gamma = random_bf16_values(std::size_t(cols), 82), beta = random_bf16_values(std::size_t(cols), 83);
+    const vec dy = random_bf16_values(n, 84);
+    const std::vector<bf16> a16 = to_bf16(a), b16 = to_bf16(b), dy16 = to_bf16(dy);
+    const float eps = 1e-5f;
+    const unsigned blocks = unsigned((rows + ln::layer_norm_rows_per_block - 1) / ln::layer_norm_rows_per_block);
+    const int threads = 32 * ln::layer_norm_rows_per_block;
+
+    std::vector<bf16> y16 = unwritten(n);
+    vec mean(std::size_t(rows), std::nanf("")), rstd(std::size_t(rows), std::nanf(""));
+    simt::launch({blocks, 1, 1}, threads, 0, [&] {
+        ln::layer_norm_forward_kernel<bf16, float>(a16.data(), gamma.data(), beta.data(), y16.data(), mean.data(),
+                                                   rstd.data(), rows, cols, eps);
+    });
+    vec want_mean, want_rstd;
+    const vec want_y = weft_test::layer_norm_forward(a, gamma, beta, rows, cols, want_mean, want_rstd);
+    expect_close("layer_norm_forward y" + tag, to_float(y16), want_y, 8e-3, 8e-3);
+    expect_close("layer_norm_forward mean" + tag, mean, want_mean, 1e-5, 1e-6);
+    expect_close("layer_norm_forward rstd" + tag, rstd, want_rstd, 1e-4, 0.0);
+
+    std::vector<bf16> dx16 = unwritten(n);
+    simt::launch({blocks, 1, 1}, threads, 0, [&] {
+        ln::layer_norm_backward_input_kernel<bf16, float>(a16.data(), mean.data(), rstd.data(), gamma.data(),
+                                                          dy16.data(), dx16.data(), rows, cols);
+    });
+    const vec want_dx = weft_test::layer_norm_backward_input(a, want_mean, want_rstd, gamma, dy, rows, cols);
+    expect_close("layer_norm_backward_input" + tag, to_float(dx16), want_dx, 2e-2, 8e-3 * max_abs(want_dx));
+
+    // The residual form: the sum a + b rounded to bf16 (exactly as the host rounds it), then the
+    // forward of that rounded sum.
+    std::vector<bf16> sum16 = unwritten(n), residual_y16 = unwritten(n);
+    vec residual_mean(std::size_t(rows), std::nanf("")), residual_rstd(std::size_t(rows), std::nanf(""));
+    simt::launch({blocks, 1, 1}, threads, 0, [&] {
+        ln::residual_layer_norm_forward_kernel<bf16, float>(a16.data(), b16.data(), sum16.data(), gamma.data(),
+                                                            beta.data(), residual_y16.data(), residual_mean.data(),
+                                                            residual_rstd.data(), rows, cols, eps);
+    });
+    vec want_sum(n);
+    for (std::size_t i = 0; i < n; ++i) want_sum[i] = __bfloat162float(__float2bfloat16_rn(a[i] + b[i]));
+    expect_close("residual_layer_norm_forward sum" + tag, to_float(sum16), want_sum, 0.0, 0.0);
+    const vec want_residual_y = weft_test::layer_norm_forward(want_sum, gamma, beta, rows, cols, want_mean, want_rstd);
+    expect_close("residual_layer_norm_forward y" + tag, to_float(residual_y16), want_residual_y, 8e-3, 8e-3);
+    expect_close("residual_layer_norm_forward mean" + tag, residual_mean, want_mean, 1e-5, 1e-6);
+    expect_close("residual_layer_norm_forward rstd" + tag, residual_rstd, want_rstd, 1e-4, 0.0);
+}
+
 }  // namespace
 
 int main() {
     try {
         check_column_sums(600, 40);   // three chunks of rows, the last of 88; two tiles, the last of 8
         check_column_sums(100, 768);  // one chunk; GPT-2's width
+        check_layer_norm(13, 100);  // two blocks, the second with 5 rows; 100 columns, 4 past a multiple of 32
+        check_layer_norm(9, 768);   // GPT-2's width
         check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);

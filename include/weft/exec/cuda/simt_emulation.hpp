@@ -4,7 +4,7 @@
 // none: the flash attention kernels (kernels/flash_attention_kernels.cuh on WMMA, which
 // simt_wmma.hpp emulates, and kernels/flash_attention_mma_kernels.cuh on mma.sync), the
 // one-pass cross-entropy (kernels/cross_entropy_kernels.cuh) and the column sums
-// (kernels/column_sums_kernels.cuh). So that their own source runs in every CI build
+// (kernels/column_sums_kernels.cuh), and LayerNorm's kernels (kernels/layer_norm_kernels.cuh). So that their own source runs in every CI build
 // (tests/exec/cuda/kernels_emulated_test.cpp), they compile with a host compiler too
 // (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
 // share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
@@ -35,6 +35,7 @@
 #include <array>
 #include <barrier>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -155,6 +156,12 @@ inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) 
     mine.value = value;
     const auto& all = weft::cuda::simt::exchange_in_warp(mine);
     return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].value;
+}
+
+// CUDA's reciprocal square root. The GPU's is within 2 ulp; this one rounds once more (the
+// tests' tolerances allow either).
+inline float rsqrtf(float x) {
+    return 1.0f / std::sqrt(x);
 }
 
 // CUDA's integer min and max, which device code calls unqualified.
