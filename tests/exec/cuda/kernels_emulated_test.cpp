@@ -32,9 +32,11 @@
 #include "device_check.hpp"
 #include "weft/exec/cuda/kernels/column_sums_kernels.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
+#include "weft/exec/cuda/kernels/embedding_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 #include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
+#include "weft/exec/token_groups.hpp"
 
 namespace {
 
@@ -327,6 +329,92 @@ void check_layer_norm(int rows, int cols) {
     expect_close("residual_layer_norm_forward rstd" + tag, residual_rstd, want_rstd, 1e-4, 0.0);
 }
 
+// The embedding's kernels as exec::cuda launches them (fp32 tables, bf16 activations and
+// gradients; 256 threads a block), the grid-stride loops given fewer blocks than elements so
+// that each thread takes several, and the token sums' rows of blocks over a width of two
+// column tiles, the second partial. Tokens repeat (a token's rows are summed in order) and
+// some never occur (their rows must stay as they were). Against the CPU backend; then a
+// rank's vocabulary slice, rows [first_row, first_row + held_rows), as tensor parallelism
+// splits it.
+void check_embedding() {
+    namespace em = weft::cuda::detail;
+    constexpr int sequences = 3, seq_len = 5, width = 300, vocab = 11, rows = sequences * seq_len;
+    const std::string tag = " (emulated) " + std::to_string(sequences) + "x" + std::to_string(seq_len) + "x" +
+                            std::to_string(width) + ", vocab " + std::to_string(vocab);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) tokens[std::size_t(r)] = (r * r + 3) % 7 + 2;  // ids 2 to 8, some repeated
+    const vec wte = random_bf16_values(std::size_t(vocab) * width, 90);
+    const vec wpe = random_bf16_values(std::size_t(seq_len) * width, 91);
+    const vec dy = random_bf16_values(std::size_t(rows) * width, 92);
+    const std::vector<bf16> dy16 = to_bf16(dy);
+    const int threads = 256;
+    const unsigned few_blocks = 3;  // 768 threads for 4,500 elements
+
+    std::vector<bf16> out16 = unwritten(std::size_t(rows) * width);
+    std::vector<std::int32_t> with_invalid = tokens;
+    with_invalid[7] = vocab;
+    simt::launch({few_blocks, 1, 1}, threads, 0, [&] {
+        em::embedding_forward_kernel<bf16, float>(with_invalid.data(), wte.data(), wpe.data(), out16.data(), rows,
+                                                  seq_len, width, vocab);
+    });
+    const vec want_out = weft_test::embedding_forward(tokens, wte, wpe, vocab, width, seq_len);
+    vec got_valid, want_valid;
+    bool invalid_row_is_nan = true;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < width; ++c) {
+            const std::size_t i = std::size_t(r) * width + std::size_t(c);
+            if (r == 7) {
+                invalid_row_is_nan = invalid_row_is_nan && std::isnan(__bfloat162float(out16[i]));
+                continue;
+            }
+            got_valid.push_back(__bfloat162float(out16[i]));
+            want_valid.push_back(want_out[i]);
+        }
+    expect_close("embedding_forward" + tag, got_valid, want_valid, 4e-3, 0.0);
+    expect(invalid_row_is_nan, "embedding_forward: a token outside the vocabulary gives a NaN row" + tag);
+
+    // The backward into gradients that start at 0.5, over the whole vocabulary.
+    const std::vector<std::int32_t> groups = weft::exec::group_rows_by_token(tokens, 0, vocab);
+    vec dwte(wte.size(), 0.5f), dwpe(wpe.size(), 0.5f);
+    const unsigned tiles = unsigned((width + em::embedding_token_threads - 1) / em::embedding_token_threads);
+    simt::launch({few_blocks, 1, 1}, threads, 0, [&] {
+        em::embedding_backward_position_kernel<bf16>(dy16.data(), dwpe.data(), sequences, seq_len, width);
+    });
+    simt::launch({unsigned(rows), tiles, 1}, em::embedding_token_threads, 0, [&] {
+        em::embedding_backward_token_kernel<bf16>(groups.data(), rows, dy16.data(), dwte.data(), 0, width);
+    });
+    vec want_dwte(wte.size(), 0.5f), want_dwpe(wpe.size(), 0.5f);
+    weft_test::embedding_backward(tokens, dy, vocab, width, seq_len, want_dwte, want_dwpe);
+    expect_close("embedding_backward dwte" + tag, dwte, want_dwte, 1e-5, 1e-6);
+    expect_close("embedding_backward dwpe" + tag, dwpe, want_dwpe, 1e-5, 1e-6);
+
+    // A rank's slice: rows 4 to 8 of the vocabulary. Its lookup gives those tokens' rows and
+    // zeros for the others; its backward writes only its rows.
+    constexpr int first_row = 4, held_rows = 5;
+    const vec wte_rows(wte.begin() + std::ptrdiff_t(first_row) * width,
+                       wte.begin() + std::ptrdiff_t(first_row + held_rows) * width);
+    vec lookup(std::size_t(rows) * width, std::nanf(""));
+    simt::launch({few_blocks, 1, 1}, threads, 0, [&] {
+        em::vocab_slice_lookup_kernel<float>(tokens.data(), wte_rows.data(), first_row, held_rows, lookup.data(), rows,
+                                             width);
+    });
+    vec want_lookup(lookup.size(), 0.0f);
+    for (int r = 0; r < rows; ++r)
+        if (const int t = tokens[std::size_t(r)]; t >= first_row && t < first_row + held_rows)
+            std::copy_n(wte.begin() + std::ptrdiff_t(t) * width, width, want_lookup.begin() + std::ptrdiff_t(r) * width);
+    expect_close("vocab_slice_lookup" + tag, lookup, want_lookup, 0.0, 0.0);
+
+    const std::vector<std::int32_t> slice_groups = weft::exec::group_rows_by_token(tokens, first_row, held_rows);
+    vec dwte_rows(wte_rows.size(), 0.5f);
+    simt::launch({unsigned(rows), tiles, 1}, em::embedding_token_threads, 0, [&] {
+        em::embedding_backward_token_kernel<bf16>(slice_groups.data(), rows, dy16.data(), dwte_rows.data(), first_row,
+                                                  width);
+    });
+    const vec want_dwte_rows(want_dwte.begin() + std::ptrdiff_t(first_row) * width,
+                             want_dwte.begin() + std::ptrdiff_t(first_row + held_rows) * width);
+    expect_close("embedding_backward, a vocabulary slice" + tag, dwte_rows, want_dwte_rows, 1e-5, 1e-6);
+}
+
 }  // namespace
 
 int main() {
@@ -335,6 +423,7 @@ int main() {
         check_column_sums(100, 768);  // one chunk; GPT-2's width
         check_layer_norm(13, 100);  // two blocks, the second with 5 rows; 100 columns, 4 past a multiple of 32
         check_layer_norm(9, 768);   // GPT-2's width
+        check_embedding();
         check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);
