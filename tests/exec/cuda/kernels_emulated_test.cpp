@@ -36,6 +36,7 @@
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 #include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
+#include "weft/exec/cuda/kernels/vocab_parallel_loss_kernels.cuh"
 #include "weft/exec/token_groups.hpp"
 
 namespace {
@@ -415,6 +416,79 @@ void check_embedding() {
     expect_close("embedding_backward, a vocabulary slice" + tag, dwte_rows, want_dwte_rows, 1e-5, 1e-6);
 }
 
+// The vocabulary-parallel cross-entropy's kernels over a group of two ranks, each holding half
+// of the vocabulary's columns (the second one more, an odd vocabulary), with the group's
+// reductions done here as exec::cuda's vocab_parallel_cross_entropy does them between the
+// passes: each rank's row maxima, the all-gather's blocks reduced by max_over_blocks_kernel,
+// each rank's sums of exp and label term with the group's maxima, their sum over the ranks,
+// the rows' losses by loss_terms_kernel, then each rank's gradient. Kernels one block of 256
+// threads a row, as the launches. Losses and gradients against the CPU backend's
+// cross-entropy over the whole vocabulary; logits around `offset` (100 overflows exp).
+void check_vocab_parallel_loss(int rows, int classes, float offset) {
+    namespace vp = weft::cuda::detail;
+    const std::string tag = " (emulated, 2 ranks) " + std::to_string(rows) + "x" + std::to_string(classes) +
+                            ", logits around " + std::to_string(int(offset));
+    vec logits = random_bf16_values(std::size_t(rows) * std::size_t(classes), 95);
+    for (float& v : logits) v = __bfloat162float(__float2bfloat16_rn(3.0f * v + offset));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
+    const int threads = int(vp::vocab_loss_threads);
+    constexpr int ranks = 2;
+    const int first_columns[ranks] = {0, classes / 2};
+    const int widths[ranks] = {classes / 2, classes - classes / 2};
+    std::vector<bf16> slices[ranks];
+    for (int q = 0; q < ranks; ++q)
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < widths[q]; ++c)
+                slices[q].push_back(
+                    __float2bfloat16_rn(logits[std::size_t(r) * std::size_t(classes) + std::size_t(first_columns[q] + c)]));
+
+    vec gathered(std::size_t(ranks) * std::size_t(rows), std::nanf(""));  // the all-gather: rank q's maxima at q * rows
+    for (int q = 0; q < ranks; ++q)
+        simt::launch({unsigned(rows), 1, 1}, threads, 0, [&] {
+            vp::row_max_kernel<bf16>(slices[q].data(), gathered.data() + std::ptrdiff_t(q) * rows, widths[q]);
+        });
+    vec max(std::size_t(rows), std::nanf(""));
+    simt::launch({1, 1, 1}, threads, 0, [&] { vp::max_over_blocks_kernel(gathered.data(), rows, ranks, max.data()); });
+    vec want_max(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r)
+        want_max[std::size_t(r)] = *std::max_element(logits.begin() + std::ptrdiff_t(r) * classes,
+                                                     logits.begin() + std::ptrdiff_t(r + 1) * classes);
+    expect_close("vocab-parallel row maxima" + tag, max, want_max, 0.0, 0.0);
+
+    vec sums(2 * std::size_t(rows), 0.0f);  // the all-reduce: the ranks' sums, added
+    for (int q = 0; q < ranks; ++q) {
+        vec rank_sums(2 * std::size_t(rows), std::nanf(""));
+        simt::launch({unsigned(rows), 1, 1}, threads, 0, [&] {
+            vp::softmax_partial_sums_kernel<bf16>(slices[q].data(), max.data(), labels.data(), first_columns[q],
+                                                  widths[q], rows, rank_sums.data());
+        });
+        for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += rank_sums[i];
+    }
+    vec terms(std::size_t(rows), std::nanf(""));
+    simt::launch({1, 1, 1}, threads, 0, [&] { vp::loss_terms_kernel(sums.data(), rows, terms.data()); });
+    const float scale = 0.5f;
+    vec want_dlogits;
+    const float want_loss = weft_test::cross_entropy(logits, labels, rows, classes, scale, want_dlogits);
+    double loss = 0;
+    for (const float t : terms) loss += double(t);
+    expect_close("vocab-parallel loss" + tag, vec{float(loss / rows)}, vec{want_loss}, 1e-5, 1e-5);
+
+    vec dlogits(logits.size(), std::nanf(""));
+    for (int q = 0; q < ranks; ++q) {
+        std::vector<bf16> d = unwritten(slices[q].size());
+        simt::launch({unsigned(rows), 1, 1}, threads, 0, [&] {
+            vp::softmax_gradient_kernel<bf16>(slices[q].data(), max.data(), sums.data(), labels.data(),
+                                              first_columns[q], widths[q], scale / float(rows), d.data());
+        });
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < widths[q]; ++c)
+                dlogits[std::size_t(r) * std::size_t(classes) + std::size_t(first_columns[q] + c)] =
+                    __bfloat162float(d[std::size_t(r) * std::size_t(widths[q]) + std::size_t(c)]);
+    }
+    expect_close("vocab-parallel dlogits" + tag, dlogits, want_dlogits, 8e-3, 1e-3 * max_abs(want_dlogits));
+}
+
 }  // namespace
 
 int main() {
@@ -428,6 +502,8 @@ int main() {
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);
         check_cross_entropy<false>(12, 1001, 1003, 0.0f);  // rows off 16-byte alignment, padded
+        check_vocab_parallel_loss(6, 1001, 0.0f);   // slices of 500 and 501 columns
+        check_vocab_parallel_loss(4, 600, 100.0f);  // large logits
         for (const kernel_set set : {kernel_set::wmma, kernel_set::mma}) {
             check_kernels<64>(set, 2, 70, 2);   // two tiles, the second partial; two batches and heads
             check_kernels<32>(set, 1, 16, 2);   // one partial tile
