@@ -20,24 +20,31 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
+#include "weft/exec/cuda/kernels/adamw_kernels.cuh"
 #include "weft/exec/cuda/kernels/column_sums_kernels.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
 #include "weft/exec/cuda/kernels/embedding_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 #include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
+#include "weft/exec/cuda/kernels/optimizer_step_kernels.cuh"
 #include "weft/exec/cuda/kernels/vocab_parallel_loss_kernels.cuh"
 #include "weft/exec/token_groups.hpp"
+#include "weft/optim/adamw_update.hpp"
+#include "weft/optim/sgd_update.hpp"
 
 namespace {
 
@@ -489,6 +496,139 @@ void check_vocab_parallel_loss(int rows, int classes, float offset) {
     expect_close("vocab-parallel dlogits" + tag, dlogits, want_dlogits, 8e-3, 1e-3 * max_abs(want_dlogits));
 }
 
+// Bit for bit: each element of a and b the same float (NaN where both are).
+bool same_bits(const vec& a, const vec& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+               return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
+           });
+}
+
+// AdamW as exec::cuda runs it, three steps over flat buffers of a decaying range and one that
+// does not: the state kernels (hyperparameters set by one, each step's scalars formed by the
+// other in device memory) and the update kernel writing the bf16 copy; then adamw_exact_kernel
+// (the optimizer-kernel interface's update) with a gradient scale. Both against
+// optim::adamw_update_on_host bit for bit, as on a GPU: the same IEEE-rounded operations in
+// the same order. beta1 above 0.5 and below take torch.lerp's two forms. Grid-stride loops of
+// 2 blocks for 1,000 elements.
+void check_adamw(double beta1) {
+    namespace op = weft::cuda::detail;
+    const std::string tag = " (emulated) beta1 " + std::to_string(beta1).substr(0, 3);
+    constexpr std::size_t n = 1000, decaying = 700;
+    weft::optim::adamw_options options;
+    options.lr = 1e-2;
+    options.beta1 = beta1;
+    options.beta2 = 0.95;
+    options.eps = 1e-6;
+    options.weight_decay = 0.1;
+    const vec start = random_bf16_values(n, 100);
+    vec params = start, m(n, 0.0f), v(n, 0.0f), want_params = start, want_m(n, 0.0f), want_v(n, 0.0f);
+    std::vector<bf16> params16 = unwritten(n);
+    weft::cuda::adamw_state state{};
+    simt::launch({1, 1, 1}, 1, 0, [&] {
+        op::adamw_set_hyperparameters_kernel(&state, options.lr, options.beta1, options.beta2, options.eps,
+                                             options.weight_decay);
+    });
+    bool factors_match = true;
+    for (unsigned step = 1; step <= 3; ++step) {
+        const vec grads = random_bf16_values(n, 100 + step);
+        simt::launch({1, 1, 1}, 1, 0, [&] { op::adamw_begin_step_kernel(&state); });
+        const auto want = weft::cuda::adamw_step_factors::of_step(options, step, 1.0f);
+        factors_match = factors_match && state.step == step &&
+                        same_bits({state.factors.decay, state.factors.beta1, state.factors.one_minus_beta1,
+                                   state.factors.beta2, state.factors.one_minus_beta2, state.factors.step_size,
+                                   state.factors.bias_correction2_sqrt, state.factors.eps, state.factors.grad_scale},
+                                  {want.decay, want.beta1, want.one_minus_beta1, want.beta2, want.one_minus_beta2,
+                                   want.step_size, want.bias_correction2_sqrt, want.eps, want.grad_scale}) &&
+                        state.factors.lerp_from_start == want.lerp_from_start;
+        for (const auto& [first, size, decays] : {std::tuple{std::size_t(0), decaying, true},
+                                                 std::tuple{decaying, n - decaying, false}}) {
+            simt::launch({2, 1, 1}, 256, 0, [&] {
+                op::adamw_update_kernel(params.data() + first, grads.data() + first, m.data() + first,
+                                        v.data() + first, params16.data() + first, size, decays, &state);
+            });
+            const auto range = [&](vec& x) { return std::span<float>(x).subspan(first, size); };
+            weft::optim::adamw_update_on_host<float>(range(want_params), std::span<const float>(grads).subspan(first, size),
+                                                     range(want_m), range(want_v), want, decays);
+        }
+    }
+    expect(factors_match, "adamw_begin_step: the step count and each step's scalars as of_step's, bit for bit" + tag);
+    expect(same_bits(params, want_params) && same_bits(m, want_m) && same_bits(v, want_v),
+           "adamw_update: three steps' weights and moments as the host's, bit for bit" + tag);
+    expect(same_bits(to_float(params16), to_float(to_bf16(params))), "adamw_update: the bf16 copy of the weights" + tag);
+
+    // The exact kernel with a gradient scale (clipping), one more step.
+    const vec grads = random_bf16_values(n, 110);
+    const auto scaled = weft::cuda::adamw_step_factors::of_step(options, 4, 0.25f);
+    simt::launch({2, 1, 1}, 256, 0, [&] {
+        op::adamw_exact_kernel<float>(params.data(), grads.data(), m.data(), v.data(), n, scaled, true);
+    });
+    weft::optim::adamw_update_on_host<float>(want_params, grads, want_m, want_v, scaled, true);
+    expect(same_bits(params, want_params) && same_bits(m, want_m) && same_bits(v, want_v),
+           "adamw_update_exact with a gradient scale, as the host's bit for bit" + tag);
+}
+
+// SGD's kernel (momentum, decay, a gradient scale; the first step starting the buffer, then a
+// second) and the averaging's scale kernel, against optim::sgd_update_on_host and the host's
+// product, bit for bit.
+void check_sgd_and_scale() {
+    namespace op = weft::cuda::detail;
+    constexpr std::size_t n = 1000;
+    vec params = random_bf16_values(n, 120), buffer(n, std::nanf("")), want_params = params, want_buffer(n, 0.0f);
+    weft::optim::sgd_factors<float> f{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
+                                      .use_momentum = true, .first_step = true};
+    for (int step = 0; step < 2; ++step) {
+        const vec grads = random_bf16_values(n, 121 + unsigned(step));
+        simt::launch({2, 1, 1}, 256, 0, [&] {
+            op::sgd_exact_kernel<float>(params.data(), grads.data(), buffer.data(), n, f, true);
+        });
+        weft::optim::sgd_update_on_host<float>(want_params, grads, want_buffer, f, true);
+        f.first_step = false;
+    }
+    expect(same_bits(params, want_params) && same_bits(buffer, want_buffer),
+           "sgd_update_exact: two steps with momentum as the host's, bit for bit (emulated)");
+
+    vec values = random_bf16_values(n, 125), want_values = values;
+    simt::launch({2, 1, 1}, 256, 0, [&] { op::scale_kernel<float>(values.data(), n, 1.0f / 3.0f); });
+    for (float& x : want_values) x *= 1.0f / 3.0f;
+    expect(same_bits(values, want_values), "scale_exact: as the host's product, bit for bit (emulated)");
+}
+
+// The gradient summary's two kernels as summarize_segments launches them (a row of blocks per
+// segment, then one block over the partials): three segments of different lengths, the second
+// not counted, against double sums; then a NaN in the uncounted segment, which only the total
+// shows.
+void check_gradient_summary() {
+    namespace op = weft::cuda::detail;
+    const std::vector<weft::cuda::gradient_segment> segments{{0, 300, 1}, {300, 2000, 0}, {2000, 2100, 1}};
+    vec values = random_bf16_values(2100, 130);
+    const int blocks_per_segment = int((1700 + op::summary_threads - 1) / op::summary_threads);  // the longest's
+    const auto summarize = [&] {
+        std::vector<double> partials(segments.size() * std::size_t(blocks_per_segment), std::nan(""));
+        std::vector<double> result(2, std::nan(""));
+        simt::launch({unsigned(blocks_per_segment), unsigned(segments.size()), 1}, int(op::summary_threads), 0,
+                     [&] { op::segment_squares_kernel<float>(values.data(), segments.data(), partials.data()); });
+        simt::launch({1, 1, 1}, int(op::summary_threads), 0, [&] {
+            op::summary_total_kernel<float>(partials.data(), segments.data(), blocks_per_segment, partials.size(),
+                                            result.data());
+        });
+        return result;
+    };
+    double counted = 0, total = 0;
+    for (const auto& s : segments)
+        for (std::size_t i = s.first; i < s.last; ++i) {
+            const double square = double(values[i]) * double(values[i]);
+            total += square;
+            if (s.counted) counted += square;
+        }
+    const std::vector<double> sums = summarize();
+    expect(std::fabs(sums[0] - counted) <= 1e-12 * counted && std::fabs(sums[1] - total) <= 1e-12 * total,
+           "gradient summary: the counted and total sums of squares (emulated)");
+    values[1234] = std::nanf("");
+    const std::vector<double> with_nan = summarize();
+    expect(std::fabs(with_nan[0] - counted) <= 1e-12 * counted && std::isnan(with_nan[1]),
+           "gradient summary: a NaN in an uncounted segment shows in the total only (emulated)");
+}
+
 }  // namespace
 
 int main() {
@@ -498,6 +638,10 @@ int main() {
         check_layer_norm(13, 100);  // two blocks, the second with 5 rows; 100 columns, 4 past a multiple of 32
         check_layer_norm(9, 768);   // GPT-2's width
         check_embedding();
+        check_adamw(0.9);
+        check_adamw(0.4);
+        check_sgd_and_scale();
+        check_gradient_summary();
         check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);

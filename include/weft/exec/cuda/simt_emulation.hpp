@@ -59,7 +59,9 @@ class block_state {
 public:
     block_state(int threads, std::size_t shared_bytes)
         : shared_(shared_bytes == 0 ? 1 : shared_bytes), block_barrier_(threads) {
-        for (int w = 0; w < threads / warp_size; ++w) warps_.push_back(std::make_unique<warp>());
+        // A last warp of fewer lanes (a block of one thread, say) waits for those it has.
+        for (int first = 0; first < threads; first += warp_size)
+            warps_.push_back(std::make_unique<warp>(threads - first < warp_size ? threads - first : warp_size));
     }
 
     [[nodiscard]] unsigned char* shared_memory() { return shared_.data(); }
@@ -72,12 +74,16 @@ public:
         std::array<std::uint32_t, 4> a{};
         std::array<std::uint32_t, 2> b{};
         float value = 0;
+        double wide = 0;  // __shfl_xor_sync's of a double
     };
 
     // Publishes `mine` as lane `lane` of warp `w`, waits for the warp, and returns the 32
     // lanes' slots of this exchange (valid until this lane's next exchange but one).
     const std::array<slot, warp_size>& exchange(int w, int lane, const slot& mine) {
         warp& each = *warps_[std::size_t(w)];
+        // On a GPU too, a full mask that names lanes the block does not have is undefined.
+        require(each.lanes == warp_size, "simt emulation: a warp-wide instruction's warp", each.lanes,
+                "must have 32 lanes (the block's last warp is partial)");
         int& parity = each.parity[std::size_t(lane)];
         auto& set = each.slots[std::size_t(parity)];
         parity ^= 1;
@@ -88,7 +94,9 @@ public:
 
 private:
     struct warp {
-        std::barrier<> barrier{warp_size};
+        explicit warp(int lanes_in_block) : lanes(lanes_in_block), barrier(lanes_in_block) {}
+        int lanes;
+        std::barrier<> barrier;
         std::array<std::array<slot, warp_size>, 2> slots{};
         std::array<int, warp_size> parity{};  // each lane's next set (only that lane touches it)
     };
@@ -162,6 +170,32 @@ inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) 
 // tests' tolerances allow either).
 inline float rsqrtf(float x) {
     return 1.0f / std::sqrt(x);
+}
+
+inline double __shfl_xor_sync(unsigned int /*mask*/, double value, int lane_mask) {
+    weft::cuda::simt::block_state::slot mine;
+    mine.wide = value;
+    const auto& all = weft::cuda::simt::exchange_in_warp(mine);
+    return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].wide;
+}
+
+// CUDA's IEEE-rounded single operations (round to nearest even), which nvcc never fuses into
+// an FMA. Here plain operations, which a host compiler may fuse where the target has FMA:
+// compile emulated kernels with -ffp-contract=off (test_cuda_kernels_emulated does).
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+    return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+    return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+inline float __fsqrt_rn(float a) {
+    return std::sqrt(a);
 }
 
 // CUDA's integer min and max, which device code calls unqualified.
@@ -240,16 +274,14 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
     }
 }
 
-// Runs `kernel()` as a grid of `grid` blocks of `block` threads (a multiple of 32, at most
-// 1,024) with `shared_bytes` of dynamic shared memory: the blocks one after another, a
+// Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with `shared_bytes` of dynamic shared memory: the blocks one after another, a
 // block's threads as host threads at once (the same host threads for every block of the
 // launch: starting them costs more than a small block's work). Each block's shared memory
 // starts as 0xff bytes, NaN in float and bf16, so a read of what the block never wrote shows
 // in its results.
 inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
-    require(threads > 0 && threads % warp_size == 0 && threads <= 1024, "simt::launch: threads a block", threads,
-            "must be a positive multiple of 32, at most 1024");
+    require(threads > 0 && threads <= 1024, "simt::launch: threads a block", threads, "must be in [1, 1024]");
     block_state state(int(threads), shared_bytes);
     std::vector<std::jthread> running;
     running.reserve(std::size_t(threads));
