@@ -35,12 +35,15 @@
 #include "device_check.hpp"
 #include "weft/exec/cuda/kernels/adamw_kernels.cuh"
 #include "weft/exec/cuda/kernels/column_sums_kernels.cuh"
+#include "weft/exec/cuda/kernels/convert_kernels.cuh"
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
 #include "weft/exec/cuda/kernels/embedding_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
+#include "weft/exec/cuda/kernels/gelu_kernels.cuh"
 #include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step_kernels.cuh"
+#include "weft/exec/cuda/kernels/residual_add_kernels.cuh"
 #include "weft/exec/cuda/kernels/vocab_parallel_loss_kernels.cuh"
 #include "weft/exec/token_groups.hpp"
 #include "weft/optim/adamw_update.hpp"
@@ -629,6 +632,52 @@ void check_gradient_summary() {
            "gradient summary: a NaN in an uncounted segment shows in the total only (emulated)");
 }
 
+// The elementwise kernels, grid-stride loops of 3 blocks of 256 threads over 5,000 elements:
+// GELU forward and backward (bf16) against the CPU backend with kernels_test's tolerances;
+// the residual add in place (out = a), the conversions both ways and the conversion adding a
+// periodic addend (a bias per row), each bit for bit against the host's rounding.
+void check_elementwise() {
+    namespace ew = weft::cuda::detail;
+    constexpr std::size_t n = 5000, period = 250;
+    const unsigned blocks = 3;
+    vec x = random_bf16_values(n, 140);
+    for (float& v : x) v = __bfloat162float(__float2bfloat16_rn(3.0f * v));
+    const vec dy = random_bf16_values(n, 141), b = random_bf16_values(n, 142);
+    const std::vector<bf16> x16 = to_bf16(x), dy16 = to_bf16(dy), b16 = to_bf16(b);
+    std::vector<bf16> y16 = unwritten(n), dx16 = unwritten(n);
+    simt::launch({blocks, 1, 1}, 256, 0, [&] { ew::gelu_forward_kernel<bf16>(x16.data(), y16.data(), n); });
+    simt::launch({blocks, 1, 1}, 256, 0,
+                 [&] { ew::gelu_backward_kernel<bf16>(x16.data(), dy16.data(), dx16.data(), n); });
+    expect_close("gelu_forward (emulated)", to_float(y16), weft_test::gelu_forward(x), 2e-2, 4e-6);
+    expect_close("gelu_backward (emulated)", to_float(dx16), weft_test::gelu_backward(x, dy), 2e-2, 4e-5);
+
+    std::vector<bf16> sum16 = x16;  // in place: out is a
+    simt::launch({blocks, 1, 1}, 256, 0,
+                 [&] { ew::residual_add_kernel<bf16>(sum16.data(), b16.data(), sum16.data(), n); });
+    vec want_sum(n);
+    for (std::size_t i = 0; i < n; ++i) want_sum[i] = __bfloat162float(__float2bfloat16_rn(x[i] + b[i]));
+    expect(same_bits(to_float(sum16), want_sum), "residual_add in place, bit for bit (emulated)");
+
+    const vec wide = random_bf16_values(n, 143);
+    vec fine(n);
+    for (std::size_t i = 0; i < n; ++i) fine[i] = wide[i] * (1.0f + 1.0f / 512.0f);  // bits below bf16's
+    std::vector<bf16> narrow = unwritten(n);
+    simt::launch({blocks, 1, 1}, 256, 0, [&] { ew::convert_kernel<float, bf16>(fine.data(), narrow.data(), n); });
+    vec back(n, std::nanf(""));
+    simt::launch({blocks, 1, 1}, 256, 0, [&] { ew::convert_kernel<bf16, float>(narrow.data(), back.data(), n); });
+    expect(same_bits(back, to_float(to_bf16(fine))), "convert fp32 to bf16 and back, bit for bit (emulated)");
+
+    const vec addend = random_bf16_values(period, 144);
+    std::vector<bf16> biased = unwritten(n);
+    simt::launch({blocks, 1, 1}, 256, 0, [&] {
+        ew::convert_adding_periodic_kernel<bf16>(fine.data(), addend.data(), period, biased.data(), n);
+    });
+    vec want_biased(n);
+    for (std::size_t i = 0; i < n; ++i)
+        want_biased[i] = __bfloat162float(__float2bfloat16_rn(fine[i] + addend[i % period]));
+    expect(same_bits(to_float(biased), want_biased), "convert_adding_periodic, bit for bit (emulated)");
+}
+
 }  // namespace
 
 int main() {
@@ -642,6 +691,7 @@ int main() {
         check_adamw(0.4);
         check_sgd_and_scale();
         check_gradient_summary();
+        check_elementwise();
         check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
         // Padding within the last vector and past it, and large logits.
         check_cross_entropy<true>(12, 1001, 1016, 100.0f);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "weft/core/error.hpp"
+#include "weft/exec/cuda/kernels/convert_kernels.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
@@ -20,21 +21,6 @@ namespace detail {
 inline unsigned int elementwise_blocks(std::size_t n, unsigned int threads) {
     const std::size_t wanted = (n + threads - 1) / threads;
     return static_cast<unsigned int>(wanted < 65536 ? wanted : 65536);
-}
-
-template <class From, class To>
-__global__ void convert_kernel(const From* in, To* out, std::size_t n) {
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-         i += std::size_t(gridDim.x) * blockDim.x)
-        out[i] = from_float<To>(to_float(in[i]));
-}
-
-template <class To>
-__global__ void convert_adding_periodic_kernel(const float* in, const float* addend, std::size_t period, To* out,
-                                               std::size_t n) {
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-         i += std::size_t(gridDim.x) * blockDim.x)
-        out[i] = from_float<To>(in[i] + addend[i % period]);
 }
 
 }  // namespace detail

@@ -9,20 +9,10 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
+#include "weft/exec/cuda/kernels/residual_add_kernels.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 
 namespace weft::cuda {
-
-namespace detail {
-
-template <class T>
-__global__ void residual_add_kernel(const T* a, const T* b, T* out, std::size_t n) {
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-         i += std::size_t(gridDim.x) * blockDim.x)
-        out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-}
-
-}  // namespace detail
 
 // out[i] = a[i] + b[i] for i in [0, n). out may be a or b: every element is read and
 // written by the same thread.
