@@ -1,26 +1,36 @@
-// weft's CUDA kernels that have changed since they last ran on a GPU, their own source compiled
-// by the host compiler and run on an emulated thread block (weft/exec/cuda/simt_emulation.hpp,
-// simt_wmma.hpp), against the double reference or the CPU backend: no GPU needed, so every CI
-// build runs them.
+// Every kernel exec::cuda launches, its own source compiled by the host compiler and run on an
+// emulated thread block (weft/exec/cuda/simt_emulation.hpp, simt_wmma.hpp), against the double
+// reference, the CPU backend or the host's own update: no GPU needed. CI runs it under
+// AddressSanitizer+UBSan (an access past a buffer's end) and ThreadSanitizer (a missing
+// __syncthreads or __syncwarp is a data race between a block's host threads).
 //   - both flash attention kernel sets (the WMMA kernels exec::cuda runs by default,
 //     kernels/flash_attention_kernels.cuh, and the mma.sync ones,
 //     kernels/flash_attention_mma_kernels.cuh) with the delta kernel they share;
 //   - the fused one-pass cross-entropy and the mean of its losses
-//     (kernels/cross_entropy_kernels.cuh);
+//     (kernels/cross_entropy_kernels.cuh), and the vocabulary-parallel loss's passes over two
+//     ranks (kernels/vocab_parallel_loss_kernels.cuh);
 //   - the chunked column sums of the bias and LayerNorm weight gradients
-//     (kernels/column_sums_kernels.cuh), in two-dimensional blocks.
+//     (kernels/column_sums_kernels.cuh), in two-dimensional blocks, and LayerNorm's forward,
+//     residual forward and input backward (kernels/layer_norm_kernels.cuh);
+//   - the embedding's lookups and backward (kernels/embedding_kernels.cuh);
+//   - AdamW with its device-side state, SGD, the averaging's scale and the gradient summary
+//     (kernels/adamw_kernels.cuh, kernels/optimizer_step_kernels.cuh), bit for bit where the
+//     GPU tests are;
+//   - GELU, the residual add and the conversions (kernels/*_kernels.cuh).
 // What it can show: any error of indexing, masking, the online softmax, the saved statistics,
 // the backward's formulas or which buffer a step reads. What it cannot: timing (cp.async is an
-// immediate copy here, so a missing wait shows only on a GPU, under gpu-check's racecheck) and
-// the GPU's own rounding of fp32 sums (the tolerances are the GPU tests').
+// immediate copy here, so a missing wait shows only on a GPU, under gpu-check's racecheck),
+// races between blocks (they run one after another) and the GPU's own rounding of fp32 sums
+// (the tolerances are the GPU tests').
 //
 // Attention shapes: every head size, one to three 64-row tiles, full and partial, more than
 // one batch and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host
-// threads).
+// threads, slowly under ThreadSanitizer).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -678,32 +688,52 @@ void check_elementwise() {
     expect(same_bits(to_float(biased), want_biased), "convert_adding_periodic, bit for bit (emulated)");
 }
 
+// Runs one group of checks and prints its time: each emulated block is host threads taking
+// turns at barriers, which is what the test's time is, most of all under ThreadSanitizer.
+template <class Checks>
+void timed(const char* what, Checks checks) {
+    const auto start = std::chrono::steady_clock::now();
+    checks();
+    std::printf("%-26s %6.2f s\n", what, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
 }  // namespace
 
 int main() {
     try {
-        check_column_sums(600, 40);   // three chunks of rows, the last of 88; two tiles, the last of 8
-        check_column_sums(100, 768);  // one chunk; GPT-2's width
-        check_layer_norm(13, 100);  // two blocks, the second with 5 rows; 100 columns, 4 past a multiple of 32
-        check_layer_norm(9, 768);   // GPT-2's width
-        check_embedding();
-        check_adamw(0.9);
-        check_adamw(0.4);
-        check_sgd_and_scale();
-        check_gradient_summary();
-        check_elementwise();
-        check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
-        // Padding within the last vector and past it, and large logits.
-        check_cross_entropy<true>(12, 1001, 1016, 100.0f);
-        check_cross_entropy<false>(12, 1001, 1003, 0.0f);  // rows off 16-byte alignment, padded
-        check_vocab_parallel_loss(6, 1001, 0.0f);   // slices of 500 and 501 columns
-        check_vocab_parallel_loss(4, 600, 100.0f);  // large logits
-        for (const kernel_set set : {kernel_set::wmma, kernel_set::mma}) {
-            check_kernels<64>(set, 2, 70, 2);   // two tiles, the second partial; two batches and heads
-            check_kernels<32>(set, 1, 16, 2);   // one partial tile
-            check_kernels<96>(set, 1, 130, 1);  // three tiles
-            check_kernels<128>(set, 1, 64, 1);  // one full tile: the diagonal alone
-        }
+        timed("column sums", [] {
+            check_column_sums(600, 40);   // three chunks of rows, the last of 88; two tiles, the last of 8
+            check_column_sums(100, 768);  // one chunk; GPT-2's width
+        });
+        timed("layer norm", [] {
+            check_layer_norm(13, 100);  // two blocks, the second with 5 rows; 100 columns, 4 past a multiple of 32
+            check_layer_norm(9, 768);   // GPT-2's width
+        });
+        timed("embedding", [] { check_embedding(); });
+        timed("optimizer", [] {
+            check_adamw(0.9);
+            check_adamw(0.4);
+            check_sgd_and_scale();
+            check_gradient_summary();
+        });
+        timed("elementwise", [] { check_elementwise(); });
+        timed("cross-entropy", [] {
+            check_cross_entropy<true>(12, 1000, 1000, 0.0f);  // rows of whole 16-byte vectors
+            // Padding within the last vector and past it, and large logits.
+            check_cross_entropy<true>(12, 1001, 1016, 100.0f);
+            check_cross_entropy<false>(12, 1001, 1003, 0.0f);  // rows off 16-byte alignment, padded
+        });
+        timed("vocabulary-parallel loss", [] {
+            check_vocab_parallel_loss(6, 1001, 0.0f);   // slices of 500 and 501 columns
+            check_vocab_parallel_loss(4, 600, 100.0f);  // large logits
+        });
+        for (const kernel_set set : {kernel_set::wmma, kernel_set::mma})
+            timed(set == kernel_set::mma ? "attention (mma)" : "attention (wmma)", [set] {
+                check_kernels<64>(set, 1, 70, 1);   // two tiles, the second partial
+                check_kernels<32>(set, 2, 16, 2);   // one partial tile; two batches and heads
+                check_kernels<96>(set, 1, 130, 1);  // three tiles
+                check_kernels<128>(set, 1, 64, 1);  // one full tile: the diagonal alone
+            });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "FAILED with an exception: %s\n", e.what());
         return 1;

@@ -1,12 +1,10 @@
 // Device code run on the CPU: an emulated thread block, for testing kernels where no GPU is.
 //
-// Kernels changed after their last run on a GPU, where the machines that build weft have
-// none: the flash attention kernels (kernels/flash_attention_kernels.cuh on WMMA, which
-// simt_wmma.hpp emulates, and kernels/flash_attention_mma_kernels.cuh on mma.sync), the
-// one-pass cross-entropy (kernels/cross_entropy_kernels.cuh) and the column sums
-// (kernels/column_sums_kernels.cuh), and LayerNorm's kernels (kernels/layer_norm_kernels.cuh). So that their own source runs in every CI build
-// (tests/exec/cuda/kernels_emulated_test.cpp), they compile with a host compiler too
-// (kernels/device_or_emulated.cuh): each GPU thread becomes a host thread, and what threads
+// The machines that build weft have no GPU, and most changes to its kernels come before their
+// next run on one. So that every kernel exec::cuda launches runs in CI all the same
+// (tests/exec/cuda/kernels_emulated_test.cpp, under both sanitizers), the kernels compile
+// with a host compiler too (kernels/device_or_emulated.cuh, each set in a kernels/*_kernels.cuh
+// of its own): each GPU thread becomes a host thread, and what threads
 // share or do together on a GPU is emulated here, as the CUDA programming guide and the PTX
 // ISA define it:
 //   - threadIdx, blockIdx, gridDim and blockDim, per host thread;

@@ -25,7 +25,7 @@
 //
 // The kernels compile with a host compiler too (device_or_emulated.cuh, with WMMA emulated by
 // simt_wmma.hpp), and tests/exec/cuda/kernels_emulated_test.cpp runs them on an emulated
-// thread block against the double reference in every CI build, without a GPU.
+// thread block against the double reference in CI (under both sanitizers), without a GPU.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -23,7 +23,7 @@
 //
 // The kernels compile with a host compiler too (device_or_emulated.cuh), and
 // tests/exec/cuda/kernels_emulated_test.cpp runs them on an emulated thread block
-// (simt_emulation.hpp) against the double reference in every CI build, without a GPU.
+// (simt_emulation.hpp) against the double reference in CI (under both sanitizers), without a GPU.
 #pragma once
 
 #include <cuda_bf16.h>
