@@ -422,7 +422,8 @@ void check_embedding() {
     vec want_lookup(lookup.size(), 0.0f);
     for (int r = 0; r < rows; ++r)
         if (const int t = tokens[std::size_t(r)]; t >= first_row && t < first_row + held_rows)
-            std::copy_n(wte.begin() + std::ptrdiff_t(t) * width, width, want_lookup.begin() + std::ptrdiff_t(r) * width);
+            std::copy_n(wte.begin() + std::ptrdiff_t(t) * width, width,
+                        want_lookup.begin() + std::ptrdiff_t(r) * width);
     expect_close("vocab_slice_lookup" + tag, lookup, want_lookup, 0.0, 0.0);
 
     const std::vector<std::int32_t> slice_groups = weft::exec::group_rows_by_token(tokens, first_row, held_rows);
@@ -460,8 +461,8 @@ void check_vocab_parallel_loss(int rows, int classes, float offset) {
     for (int q = 0; q < ranks; ++q)
         for (int r = 0; r < rows; ++r)
             for (int c = 0; c < widths[q]; ++c)
-                slices[q].push_back(
-                    __float2bfloat16_rn(logits[std::size_t(r) * std::size_t(classes) + std::size_t(first_columns[q] + c)]));
+                slices[q].push_back(__float2bfloat16_rn(
+                    logits[std::size_t(r) * std::size_t(classes) + std::size_t(first_columns[q] + c)]));
 
     vec gathered(std::size_t(ranks) * std::size_t(rows), std::nanf(""));  // the all-gather: rank q's maxima at q * rows
     for (int q = 0; q < ranks; ++q)
@@ -553,21 +554,23 @@ void check_adamw(double beta1) {
                                   {want.decay, want.beta1, want.one_minus_beta1, want.beta2, want.one_minus_beta2,
                                    want.step_size, want.bias_correction2_sqrt, want.eps, want.grad_scale}) &&
                         state.factors.lerp_from_start == want.lerp_from_start;
-        for (const auto& [first, size, decays] : {std::tuple{std::size_t(0), decaying, true},
-                                                 std::tuple{decaying, n - decaying, false}}) {
+        for (const auto& [first, size, decays] :
+             {std::tuple{std::size_t(0), decaying, true}, std::tuple{decaying, n - decaying, false}}) {
             simt::launch({2, 1, 1}, 256, 0, [&] {
-                op::adamw_update_kernel(params.data() + first, grads.data() + first, m.data() + first,
-                                        v.data() + first, params16.data() + first, size, decays, &state);
+                op::adamw_update_kernel(params.data() + first, grads.data() + first, m.data() + first, v.data() + first,
+                                        params16.data() + first, size, decays, &state);
             });
             const auto range = [&](vec& x) { return std::span<float>(x).subspan(first, size); };
-            weft::optim::adamw_update_on_host<float>(range(want_params), std::span<const float>(grads).subspan(first, size),
-                                                     range(want_m), range(want_v), want, decays);
+            weft::optim::adamw_update_on_host<float>(range(want_params),
+                                                     std::span<const float>(grads).subspan(first, size), range(want_m),
+                                                     range(want_v), want, decays);
         }
     }
     expect(factors_match, "adamw_begin_step: the step count and each step's scalars as of_step's, bit for bit" + tag);
     expect(same_bits(params, want_params) && same_bits(m, want_m) && same_bits(v, want_v),
            "adamw_update: three steps' weights and moments as the host's, bit for bit" + tag);
-    expect(same_bits(to_float(params16), to_float(to_bf16(params))), "adamw_update: the bf16 copy of the weights" + tag);
+    expect(same_bits(to_float(params16), to_float(to_bf16(params))),
+           "adamw_update: the bf16 copy of the weights" + tag);
 
     // The exact kernel with a gradient scale (clipping), one more step.
     const vec grads = random_bf16_values(n, 110);
@@ -587,13 +590,16 @@ void check_sgd_and_scale() {
     namespace op = weft::cuda::detail;
     constexpr std::size_t n = 1000;
     vec params = random_bf16_values(n, 120), buffer(n, std::nanf("")), want_params = params, want_buffer(n, 0.0f);
-    weft::optim::sgd_factors<float> f{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
-                                      .use_momentum = true, .first_step = true};
+    weft::optim::sgd_factors<float> f{.lr = 0.05f,
+                                      .momentum = 0.9f,
+                                      .weight_decay = 0.01f,
+                                      .grad_scale = 0.5f,
+                                      .use_momentum = true,
+                                      .first_step = true};
     for (int step = 0; step < 2; ++step) {
         const vec grads = random_bf16_values(n, 121 + unsigned(step));
-        simt::launch({2, 1, 1}, 256, 0, [&] {
-            op::sgd_exact_kernel<float>(params.data(), grads.data(), buffer.data(), n, f, true);
-        });
+        simt::launch({2, 1, 1}, 256, 0,
+                     [&] { op::sgd_exact_kernel<float>(params.data(), grads.data(), buffer.data(), n, f, true); });
         weft::optim::sgd_update_on_host<float>(want_params, grads, want_buffer, f, true);
         f.first_step = false;
     }
@@ -694,12 +700,22 @@ template <class Checks>
 void timed(const char* what, Checks checks) {
     const auto start = std::chrono::steady_clock::now();
     checks();
-    std::printf("%-26s %6.2f s\n", what, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::printf("%-26s %6.2f s\n", what,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace
 
-int main() {
+// With --race-check (the tsan preset's run), the attention kernels at one shape, GPT-2's head
+// size over three tiles, the last partial: every barrier of their double-buffered loops, in
+// the time ThreadSanitizer takes for one shape rather than four. The shapes' arithmetic is the
+// other runs' to check.
+int main(int argc, char** argv) {
+    const bool race_check = argc == 2 && std::string(argv[1]) == "--race-check";
+    if (argc > 2 || (argc == 2 && !race_check)) {
+        std::fprintf(stderr, "usage: %s [--race-check]\n", argv[0]);
+        return 2;
+    }
     try {
         timed("column sums", [] {
             check_column_sums(600, 40);   // three chunks of rows, the last of 88; two tiles, the last of 8
@@ -728,7 +744,11 @@ int main() {
             check_vocab_parallel_loss(4, 600, 100.0f);  // large logits
         });
         for (const kernel_set set : {kernel_set::wmma, kernel_set::mma})
-            timed(set == kernel_set::mma ? "attention (mma)" : "attention (wmma)", [set] {
+            timed(set == kernel_set::mma ? "attention (mma)" : "attention (wmma)", [set, race_check] {
+                if (race_check) {
+                    check_kernels<64>(set, 1, 130, 1);
+                    return;
+                }
                 check_kernels<64>(set, 1, 70, 1);   // two tiles, the second partial
                 check_kernels<32>(set, 2, 16, 2);   // one partial tile; two batches and heads
                 check_kernels<96>(set, 1, 130, 1);  // three tiles

@@ -79,7 +79,8 @@ public:
     // lanes' slots of this exchange (valid until this lane's next exchange but one).
     const std::array<slot, warp_size>& exchange(int w, int lane, const slot& mine) {
         warp& each = *warps_[std::size_t(w)];
-        // On a GPU too, a full mask that names lanes the block does not have is undefined.
+        // On a GPU too, a full mask that names lanes the block does not have is undefined. (A
+        // throw here, on a block's thread, ends the test program with this message.)
         require(each.lanes == warp_size, "simt emulation: a warp-wide instruction's warp", each.lanes,
                 "must have 32 lanes (the block's last warp is partial)");
         int& parity = each.parity[std::size_t(lane)];
@@ -164,8 +165,8 @@ inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) 
     return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].value;
 }
 
-// CUDA's reciprocal square root. The GPU's is within 2 ulp; this one rounds once more (the
-// tests' tolerances allow either).
+// CUDA's reciprocal square root. The GPU's is within 2 ulp; this one rounds twice (the square
+// root, then the quotient): the tests' tolerances allow either.
 inline float rsqrtf(float x) {
     return 1.0f / std::sqrt(x);
 }
@@ -272,8 +273,9 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
     }
 }
 
-// Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with `shared_bytes` of dynamic shared memory: the blocks one after another, a
-// block's threads as host threads at once (the same host threads for every block of the
+// Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with
+// `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
+// host threads at once (the same host threads for every block of the
 // launch: starting them costs more than a small block's work). Each block's shared memory
 // starts as 0xff bytes, NaN in float and bf16, so a read of what the block never wrote shows
 // in its results.
