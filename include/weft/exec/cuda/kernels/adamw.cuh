@@ -14,7 +14,6 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/adamw_kernels.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
-#include "weft/exec/cuda/kernels/optimizer_step.cuh"
 #include "weft/exec/cuda/runtime.hpp"
 #include "weft/optim/adamw_factors.hpp"
 
