@@ -29,7 +29,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -65,6 +64,7 @@ namespace flash = weft::cuda::flash;
 namespace mma = weft::cuda::flash_mma;
 namespace simt = weft::cuda::simt;
 using weft::cuda::bf16;
+using weft_test::bits_equal;
 using weft_test::expect;
 using weft_test::expect_close;
 using weft_test::max_abs;
@@ -510,13 +510,6 @@ void check_vocab_parallel_loss(int rows, int classes, float offset) {
     expect_close("vocab-parallel dlogits" + tag, dlogits, want_dlogits, 8e-3, 1e-3 * max_abs(want_dlogits));
 }
 
-// Bit for bit: each element of a and b the same float (NaN where both are).
-bool same_bits(const vec& a, const vec& b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-               return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
-           });
-}
-
 // AdamW as exec::cuda runs it, three steps over flat buffers of a decaying range and one that
 // does not: the state kernels (hyperparameters set by one, each step's scalars formed by the
 // other in device memory) and the update kernel writing the bf16 copy; then adamw_exact_kernel
@@ -547,13 +540,14 @@ void check_adamw(double beta1) {
         const vec grads = random_bf16_values(n, 100 + step);
         simt::launch({1, 1, 1}, 1, 0, [&] { op::adamw_begin_step_kernel(&state); });
         const auto want = weft::cuda::adamw_step_factors::of_step(options, step, 1.0f);
-        factors_match = factors_match && state.step == step &&
-                        same_bits({state.factors.decay, state.factors.beta1, state.factors.one_minus_beta1,
-                                   state.factors.beta2, state.factors.one_minus_beta2, state.factors.step_size,
-                                   state.factors.bias_correction2_sqrt, state.factors.eps, state.factors.grad_scale},
-                                  {want.decay, want.beta1, want.one_minus_beta1, want.beta2, want.one_minus_beta2,
-                                   want.step_size, want.bias_correction2_sqrt, want.eps, want.grad_scale}) &&
-                        state.factors.lerp_from_start == want.lerp_from_start;
+        factors_match =
+            factors_match && state.step == step &&
+            bits_equal(vec{state.factors.decay, state.factors.beta1, state.factors.one_minus_beta1, state.factors.beta2,
+                           state.factors.one_minus_beta2, state.factors.step_size, state.factors.bias_correction2_sqrt,
+                           state.factors.eps, state.factors.grad_scale},
+                       vec{want.decay, want.beta1, want.one_minus_beta1, want.beta2, want.one_minus_beta2,
+                           want.step_size, want.bias_correction2_sqrt, want.eps, want.grad_scale}) &&
+            state.factors.lerp_from_start == want.lerp_from_start;
         for (const auto& [first, size, decays] :
              {std::tuple{std::size_t(0), decaying, true}, std::tuple{decaying, n - decaying, false}}) {
             simt::launch({2, 1, 1}, 256, 0, [&] {
@@ -567,9 +561,9 @@ void check_adamw(double beta1) {
         }
     }
     expect(factors_match, "adamw_begin_step: the step count and each step's scalars as of_step's, bit for bit" + tag);
-    expect(same_bits(params, want_params) && same_bits(m, want_m) && same_bits(v, want_v),
+    expect(bits_equal(params, want_params) && bits_equal(m, want_m) && bits_equal(v, want_v),
            "adamw_update: three steps' weights and moments as the host's, bit for bit" + tag);
-    expect(same_bits(to_float(params16), to_float(to_bf16(params))),
+    expect(bits_equal(to_float(params16), to_float(to_bf16(params))),
            "adamw_update: the bf16 copy of the weights" + tag);
 
     // The exact kernel with a gradient scale (clipping), one more step.
@@ -579,7 +573,7 @@ void check_adamw(double beta1) {
         op::adamw_exact_kernel<float>(params.data(), grads.data(), m.data(), v.data(), n, scaled, true);
     });
     weft::optim::adamw_update_on_host<float>(want_params, grads, want_m, want_v, scaled, true);
-    expect(same_bits(params, want_params) && same_bits(m, want_m) && same_bits(v, want_v),
+    expect(bits_equal(params, want_params) && bits_equal(m, want_m) && bits_equal(v, want_v),
            "adamw_update_exact with a gradient scale, as the host's bit for bit" + tag);
 }
 
@@ -603,13 +597,13 @@ void check_sgd_and_scale() {
         weft::optim::sgd_update_on_host<float>(want_params, grads, want_buffer, f, true);
         f.first_step = false;
     }
-    expect(same_bits(params, want_params) && same_bits(buffer, want_buffer),
+    expect(bits_equal(params, want_params) && bits_equal(buffer, want_buffer),
            "sgd_update_exact: two steps with momentum as the host's, bit for bit (emulated)");
 
     vec values = random_bf16_values(n, 125), want_values = values;
     simt::launch({2, 1, 1}, 256, 0, [&] { op::scale_kernel<float>(values.data(), n, 1.0f / 3.0f); });
     for (float& x : want_values) x *= 1.0f / 3.0f;
-    expect(same_bits(values, want_values), "scale_exact: as the host's product, bit for bit (emulated)");
+    expect(bits_equal(values, want_values), "scale_exact: as the host's product, bit for bit (emulated)");
 }
 
 // The gradient summary's two kernels as summarize_segments launches them (a row of blocks per
@@ -672,7 +666,7 @@ void check_elementwise() {
                  [&] { ew::residual_add_kernel<bf16>(sum16.data(), b16.data(), sum16.data(), n); });
     vec want_sum(n);
     for (std::size_t i = 0; i < n; ++i) want_sum[i] = __bfloat162float(__float2bfloat16_rn(x[i] + b[i]));
-    expect(same_bits(to_float(sum16), want_sum), "residual_add in place, bit for bit (emulated)");
+    expect(bits_equal(to_float(sum16), want_sum), "residual_add in place, bit for bit (emulated)");
 
     const vec wide = random_bf16_values(n, 143);
     vec fine(n);
@@ -681,7 +675,7 @@ void check_elementwise() {
     simt::launch({blocks, 1, 1}, 256, 0, [&] { ew::convert_kernel<float, bf16>(fine.data(), narrow.data(), n); });
     vec back(n, std::nanf(""));
     simt::launch({blocks, 1, 1}, 256, 0, [&] { ew::convert_kernel<bf16, float>(narrow.data(), back.data(), n); });
-    expect(same_bits(back, to_float(to_bf16(fine))), "convert fp32 to bf16 and back, bit for bit (emulated)");
+    expect(bits_equal(back, to_float(to_bf16(fine))), "convert fp32 to bf16 and back, bit for bit (emulated)");
 
     const vec addend = random_bf16_values(period, 144);
     std::vector<bf16> biased = unwritten(n);
@@ -691,7 +685,7 @@ void check_elementwise() {
     vec want_biased(n);
     for (std::size_t i = 0; i < n; ++i)
         want_biased[i] = __bfloat162float(__float2bfloat16_rn(fine[i] + addend[i % period]));
-    expect(same_bits(to_float(biased), want_biased), "convert_adding_periodic, bit for bit (emulated)");
+    expect(bits_equal(to_float(biased), want_biased), "convert_adding_periodic, bit for bit (emulated)");
 }
 
 // Runs one group of checks and prints its time: each emulated block is host threads taking
