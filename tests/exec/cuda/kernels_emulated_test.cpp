@@ -18,10 +18,10 @@
 //     GPU tests are;
 //   - GELU, the residual add and the conversions (kernels/*_kernels.cuh).
 // What it can show: any error of indexing, masking, the online softmax, the saved statistics,
-// the backward's formulas or which buffer a step reads. What it cannot: timing (cp.async is an
-// immediate copy here, so a missing wait shows only on a GPU, under gpu-check's racecheck),
-// races between blocks (they run one after another) and the GPU's own rounding of fp32 sums
-// (the tolerances are the GPU tests').
+// the backward's formulas or which buffer a step reads, and a cp.async read before its wait
+// (its bytes are NaN until the wait for its group). What it cannot: races between blocks (they
+// run one after another) and the GPU's own rounding of fp32 sums (the tolerances are the GPU
+// tests').
 //
 // Attention shapes: every head size, one to three 64-row tiles, full and partial, more than
 // one batch and head, as test_cuda_attention_mma's (fewer: each block here runs 128 host

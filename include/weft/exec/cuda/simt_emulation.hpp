@@ -13,9 +13,10 @@
 //   - __syncwarp, __shfl_xor_sync, and the warp-wide instructions ldmatrix.x4 (.trans) and
 //     mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators), each an exchange of the 32 lanes'
 //     registers through the warp's own barrier;
-//   - cp.async of 16 bytes as an immediate copy (zero-filled past its source size), so its
-//     commit and wait are nothing: an emulated kernel cannot show a missing wait (a race on
-//     the GPU; gpu-check runs compute-sanitizer's racecheck for those).
+//   - cp.async of 16 bytes, its commit_group and wait_group, at the latest their PTX allows:
+//     the destination reads as NaN bytes from the copy's start, and the copy lands only when
+//     its thread waits for its group. So a read before the wait, or a wait for too few groups,
+//     shows in the results at every run, where on a GPU it shows only when a copy is late.
 // The two instructions are written here from the PTX ISA apart from mma_fragments.hpp, whose
 // layouts the kernels use; tests/exec/mma_fragments_test.cpp checks both against the ISA's
 // fragment figures: what the emulation computes is what the ISA says they compute.
@@ -37,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -119,6 +121,19 @@ inline thread_local block_state* current_block = nullptr;
 // The thread's place in its block, x fastest, then y, then z: CUDA's order, which makes warps
 // of 32 consecutive ranks.
 inline thread_local int thread_rank = 0;
+
+// One cp.async of the thread still in flight: where its 16 bytes go and what they are.
+struct async_copy {
+    void* to = nullptr;
+    std::array<unsigned char, 16> bytes{};
+};
+// The thread's cp.async copies in flight: those since its last commit, then its committed
+// groups, oldest first. A block starts with none (launch drops what the last one left).
+struct async_copies {
+    std::vector<async_copy> uncommitted;
+    std::deque<std::vector<async_copy>> committed;
+};
+inline thread_local async_copies copies_in_flight;
 }  // namespace detail
 
 [[nodiscard]] inline block_state& current_block() {
@@ -217,9 +232,35 @@ namespace weft::cuda::simt {
 }
 
 // cp.async.cg.shared.global [to], [from], 16, bytes: `bytes` (0 to 16) copied, the rest zeros.
+// What the destination holds until its thread's cp.async.wait_group lets the copy's group
+// complete is undefined: here the 0xff bytes of memory never written (NaN), and the copy lands
+// at that wait, no sooner. The source is read now (the kernels never write what they copy).
 inline void copy_16_async(void* to, const void* from, int bytes) {
-    std::memset(to, 0, 16);
-    if (bytes > 0) std::memcpy(to, from, std::size_t(bytes));
+    require(bytes >= 0 && bytes <= 16, "simt emulation: cp.async's source size", bytes, "must be in [0, 16]");
+    detail::async_copy copy{to, {}};
+    if (bytes > 0) std::memcpy(copy.bytes.data(), from, std::size_t(bytes));
+    std::memset(to, 0xff, copy.bytes.size());
+    detail::copies_in_flight.uncommitted.push_back(copy);
+}
+
+// cp.async.commit_group: the thread's copies since its last commit become one group (an empty
+// one if there are none).
+inline void commit_copies() {
+    auto& flight = detail::copies_in_flight;
+    flight.committed.push_back(std::move(flight.uncommitted));
+    flight.uncommitted.clear();
+}
+
+// cp.async.wait_group `pending`: the thread's committed groups but the `pending` newest
+// complete, in order. Copies not yet committed stay in flight, as on a GPU.
+inline void wait_copies(int pending) {
+    require(pending >= 0, "simt emulation: cp.async.wait_group's count", pending, "must not be negative");
+    auto& groups = detail::copies_in_flight.committed;
+    while (groups.size() > std::size_t(pending)) {
+        for (const detail::async_copy& copy : groups.front())
+            std::memcpy(copy.to, copy.bytes.data(), copy.bytes.size());
+        groups.pop_front();
+    }
 }
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8 i + r hands the address of row r
@@ -299,6 +340,7 @@ inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const st
                         if (t == 0) state.fill_shared_memory(0xff);
                         state.synchronize_block();  // no thread starts the block before its memory is fresh
                         blockIdx = {x, y, z};
+                        detail::copies_in_flight = {};  // a copy never waited for lands nowhere
                         kernel();
                         state.synchronize_block();  // nor refills it while another still runs the last
                     }

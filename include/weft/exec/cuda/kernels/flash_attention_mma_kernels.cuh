@@ -72,6 +72,8 @@ __device__ inline void copy_16_async(void* destination, const void* source, int 
 __device__ inline void commit_copies() {
 #if defined(__CUDACC__)
     asm volatile("cp.async.commit_group;\n" ::);
+#else
+    simt::commit_copies();
 #endif
 }
 // Waits until at most `Pending` committed groups are still in flight.
@@ -79,6 +81,8 @@ template <int Pending>
 __device__ inline void wait_copies() {
 #if defined(__CUDACC__)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#else
+    simt::wait_copies(Pending);
 #endif
 }
 
