@@ -16,7 +16,7 @@ namespace {
 
 namespace simt = weft::cuda::simt;
 
-constexpr int threads = 64;  // two warps
+constexpr int copy_threads = 64;  // two warps
 constexpr int copy_bytes = 16;
 constexpr unsigned char not_landed = 0xff;  // what the emulation shows before a copy lands
 
@@ -45,14 +45,14 @@ std::vector<unsigned char> source_bytes(std::size_t n) {
 TEST_CASE("simt emulation: cp.async lands at its thread's wait_group, oldest group first", "[exec][simt]") {
     // Each thread copies three 16-byte pieces of its own: group 1 whole, group 2 of `partial`
     // bytes (zeros after), and a third it has not committed at the first waits.
-    const auto source = source_bytes(3 * threads * copy_bytes);
+    const auto source = source_bytes(3 * copy_threads * copy_bytes);
     enum step { issued, waited_one, waited_none, uncommitted_after_wait, committed_and_waited, steps };
-    std::array<std::array<std::array<seen, 3>, steps>, threads> sights{};
-    simt::launch({1, 1, 1}, threads, source.size(), [&] {
+    std::array<std::array<std::array<seen, 3>, steps>, copy_threads> sights{};
+    simt::launch({1, 1, 1}, copy_threads, source.size(), [&] {
         const int t = int(threadIdx.x);
         const int partial = t % (copy_bytes + 1);  // 0 to 16: every source size
         unsigned char* shared = simt::dynamic_shared_memory();
-        auto piece = [&](int which) { return std::size_t((which * threads + t) * copy_bytes); };
+        auto piece = [&](int which) { return std::size_t((which * copy_threads + t) * copy_bytes); };
         auto look_all = [&](step at) {
             for (int which = 0; which < 3; ++which) {
                 const int bytes = which == 1 ? partial : copy_bytes;
@@ -84,7 +84,7 @@ TEST_CASE("simt emulation: cp.async lands at its thread's wait_group, oldest gro
         {landed, landed, not_landed},          // a wait does not complete an uncommitted copy
         {landed, landed, landed},              // committed, then waited for
     }};
-    for (int t = 0; t < threads; ++t)
+    for (int t = 0; t < copy_threads; ++t)
         for (int at = 0; at < steps; ++at) {
             INFO("thread " << t << ", step " << at);
             REQUIRE(sights[std::size_t(t)][std::size_t(at)] == expected[std::size_t(at)]);

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -39,8 +40,10 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -58,7 +61,7 @@ inline constexpr int warp_size = 32;
 class block_state {
 public:
     block_state(int threads, std::size_t shared_bytes)
-        : shared_(shared_bytes == 0 ? 1 : shared_bytes), block_barrier_(threads) {
+        : shared_(shared_bytes == 0 ? 1 : shared_bytes), block_barrier_(threads, phase_end{this}) {
         // A last warp of fewer lanes (a block of one thread, say) waits for those it has.
         for (int first = 0; first < threads; first += warp_size)
             warps_.push_back(std::make_unique<warp>(threads - first < warp_size ? threads - first : warp_size));
@@ -67,6 +70,26 @@ public:
     [[nodiscard]] unsigned char* shared_memory() { return shared_.data(); }
     void fill_shared_memory(unsigned char byte) { std::memset(shared_.data(), byte, shared_.size()); }
     void synchronize_block() { block_barrier_.arrive_and_wait(); }
+
+    // Thread `rank` threw: it leaves its warp's barrier and the block's, so that the threads
+    // still running the block pass them without it rather than wait for it forever. The
+    // first exception is kept for launch to throw; the launch's later blocks do not run.
+    void leave_after_throw(int rank, std::exception_ptr error) {
+        {
+            const std::lock_guard lock(error_mutex_);
+            if (!error_) error_ = std::move(error);
+        }
+        failed_.store(true);
+        warps_[std::size_t(rank / warp_size)]->barrier.arrive_and_drop();
+        block_barrier_.arrive_and_drop();
+    }
+    // Whether a thread had thrown when the block's barrier last opened: the same answer for
+    // every thread between two openings, so all stop at the same block.
+    [[nodiscard]] bool stopping() const { return stopping_; }
+    [[nodiscard]] std::exception_ptr error() {
+        const std::lock_guard lock(error_mutex_);
+        return error_;
+    }
 
     // What one lane hands the others at a warp-wide instruction.
     struct slot {
@@ -82,7 +105,7 @@ public:
     const std::array<slot, warp_size>& exchange(int w, int lane, const slot& mine) {
         warp& each = *warps_[std::size_t(w)];
         // On a GPU too, a full mask that names lanes the block does not have is undefined. (A
-        // throw here, on a block's thread, ends the test program with this message.)
+        // throw on a block's thread reaches launch's caller: see leave_after_throw.)
         require(each.lanes == warp_size, "simt emulation: a warp-wide instruction's warp", each.lanes,
                 "must have 32 lanes (the block's last warp is partial)");
         int& parity = each.parity[std::size_t(lane)];
@@ -111,9 +134,18 @@ private:
         [[nodiscard]] std::size_t size() const { return lines.size() * sizeof(line); }
         std::vector<line> lines;
     };
+    // Runs as the block's barrier opens, before any thread passes it.
+    struct phase_end {
+        block_state* block;
+        void operator()() const noexcept { block->stopping_ = block->failed_.load(); }
+    };
     shared_bytes shared_;
-    std::barrier<> block_barrier_;
+    std::barrier<phase_end> block_barrier_;
     std::vector<std::unique_ptr<warp>> warps_;
+    std::atomic<bool> failed_{false};
+    bool stopping_ = false;
+    std::mutex error_mutex_;
+    std::exception_ptr error_;
 };
 
 namespace detail {
@@ -319,33 +351,42 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
 // host threads at once (the same host threads for every block of the
 // launch: starting them costs more than a small block's work). Each block's shared memory
 // starts as 0xff bytes, NaN in float and bf16, so a read of what the block never wrote shows
-// in its results.
+// in its results. An exception on a block's thread (a `require` of the emulation, say) ends
+// the launch: the block's other threads finish it without that one, no later block starts,
+// and launch throws the first such exception once they have all stopped.
 inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
     require(threads > 0 && threads <= 1024, "simt::launch: threads a block", threads, "must be in [1, 1024]");
     block_state state(int(threads), shared_bytes);
-    std::vector<std::jthread> running;
-    running.reserve(std::size_t(threads));
-    for (int t = 0; t < int(threads); ++t)
-        running.emplace_back([&, t] {
-            const auto rank = unsigned(t);
-            threadIdx = {rank % block.x, rank / block.x % block.y, rank / (block.x * block.y)};
-            gridDim = grid;
-            blockDim = block;
-            detail::thread_rank = t;
-            detail::current_block = &state;
-            for (unsigned int z = 0; z < grid.z; ++z)
-                for (unsigned int y = 0; y < grid.y; ++y)
-                    for (unsigned int x = 0; x < grid.x; ++x) {
+    {
+        std::vector<std::jthread> running;
+        running.reserve(std::size_t(threads));
+        for (int t = 0; t < int(threads); ++t)
+            running.emplace_back([&, t] {
+                const auto rank = unsigned(t);
+                threadIdx = {rank % block.x, rank / block.x % block.y, rank / (block.x * block.y)};
+                gridDim = grid;
+                blockDim = block;
+                detail::thread_rank = t;
+                detail::current_block = &state;
+                try {
+                    const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+                    for (unsigned long long b = 0; b < blocks; ++b) {  // x fastest, as CUDA numbers them
                         if (t == 0) state.fill_shared_memory(0xff);
                         state.synchronize_block();  // no thread starts the block before its memory is fresh
-                        blockIdx = {x, y, z};
+                        if (state.stopping()) break;
+                        blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / grid.x / grid.y)};
                         detail::copies_in_flight = {};  // a copy never waited for lands nowhere
                         kernel();
                         state.synchronize_block();  // nor refills it while another still runs the last
                     }
-            detail::current_block = nullptr;
-        });
+                } catch (...) {
+                    state.leave_after_throw(t, std::current_exception());
+                }
+                detail::current_block = nullptr;
+            });
+    }  // the threads join here
+    if (state.error()) std::rethrow_exception(state.error());
 }
 
 // One-dimensional blocks of `threads` threads.
