@@ -18,22 +18,21 @@ namespace simt = weft::cuda::simt;
 
 constexpr int copy_threads = 64;  // two warps
 constexpr int copy_bytes = 16;
-constexpr unsigned char not_landed = 0xff;  // what the emulation shows before a copy lands
 
 // What the thread's 16 bytes at `at` are now: landed (the source's first `bytes`, then zeros),
-// not landed (all 0xff), or neither.
+// not landed (all undefined_byte), or neither.
 enum class seen { landed, not_landed, other };
 
 seen look(const unsigned char* at, const unsigned char* source, int bytes) {
     bool landed = true, absent = true;
     for (int i = 0; i < copy_bytes; ++i) {
         landed = landed && at[i] == (i < bytes ? source[i] : 0);
-        absent = absent && at[i] == not_landed;
+        absent = absent && at[i] == simt::undefined_byte;
     }
     return landed ? seen::landed : absent ? seen::not_landed : seen::other;
 }
 
-// Bytes that are neither 0 nor 0xff, so that a landed copy is told apart from both.
+// Bytes that are neither 0 nor undefined_byte, so that a landed copy is told apart from both.
 std::vector<unsigned char> source_bytes(std::size_t n) {
     std::vector<unsigned char> bytes(n);
     for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(1 + i % 250);

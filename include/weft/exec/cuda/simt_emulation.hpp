@@ -57,6 +57,11 @@ struct index3 {
 
 inline constexpr int warp_size = 32;
 
+// What the emulation shows where shared memory holds nothing defined yet: a block's memory
+// before the block writes it, a cp.async's destination before its wait. 0xff bytes are NaN in
+// float and bf16, so a read of them shows in the results.
+inline constexpr unsigned char undefined_byte = 0xff;
+
 // One running block: its shared memory, barriers and warp exchange slots.
 class block_state {
 public:
@@ -265,13 +270,13 @@ namespace weft::cuda::simt {
 
 // cp.async.cg.shared.global [to], [from], 16, bytes: `bytes` (0 to 16) copied, the rest zeros.
 // What the destination holds until its thread's cp.async.wait_group lets the copy's group
-// complete is undefined: here the 0xff bytes of memory never written (NaN), and the copy lands
-// at that wait, no sooner. The source is read now (the kernels never write what they copy).
+// complete is undefined: here undefined_byte, and the copy lands at that wait, no sooner. The
+// source is read now (the kernels never write what they copy).
 inline void copy_16_async(void* to, const void* from, int bytes) {
     require(bytes >= 0 && bytes <= 16, "simt emulation: cp.async's source size", bytes, "must be in [0, 16]");
     detail::async_copy copy{to, {}};
     if (bytes > 0) std::memcpy(copy.bytes.data(), from, std::size_t(bytes));
-    std::memset(to, 0xff, copy.bytes.size());
+    std::memset(to, undefined_byte, copy.bytes.size());
     detail::copies_in_flight.uncommitted.push_back(copy);
 }
 
@@ -348,12 +353,12 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
 
 // Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with
 // `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
-// host threads at once (the same host threads for every block of the
-// launch: starting them costs more than a small block's work). Each block's shared memory
-// starts as 0xff bytes, NaN in float and bf16, so a read of what the block never wrote shows
-// in its results. An exception on a block's thread (a `require` of the emulation, say) ends
-// the launch: the block's other threads finish it without that one, no later block starts,
-// and launch throws the first such exception once they have all stopped.
+// host threads at once (the same host threads for every block of the launch: starting them
+// costs more than a small block's work). Each block's shared memory starts as undefined_byte,
+// so a read of what the block never wrote shows in its results. An exception on a block's
+// thread (a `require` of the emulation, say) ends the launch: the block's other threads finish
+// it without that one, no later block starts, and launch throws the first such exception once
+// they have all stopped.
 inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
     require(threads > 0 && threads <= 1024, "simt::launch: threads a block", threads, "must be in [1, 1024]");
@@ -372,7 +377,7 @@ inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const st
                 try {
                     const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
                     for (unsigned long long b = 0; b < blocks; ++b) {  // x fastest, as CUDA numbers them
-                        if (t == 0) state.fill_shared_memory(0xff);
+                        if (t == 0) state.fill_shared_memory(undefined_byte);
                         state.synchronize_block();  // no thread starts the block before its memory is fresh
                         if (state.stopping()) break;
                         blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / grid.x / grid.y)};
@@ -386,7 +391,7 @@ inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const st
                 detail::current_block = nullptr;
             });
     }  // the threads join here
-    if (state.error()) std::rethrow_exception(state.error());
+    if (const std::exception_ptr error = state.error()) std::rethrow_exception(error);
 }
 
 // One-dimensional blocks of `threads` threads.
