@@ -8,6 +8,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "weft/exec/cuda/simt_emulation.hpp"
 
@@ -50,4 +54,36 @@ TEST_CASE("simt emulation: a warp-wide instruction in a partial warp is refused 
     // 40 threads: the second warp has 8 lanes, and a full-mask __syncwarp there is undefined.
     REQUIRE_THROWS_WITH(simt::launch({2, 1, 1}, 40, 0, [] { __syncwarp(); }),
                         Catch::Contains("warp-wide instruction's warp") && Catch::Contains("must have 32 lanes"));
+}
+
+TEST_CASE("simt emulation: a host thread that fails to start ends the launch with its error, not a hang",
+          "[exec][simt]") {
+    // std::jthread's constructor throws std::system_error when the system has no thread to
+    // give; unhandled, the threads already started would wait at the block's first barrier for
+    // the rest forever. Fail the start of thread 0, a thread mid-warp (40: warp 1 has 8 lanes
+    // running) and the last.
+    for (const int fails_at : {0, 40, block_threads - 1}) {
+        INFO("the start of thread " << fails_at << " fails");
+        int started = 0;
+        auto start_until_failure = [&](std::vector<std::jthread>& running, auto&& body) {
+            if (started == fails_at)
+                throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                                        "planted thread start failure");
+            ++started;
+            simt::detail::start_host_thread{}(running, std::forward<decltype(body)>(body));
+        };
+        std::atomic<int> ran{0};
+        auto count_threads = [&] { ran.fetch_add(1); };
+        REQUIRE_THROWS_WITH(
+            simt::detail::launch_with(start_until_failure, {grid_blocks, 1, 1}, {block_threads, 1, 1}, 0, count_threads),
+            Catch::Contains("planted thread start failure"));
+        CHECK(started == fails_at);
+        CHECK(ran.load() == 0);  // no block runs short of threads
+    }
+    std::atomic<int> ran{0};
+    simt::launch({grid_blocks, 1, 1}, block_threads, 0, [&] {
+        __syncthreads();
+        ran.fetch_add(1);
+    });
+    CHECK(ran.load() == grid_blocks * block_threads);
 }

@@ -45,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -351,29 +352,34 @@ inline void multiply_add(float (&d)[4], const std::uint32_t (&a)[4], std::uint32
     }
 }
 
-// Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with
-// `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
-// host threads at once (the same host threads for every block of the launch: starting them
-// costs more than a small block's work). Each block's shared memory starts as undefined_byte,
-// so a read of what the block never wrote shows in its results. An exception on a block's
-// thread (a `require` of the emulation, say) ends the launch: the block's other threads finish
-// it without that one, no later block starts, and launch throws the first such exception once
-// they have all stopped.
-inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
+namespace detail {
+// Starts one of a block's host threads: std::jthread's constructor, which throws
+// std::system_error when the system has no thread to give (launch_with's test plants that).
+struct start_host_thread {
+    template <class Body>
+    void operator()(std::vector<std::jthread>& running, Body&& body) const {
+        running.emplace_back(std::forward<Body>(body));
+    }
+};
+
+// launch, with each host thread started by `start_thread(running, body)`.
+template <class StartThread>
+void launch_with(StartThread start_thread, index3 grid, index3 block, std::size_t shared_bytes,
+                 const std::function<void()>& kernel) {
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
     require(threads > 0 && threads <= 1024, "simt::launch: threads a block", threads, "must be in [1, 1024]");
     block_state state(int(threads), shared_bytes);
     {
         std::vector<std::jthread> running;
         running.reserve(std::size_t(threads));
-        for (int t = 0; t < int(threads); ++t)
-            running.emplace_back([&, t] {
+        for (int t = 0; t < int(threads); ++t) {
+            auto body = [&, t] {
                 const auto rank = unsigned(t);
                 threadIdx = {rank % block.x, rank / block.x % block.y, rank / (block.x * block.y)};
                 gridDim = grid;
                 blockDim = block;
-                detail::thread_rank = t;
-                detail::current_block = &state;
+                thread_rank = t;
+                current_block = &state;
                 try {
                     const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
                     for (unsigned long long b = 0; b < blocks; ++b) {  // x fastest, as CUDA numbers them
@@ -381,17 +387,42 @@ inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const st
                         state.synchronize_block();  // no thread starts the block before its memory is fresh
                         if (state.stopping()) break;
                         blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / grid.x / grid.y)};
-                        detail::copies_in_flight = {};  // a copy never waited for lands nowhere
+                        copies_in_flight = {};  // a copy never waited for lands nowhere
                         kernel();
                         state.synchronize_block();  // nor refills it while another still runs the last
                     }
                 } catch (...) {
                     state.leave_after_throw(t, std::current_exception());
                 }
-                detail::current_block = nullptr;
-            });
+                current_block = nullptr;
+            };
+            try {
+                start_thread(running, std::move(body));
+            } catch (...) {
+                // Thread t and those after it never start: they leave the barriers as a thread
+                // that threw does, so the started ones stop at the block's first barrier (none
+                // passes it before the last of these leaves) instead of waiting there forever.
+                const std::exception_ptr error = std::current_exception();
+                for (int never = t; never < int(threads); ++never) state.leave_after_throw(never, error);
+                break;
+            }
+        }
     }  // the threads join here
     if (const std::exception_ptr error = state.error()) std::rethrow_exception(error);
+}
+}  // namespace detail
+
+// Runs `kernel()` as a grid of `grid` blocks of `block` threads (at most 1,024) with
+// `shared_bytes` of dynamic shared memory: the blocks one after another, a block's threads as
+// host threads at once (the same host threads for every block of the launch: starting them
+// costs more than a small block's work). Each block's shared memory starts as undefined_byte,
+// so a read of what the block never wrote shows in its results. An exception on a block's
+// thread (a `require` of the emulation, say) ends the launch: the block's other threads finish
+// it without that one, no later block starts, and launch throws the first such exception once
+// they have all stopped. So does a host thread that fails to start (std::system_error), before
+// any block runs.
+inline void launch(index3 grid, index3 block, std::size_t shared_bytes, const std::function<void()>& kernel) {
+    detail::launch_with(detail::start_host_thread{}, grid, block, shared_bytes, kernel);
 }
 
 // One-dimensional blocks of `threads` threads.
