@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/exec/cpu.hpp"
+#include "weft/exec/cpu_gemm_rate.hpp"
 
 using backend_type = weft::exec::cpu_backend<double>;
 using matrix = backend_type::matrix;
@@ -224,4 +225,14 @@ TEST_CASE("the vocabulary-parallel embedding kernels are the whole-vocabulary on
                           Catch::Contains("whole number of rows of width 3"));
     CHECK_THROWS_WITH(backend.vocab_parallel_embedding_backward_weight(tokens, dy, parts, -1, dwpe, seq_len),
                       Catch::Contains("embedding_backward_weight: first_row") && Catch::Contains("-1"));
+}
+
+TEST_CASE("the CPU GEMM rate measures a positive rate and refuses sizes and rounds below 1", "[exec][cpu]") {
+    const double gflops = weft::exec::measure_cpu_gemm_gflops(64, 2);
+    CHECK(std::isfinite(gflops));
+    CHECK(gflops > 0);
+    CHECK_THROWS_WITH(weft::exec::measure_cpu_gemm_gflops(0, 2),
+                      Catch::Contains("size = 0 is invalid") && Catch::Contains("must be at least 1"));
+    CHECK_THROWS_WITH(weft::exec::measure_cpu_gemm_gflops(64, 0),
+                      Catch::Contains("rounds = 0 is invalid") && Catch::Contains("must be at least 1"));
 }
