@@ -4,10 +4,13 @@
 #   weft_enable_cuda_language(<result-var>)   sets <result-var> to TRUE when nvcc was
 #                                             found and CUDA enabled here, FALSE otherwise
 #   weft_cuda_executable(<target> <sources>...)  a .cu executable with weft's settings
+#   weft_check_cuda_architectures(<directory>)   fails the configure when a target under
+#                                             <directory> would fail the generate step for
+#                                             an empty CUDA_ARCHITECTURES
 #
 # .cu targets do not link weft_project_options' compile flags: nvcc rejects -Wpedantic
 # and compiles its own generated host stubs with whatever it is given. Host warnings reach
-# the host compiler through -Xcompiler instead; with WEFT_WARNINGS_AS_ERRORS (the default)
+# the host compiler through -Xcompiler instead; with WEFT_WARNINGS_AS_ERRORS (the presets')
 # nvcc's own warnings and the host compiler's are errors.
 
 include(CheckLanguage)
@@ -21,11 +24,8 @@ macro(weft_enable_cuda_language result)
     endif()
     check_language(CUDA)
     if(CMAKE_CUDA_COMPILER)
-        # Hopper (H100/H200) machine code plus compute_90 PTX for newer GPUs; override with
-        # -DCMAKE_CUDA_ARCHITECTURES=... (the bf16 kernels need 80 or newer).
-        if(NOT CMAKE_CUDA_ARCHITECTURES)
-            set(CMAKE_CUDA_ARCHITECTURES 90)
-        endif()
+        # CMAKE_CUDA_ARCHITECTURES comes from the top-level CMakeLists.txt, which sets it
+        # before any target exists (a target created before this call takes it too).
         enable_language(CUDA)
         set(${result} TRUE)
     endif()
@@ -65,4 +65,41 @@ function(weft_cuda_backend_kernels)
                                                                CUDA_RUNTIME_LIBRARY Shared)
     weft_cuda_target_options(weft_cuda_backend_kernels)
     target_link_libraries(weft_cuda_backend_kernels PUBLIC weft::cuda)
+endfunction()
+
+# With CUDA enabled, the generate step refuses a target that compiles or links nvcc's code with
+# an empty CUDA_ARCHITECTURES ("CUDA_ARCHITECTURES is empty for target ..."): a target takes the
+# property from CMAKE_CUDA_ARCHITECTURES when it is created, so one created before that was set
+# has none. The generate step has by then written build files, and the directories' Makefiles
+# still build (make -C tests); a configure error writes none. So every target under
+# <directory> (with its subdirectories) that can hold code is checked here, by name.
+function(weft_check_cuda_architectures directory)
+    get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+    if(NOT "CUDA" IN_LIST languages)
+        return()
+    endif()
+    set(missing)
+    set(directories ${directory})
+    while(directories)
+        list(POP_FRONT directories current)
+        get_property(subdirectories DIRECTORY ${current} PROPERTY SUBDIRECTORIES)
+        list(APPEND directories ${subdirectories})
+        get_property(targets DIRECTORY ${current} PROPERTY BUILDSYSTEM_TARGETS)
+        foreach(target IN LISTS targets)
+            get_target_property(type ${target} TYPE)
+            if(type STREQUAL "INTERFACE_LIBRARY" OR type STREQUAL "UTILITY")
+                continue()
+            endif()
+            get_target_property(architectures ${target} CUDA_ARCHITECTURES)
+            if(architectures STREQUAL "" OR architectures MATCHES "-NOTFOUND$")
+                list(APPEND missing ${target})
+            endif()
+        endforeach()
+    endwhile()
+    if(missing)
+        list(JOIN missing ", " names)
+        message(FATAL_ERROR "CUDA_ARCHITECTURES is empty for target(s) ${names}: each was created before "
+                            "CMAKE_CUDA_ARCHITECTURES was set. Set it (e.g. 90, or native) before the first "
+                            "target, as weft's top-level CMakeLists.txt does, or on the target.")
+    endif()
 endfunction()

@@ -7,7 +7,7 @@
 // are MPI's own blocking calls, at their full speed.
 #pragma once
 
-#include <mpi.h>
+#include "weft/comm/mpi_header.hpp"
 
 #include <chrono>
 #include <climits>

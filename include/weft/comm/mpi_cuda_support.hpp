@@ -12,7 +12,7 @@
 // refusal). Needs MPI initialised for the run-time query.
 #pragma once
 
-#include <mpi.h>
+#include "weft/comm/mpi_header.hpp"
 
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>

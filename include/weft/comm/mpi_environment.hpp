@@ -3,7 +3,7 @@
 // libraries and test mains that manage MPI themselves can still use it.
 #pragma once
 
-#include <mpi.h>
+#include "weft/comm/mpi_header.hpp"
 
 #include <string>
 

@@ -30,7 +30,7 @@
 #include "weft/core/poll_until.hpp"
 
 #if defined(WEFT_HAS_MPI)
-#include <mpi.h>
+#include "weft/comm/mpi_header.hpp"
 
 #include "weft/comm/mpi.hpp"
 #endif

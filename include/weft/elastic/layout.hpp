@@ -138,8 +138,12 @@ public:
                            " schedule=" + std::string(c.schedule().name()) + " world=" + std::to_string(c.world_size());
         if (!partition_.empty()) {
             text += " partition=";
-            for (std::size_t i = 0; i < partition_.size(); ++i)
-                text += (i == 0 ? "" : ",") + std::to_string(partition_[i]);
+            // Appended piece by piece: GCC 12 reports -Wrestrict inside libstdc++ for
+            // `const char* + std::string` at -O3 (GCC bug 105651), in users' builds too.
+            for (std::size_t i = 0; i < partition_.size(); ++i) {
+                if (i > 0) text += ',';
+                text += std::to_string(partition_[i]);
+            }
         }
         return text;
     }

@@ -94,12 +94,26 @@ constexpr bool diagnose_policies() {
 
 }  // namespace detail
 
-// The policies do not fit: the only body is the check that names the first one that does
-// not (a CUTLASS-style primary template), so the compiler stops with that one message.
+// The policies do not fit: the body is the check that names the first one that does not (a
+// CUTLASS-style primary template), so the compiler stops with that one message.
 template <class Schedules, class Sharding, class Comm, class Backend, class Model = models::mlp,
           bool Composes = detail::policies_compose<Schedules, Sharding, Comm, Backend, Model>()>
 class engine {
     static_assert(detail::diagnose_policies<Schedules, Sharding, Comm, Backend, Model>());
+
+public:
+    // Declared and never defined: a program constructs its engine and steps it, and without
+    // these the compiler would add "too many initializers" and "no member named 'step'" to the
+    // one message above. They take what the real engine's constructors and step take (its
+    // model config, state or program, and batch types belong to the policies that may be the
+    // ones that do not fit, so they are deduced); nothing links, as the build has stopped.
+    template <class World, class ModelConfig, class... Rest>
+    engine(World& world, const parallel_config& config, const ModelConfig& model, const engine_options& options,
+           Rest&&... rest);
+    template <class Batch>
+    step_stats step(const Batch& batch);
+    template <class Batch>
+    double evaluate(const Batch& batch);
 };
 
 
