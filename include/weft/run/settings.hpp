@@ -1,0 +1,78 @@
+// What a training run is told: the launch, the layout, the optimizer and its schedule, the
+// data, checkpoints, validation and logs, as plain values with one set of defaults. The
+// trainer reads them; run/options.hpp puts them on a command line (this header needs no
+// CLI11, and nvcc can compile it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace weft::run {
+
+struct settings {
+    // ---- launch ----
+    int ranks = 0;              // without mpirun: ranks as threads; 0: the layout's product
+    double comm_timeout = 300;  // seconds a rank waits on a peer before it aborts the job
+    // ---- layout ----
+    std::string schedule = "1f1b";
+    int pp = 1;
+    int dp = 1;
+    int tp = 1;
+    int zero = 0;
+    int chunks = 0;  // 0: the schedule's default
+    int microbatches = 4;
+    std::vector<int> partition;         // units per stage; empty: balanced by estimated cost
+    std::vector<std::string> switches;  // STEP:key=value,... (run/layout.hpp)
+    double staging_mib = 64;            // the staging cap of a switch's transfers
+    // ---- training ----
+    long long steps = 20;  // the step the run ends at: a resumed run trains the rest
+    int batch = 8;         // samples (sequences) per step over every replica
+    unsigned long long seed = 1234;
+    std::string optimizer = "adamw";
+    double lr = 3e-4;
+    double weight_decay = 0;
+    double grad_clip = 0;  // the global gradient norm to clip to; 0: no clipping
+    long long warmup_steps = 0;
+    double min_lr = 0;           // 0: lr (no decay)
+    long long decay_steps = -1;  // -1: steps
+    int skip_nonfinite = 0;      // non-finite steps skipped (not applied) before the run stops
+    // ---- data and validation ----
+    std::string data;
+    std::string val_data;
+    long long val_every = 0;  // 0: at the end only
+    int val_batches = 8;
+    // ---- checkpoints ----
+    std::string checkpoint_dir;      // a root of step-<n>/ directories with a `latest`; empty: none
+    long long checkpoint_every = 0;  // 0: at the end (and when stopped by a signal) only
+    int keep = 0;                    // newest checkpoints kept; 0: all
+    std::string resume;              // a checkpoint directory, or a root whose `latest` names one
+    bool overwrite = false;          // a fresh run may replace the checkpoints in checkpoint_dir
+    std::string init_from;           // safetensors weights (and their .optimizer companion)
+    std::string save;                // safetensors file written at the end
+    // ---- logs ----
+    std::string log_json;     // one JSON object per step
+    double peak_tflops = 0;   // MFU's peak; 0: the program's default (a measured or tabled peak)
+    bool kernel_profile = false;  // a backend that times its operations prints them at the end
+
+    [[nodiscard]] double final_lr() const { return min_lr > 0 ? min_lr : lr; }
+    [[nodiscard]] long long decay_end() const { return decay_steps >= 0 ? decay_steps : steps; }
+};
+
+// GPT's sizes on a command line (models::gpt's config adds the seed).
+struct gpt_sizes {
+    int layers = 4;
+    int d_model = 128;
+    int heads = 4;
+    int vocab = 256;
+    int seq_len = 64;
+};
+
+// The MLP's sizes (models::mlp) on a command line.
+struct mlp_sizes {
+    int input_dim = 32;
+    int hidden = 64;
+    int blocks = 6;
+    int classes = 8;
+};
+
+}  // namespace weft::run
