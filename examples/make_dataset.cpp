@@ -17,7 +17,7 @@
 #include <system_error>
 #include <vector>
 
-#include "cli_checks.hpp"
+#include "weft/run/options.hpp"
 #include "weft/core/error.hpp"
 #include "weft/io/token_file.hpp"
 
@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
     app.add_option("--input", input, "Text file to tokenize, one token per byte")->capture_default_str();
     app.add_option("--out-dir", out_dir, "Directory for train.bin and val.bin (created if missing)")
         ->capture_default_str();
-    weft_examples::integers_in_decimal(app);
-    CLI11_PARSE(app, argc, argv);
+    if (const auto exit = weft::run::parse(app, argc, argv)) return *exit;
     try {
         make_dataset(input, out_dir);
         return 0;

@@ -16,9 +16,10 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "cli_checks.hpp"
+#include "weft/run/options.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/io/checkpoint.hpp"
 #include "weft/io/checkpoint_manifest.hpp"
@@ -43,26 +44,30 @@ struct sample_options {
 };
 
 // The weights file `path` names: a .safetensors file, or a checkpoint directory (or a root
-// whose `latest` names one), checked against its manifest first. Only the weights are
-// checked: sampling reads nothing else (the optimizer state is twice their size).
-std::filesystem::path weights_of(const std::string& path) {
-    if (!std::filesystem::is_directory(path)) return path;
+// whose `latest` names one), checked against its manifest first, with the model the manifest
+// records (empty for a file). Only the weights are checked: sampling reads nothing else.
+std::pair<std::filesystem::path, std::string> weights_of(const std::string& path) {
+    if (!std::filesystem::is_directory(path)) return {path, {}};
     const auto directory = weft::io::resolve_checkpoint(path, "--checkpoint");
     const auto manifest = weft::io::read_manifest(directory);
     weft::io::verify_checkpoint_file(
         directory, weft::io::required_entry(directory, manifest, weft::train::weights_file_name));
-    return directory / weft::train::weights_file_name;
+    return {directory / weft::train::weights_file_name, manifest.model};
 }
 
 int run(const sample_options& o) {
     const weft::nn::sampling_options sampling{.temperature = o.temperature, .top_k = o.top_k, .seed = o.seed};
     sampling.validate();
-    const auto path = weights_of(o.checkpoint);
+    const auto [path, manifest_model] = weights_of(o.checkpoint);
     const weft::io::safetensors_file weights = weft::io::read_safetensors(path);
     const auto described = weights.metadata().find(std::string(weft::train::model_key));
     if (described == weights.metadata().end())
         throw weft::invalid_argument("--checkpoint", path.string(),
                                      "records no model (weft.model): use a checkpoint that train_gpt saved");
+    weft::require(manifest_model.empty() || manifest_model == described->second,
+                  "\"model\" of the manifest beside " + path.string(), manifest_model,
+                  "the weights record \"" + described->second + "\": the files come from different saves, or the "
+                  "manifest was edited");
     const weft::nn::gpt_config model = weft::models::gpt::parse_description(described->second);
 
     weft::exec::cpu backend;
@@ -125,17 +130,16 @@ int main(int argc, char** argv) {
     app.add_option("--prompt", o.prompt, "text to continue (byte vocabulary); default: a newline");
     app.add_option("--prompt-tokens", o.prompt_tokens, "token ids to continue, e.g. 464,2068")->delimiter(',');
     app.add_option("--tokens", o.tokens, "tokens to generate")
-        ->check(weft_examples::int_in(0, 1 << 20))
+        ->check(weft::run::int_in(0, 1 << 20))
         ->capture_default_str();
     app.add_option("--temperature", o.temperature, "softmax temperature (0: greedy, the most likely token)")
-        ->check(weft_examples::finite_at_least(0, true))
+        ->check(weft::run::finite_at_least(0, true))
         ->capture_default_str();
     app.add_option("--top-k", o.top_k, "draw from the k most likely tokens (0: all)")
-        ->check(weft_examples::int_in(0, 1 << 24))
+        ->check(weft::run::int_in(0, 1 << 24))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "seed of the draws: the same seed gives the same text")->capture_default_str();
-    weft_examples::integers_in_decimal(app);
-    CLI11_PARSE(app, argc, argv);
+    if (const auto exit = weft::run::parse(app, argc, argv)) return *exit;
     try {
         return run(o);
     } catch (const std::exception& e) {

@@ -9,9 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -30,25 +28,18 @@
 #include "weft/swarm/net/worker.hpp"
 #include "weft/train/lr_schedule.hpp"
 #include "weft/train/step_log.hpp"
-#include "gpt_run_cli.hpp"
-
-extern char** environ;
+#include "weft/run/child_processes.hpp"
+#include "weft/run/options.hpp"
 
 namespace {
 
-struct options : weft_examples::gpt_run_options {
+struct options : weft::run::settings {
+    weft::run::gpt_sizes sizes;
     std::string role = "trainer";
     int stages = 2;
     int workers_per_stage = 2;
     bool spawn = false;
     bool join_through_peer = false;
-    int microbatches = 4;
-    std::string optimizer = "adamw";
-    double grad_clip = 0;
-    long long warmup_steps = 0;
-    double min_lr = 0;
-    long long decay_steps = -1;
-    std::vector<int> partition;
     std::string listen = "127.0.0.1:0";
     std::string rendezvous;
     std::string host = "127.0.0.1";
@@ -65,6 +56,11 @@ struct options : weft_examples::gpt_run_options {
     int max_attempts = 8;
     double wait_s = 30;
     double connect_timeout_s = 10;
+
+    [[nodiscard]] weft::nn::gpt_config model() const {
+        return {.num_layers = sizes.layers, .d_model = sizes.d_model, .num_heads = sizes.heads,
+                .vocab_size = sizes.vocab, .seq_len = sizes.seq_len, .seed = seed};
+    }
 };
 
 // ---- fault flags: W@STEP[:forward|backward], W@STEP:SECONDS, W:FACTOR, W@STEP ----------
@@ -121,60 +117,6 @@ std::map<std::int64_t, weft::swarm::worker_faults> parse_faults(const options& o
     return faults;
 }
 
-// ---- worker processes started by the trainer (--spawn) --------------------------------
-// Children of this process: each is stopped at the end, and any left is killed, so no
-// worker outlives the run, even when the trainer fails.
-class child_workers {
-public:
-    explicit child_workers(std::string program) : program_(std::move(program)) {}
-    child_workers(const child_workers&) = delete;
-    child_workers& operator=(const child_workers&) = delete;
-    ~child_workers() { reap(std::chrono::seconds(0)); }
-
-    void start(long long id, int stage, const std::string& rendezvous, const std::string& host) {
-        std::vector<std::string> args{program_, "--role", "worker", "--rendezvous", rendezvous, "--id",
-                                      std::to_string(id), "--host", host, "--parent-pid", std::to_string(::getpid())};
-        if (stage >= 0) args.insert(args.end(), {"--stage", std::to_string(stage)});
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        pid_t pid = 0;
-        if (const int failure = posix_spawn(&pid, program_.c_str(), nullptr, nullptr, argv.data(), environ); failure != 0)
-            throw weft::error("--spawn: cannot start a worker process from " + program_ + ": " + std::strerror(failure));
-        pids_[id] = pid;
-    }
-    // Waits up to `grace` for the workers to exit, then kills the rest; returns how many
-    // had to be killed.
-    int reap(std::chrono::milliseconds grace) {
-        const auto deadline = std::chrono::steady_clock::now() + grace;
-        int killed = 0;
-        for (auto& [id, pid] : pids_) {
-            while (pid > 0) {
-                int status = 0;
-                const pid_t done = ::waitpid(pid, &status, WNOHANG);
-                if (done == pid || done < 0) {
-                    pid = 0;
-                    break;
-                }
-                if (std::chrono::steady_clock::now() >= deadline) {
-                    ::kill(pid, SIGKILL);
-                    ::waitpid(pid, &status, 0);
-                    ++killed;
-                    pid = 0;
-                    break;
-                }
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            }
-        }
-        return killed;
-    }
-    [[nodiscard]] std::map<long long, pid_t> pids() const { return pids_; }
-
-private:
-    std::string program_;
-    std::map<long long, pid_t> pids_;
-};
-
 int run_worker(const options& o) {
     if (o.parent_pid > 0) {
         // A spawned worker dies with its trainer, even one killed with SIGKILL.
@@ -206,8 +148,8 @@ int run_trainer(const options& o, const std::string& program) {
                   "is not supported by swarm_train: the weights live on the workers (train_gpt --save does it)");
     const auto tokens = weft::io::read_token_file(o.data);
     for (const auto token : tokens.tokens())
-        if (token >= o.vocab)
-            throw weft::invalid_argument("--vocab", o.vocab,
+        if (token >= o.sizes.vocab)
+            throw weft::invalid_argument("--vocab", o.sizes.vocab,
                                          "the --data file holds token " + std::to_string(token) + "; use a larger --vocab");
     auto faults = parse_faults(o);
     std::map<long long, long long> joins;  // worker id -> the step before which it is started
@@ -236,9 +178,8 @@ int run_trainer(const options& o, const std::string& program) {
                 throw weft::invalid_argument("--fail, --stall or --slow worker", id,
                                              "is not a worker this run starts: " + at_once + " and the --join ids");
     }
-    const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.min_lr > 0 ? o.min_lr : o.lr,
-                                      .warmup_steps = o.warmup_steps,
-                                      .decay_steps = o.decay_steps >= 0 ? o.decay_steps : o.steps};
+    const weft::train::lr_schedule lr{.lr = o.lr, .min_lr = o.final_lr(), .warmup_steps = o.warmup_steps,
+                                      .decay_steps = o.decay_end()};
     lr.validate();
     const weft::optim::optimizer_options optimizer{.kind = weft::optim::parse_optimizer_kind(o.optimizer), .lr = o.lr,
                                                    .weight_decay = o.weight_decay};
@@ -257,10 +198,14 @@ int run_trainer(const options& o, const std::string& program) {
     std::printf(") | batch %d | microbatches %d | compression %s\n", o.batch, o.microbatches,
                 o.compress_block == 0 ? "off" : ("8-bit, blocks of " + std::to_string(o.compress_block)).c_str());
     std::fflush(stdout);
-    child_workers children(program);
+    weft::run::child_processes children(program);
+    const auto start_worker = [&](long long id, int stage, const std::string& rendezvous) {
+        children.start(id, {"--role", "worker", "--rendezvous", rendezvous, "--id", std::to_string(id), "--host",
+                            "127.0.0.1", "--parent-pid", std::to_string(::getpid()), "--stage", std::to_string(stage)});
+    };
     const int initial = static_cast<int>(initial_workers);
     if (o.spawn)
-        for (int w = 0; w < initial; ++w) children.start(w, w % o.stages, address, "127.0.0.1");
+        for (int w = 0; w < initial; ++w) start_worker(w, w % o.stages, address);
     else
         std::printf("waiting for %d worker(s) per stage: swarm_train --role worker --rendezvous %s\n",
                     o.workers_per_stage, address.c_str());
@@ -277,13 +222,13 @@ int run_trainer(const options& o, const std::string& program) {
             // waits until it is ready, so that the faults of a test happen after it is.
             for (const auto& [id, at] : joins)
                 if (at == step && o.spawn)
-                    children.start(id, static_cast<int>(id % o.stages), o.join_through_peer ? a_live_worker(trainer) : address,
-                                   "127.0.0.1");
+                    start_worker(id, static_cast<int>(id % o.stages),
+                                 o.join_through_peer ? a_live_worker(trainer) : address);
             for (const auto& [id, at] : joins)
                 if (at + 1 == step && o.spawn) trainer.wait_for_worker(static_cast<weft::swarm::worker_id>(id), o.wait_s);
             const double step_lr = lr.at(step);
-            const auto r = trainer.step(weft::data::batch_at(tokens, step, o.batch, o.seq_len), step_lr);
-            const double tokens_per_s = double(o.batch) * o.seq_len / r.seconds;
+            const auto r = trainer.step(weft::data::batch_at(tokens, step, o.batch, o.sizes.seq_len), step_lr);
+            const double tokens_per_s = double(o.batch) * o.sizes.seq_len / r.seconds;
             std::string served;
             nlohmann::json served_json = nlohmann::json::array();
             for (std::size_t k = 0; k < r.served.size(); ++k) {
@@ -346,29 +291,16 @@ int run_trainer(const options& o, const std::string& program) {
 int main(int argc, char** argv) {
     CLI::App app{"Train GPT-2 as a SWARM pipeline: pools of worker processes per stage that may fail, stall or join."};
     options o;
-    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
-                                                .batch = "a multiple of --microbatches"});
+    using namespace weft::run::options;
+    weft::run::add_options(app, o, training | data | weights | logs, o.sizes);
     app.add_option("--role", o.role, "trainer (the rendezvous, drives the steps) or worker")
         ->check(CLI::IsMember({"trainer", "worker"}))
         ->capture_default_str();
-    app.add_option("--stages", o.stages, "pipeline stages")->check(weft_examples::int_in(1, 1 << 16))->capture_default_str();
+    app.add_option("--stages", o.stages, "pipeline stages")->check(weft::run::int_in(1, 1 << 16))->capture_default_str();
     app.add_option("--workers-per-stage", o.workers_per_stage, "workers each stage needs before training starts")
-        ->check(weft_examples::int_in(1, 1 << 16))
+        ->check(weft::run::int_in(1, 1 << 16))
         ->capture_default_str();
     auto* spawn = app.add_flag("--spawn", o.spawn, "start the workers as child processes on this machine");
-    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
-        ->check(weft_examples::int_in(1, 1 << 20))
-        ->capture_default_str();
-    app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
-    app.add_option("--grad-clip", o.grad_clip, "clip the averaged gradients to this global L2 norm (0: off)")
-        ->check(weft_examples::finite_at_least(0, true))
-        ->capture_default_str();
-    app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warmup to --lr")
-        ->check(weft_examples::int_in(0, 1LL << 40));
-    app.add_option("--min-lr", o.min_lr, "learning rate the cosine decay ends at (default: --lr)")
-        ->check(weft_examples::finite_at_least(0, false));
-    app.add_option("--decay-steps", o.decay_steps, "the step the decay reaches --min-lr (default: --steps)")
-        ->check(weft_examples::int_in(0, 1LL << 40));
     app.add_option("--partition", o.partition, "units per stage, e.g. 2,2 (default: balanced by cost)")->delimiter(',');
     app.add_option("--listen", o.listen, "trainer: HOST:PORT the rendezvous binds (port 0: any free one)")
         ->capture_default_str();
@@ -390,38 +322,37 @@ int main(int argc, char** argv) {
                  "with --join: the new worker says hello to a live worker, which sends it on to the trainer");
     app.add_option("--compress-block", o.compress_block,
                    "8-bit quantization of activations and their gradients, one scale per this many values (0: off)")
-        ->check(weft_examples::int_in(0, 1 << 24))
+        ->check(weft::run::int_in(0, 1 << 24))
         ->capture_default_str();
     app.add_option("--heartbeat-s", o.heartbeat_s, "seconds between worker heartbeats (12 missed: the worker expires)")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
     app.add_option("--rebalance-s", o.rebalance_s,
                    "every this many seconds, between steps, one worker may move from the least to the most loaded "
                    "stage (0: never)")
-        ->check(weft_examples::finite_at_least(0, true))
+        ->check(weft::run::finite_at_least(0, true))
         ->capture_default_str();
     app.add_option("--in-flight", o.in_flight, "micro-batches going through the stages at once (0: all of a step's)")
-        ->check(weft_examples::int_in(0, 1 << 20))
+        ->check(weft::run::int_in(0, 1 << 20))
         ->capture_default_str();
     app.add_option("--catch-up-steps", o.catch_up_steps,
                    "steps of averaged gradients the trainer keeps, so that a worker whose fetched state is up to "
                    "that many steps old replays them instead of fetching again (0: it fetches again)")
-        ->check(weft_examples::int_in(0, 1 << 10))
+        ->check(weft::run::int_in(0, 1 << 10))
         ->capture_default_str();
     app.add_option("--state-chunk", o.state_chunk, "values per chunk a joining worker fetches from one peer at a time")
-        ->check(weft_examples::int_in(1, 1 << 26))
+        ->check(weft::run::int_in(1, 1 << 26))
         ->capture_default_str();
     app.add_option("--max-attempts", o.max_attempts, "sends of one call before the step fails")
-        ->check(weft_examples::int_in(1, 1 << 20))
+        ->check(weft::run::int_in(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--wait-s", o.wait_s, "seconds to wait for workers (at the start, and for a stage with none live)")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
     app.add_option("--connect-timeout-s", o.connect_timeout_s, "worker: seconds to reach the rendezvous")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
-    weft_examples::integers_in_decimal(app);
-    CLI11_PARSE(app, argc, argv);
+    if (const auto exit = weft::run::parse(app, argc, argv)) return *exit;
     const char* program = o.role == "worker" ? "swarm_train worker" : "swarm_train";
     try {
         if (o.role == "worker") return run_worker(o);

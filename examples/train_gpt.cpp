@@ -20,9 +20,9 @@
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cpu_gemm_rate.hpp"
 #include "weft/exec/cpu_heap.hpp"
-#include "gpt_run_cli.hpp"
-#include "launch.hpp"
-#include "stop_signal.hpp"
+#include "weft/run/launch.hpp"
+#include "weft/run/options.hpp"
+#include "weft/run/preemption.hpp"
 #include "train_gpt_run.hpp"
 #if WEFT_TRAIN_GPT_CUDA
 #include "train_gpt_cuda_device.hpp"
@@ -45,19 +45,18 @@ double measured_cpu_peak_tflops(Comm& world) {
 
 template <weft::communicator Comm>
 void train_on_device(Comm& world, const run_options& o) {
+    const auto for_cuda = [&](bool given, const char* option, const std::string& value, const char* why) {
+        weft::require(!given || o.device == "cuda", option, value, std::string("is for --device cuda (") + why + ")");
+    };
     weft::require(o.device == "cpu" || o.device == "cuda", "--device", o.device, "valid: cpu, cuda");
     weft::require(o.gpu_comm == "host-staged" || o.gpu_comm == "nccl" || o.gpu_comm == "cuda-aware-mpi", "--gpu-comm",
                   o.gpu_comm, "valid: host-staged, nccl, cuda-aware-mpi");
-    weft::require(o.gpu_comm == "host-staged" || o.device == "cuda", "--gpu-comm", o.gpu_comm,
-                  "is for --device cuda (the CPU's ranks talk over MPI or threads)");
-    weft::require(!o.cuda_graphs || o.device == "cuda", "--cuda-graphs", "given",
-                  "is for --device cuda (the CPU backend has no graphs to replay)");
+    for_cuda(o.gpu_comm != "host-staged", "--gpu-comm", o.gpu_comm, "the CPU's ranks talk over MPI or threads");
+    for_cuda(o.cuda_graphs, "--cuda-graphs", "given", "the CPU backend has no graphs to replay");
     weft::require(o.attention_kernel == "wmma" || o.attention_kernel == "mma", "--attention-kernel",
                   o.attention_kernel, "valid: wmma, mma");
-    weft::require(o.attention_kernel == "wmma" || o.device == "cuda", "--attention-kernel", o.attention_kernel,
-                  "is for --device cuda (the CPU backend has one attention)");
-    weft::require(!o.kernel_profile || o.device == "cuda", "--kernel-profile", "given",
-                  "is for --device cuda (it times the GPU's kernels)");
+    for_cuda(o.attention_kernel != "wmma", "--attention-kernel", o.attention_kernel, "the CPU backend has one attention");
+    for_cuda(o.kernel_profile, "--kernel-profile", "given", "it times the GPU's kernels");
     weft::require(!o.kernel_profile || !o.cuda_graphs, "--kernel-profile", "given",
                   "cannot go with --cuda-graphs (a graph replays its kernels without the launches it times)");
     if (o.device == "cuda") {
@@ -78,126 +77,35 @@ void train_on_device(Comm& world, const run_options& o) {
 int main(int argc, char** argv) {
     CLI::App app{"Train GPT-2 on an llm.c token file with a pipeline schedule, over MPI (under mpirun) or threads."};
     run_options o;
-    app.add_option("--schedule", o.schedule, "pipeline schedule: " + weft::sched::schedule_name_list())
-        ->capture_default_str();
-    const auto ranks_range = weft_examples::int_in(1, 1 << 16);
-    app.add_option("--pp", o.pp, "pipeline stages")->check(ranks_range)->capture_default_str();
-    app.add_option("--dp", o.dp, "data-parallel replicas")->check(ranks_range)->capture_default_str();
-    app.add_option("--tp", o.tp, "tensor-parallel ranks per stage (must divide --heads)")
-        ->check(ranks_range)
-        ->capture_default_str();
-    app.add_option("--zero", o.zero,
-                   "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
-        ->capture_default_str();
-    app.add_option("--chunks", o.chunks,
-                   "model chunks per pipeline rank (default: 2 for interleaved, looped-bfs, zbv, dualpipev)");
-    app.add_option("--ranks", o.ranks, "without mpirun: ranks to run as threads (default pp*dp*tp)")
-        ->check(weft_examples::int_in(1, 1 << 16));
-    app.add_option("--comm-timeout", o.comm_timeout,
-                   "seconds a rank waits for a receive or collective before it reports what it waited for and "
-                   "on which rank, and the job ends (exit code 2)")
-        ->check(weft_examples::finite_at_least(0, false))
-        ->capture_default_str();
-    weft_examples::add_gpt_run_options(app, o, {.heads = "must divide --d-model", .seq_len = "",
-                                                .batch = "a multiple of --dp times --microbatches"});
-    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
-        ->check(weft_examples::int_in(1, 1 << 20))
-        ->capture_default_str();
-    app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warmup to --lr")
-        ->check(weft_examples::int_in(0, 1LL << 40))
-        ->capture_default_str();
-    app.add_option("--min-lr", o.min_lr, "learning rate the cosine decay ends at (default: --lr, no decay)")
-        ->check(weft_examples::finite_at_least(0, false));
-    app.add_option("--decay-steps", o.decay_steps,
-                   "the step the cosine decay reaches --min-lr (default: --steps)")
-        ->check(weft_examples::int_in(0, 1LL << 40));
-    app.add_option("--skip-nonfinite", o.skip_nonfinite,
-                   "non-finite steps (NaN or infinite loss or gradients) to skip, not applied, before the run "
-                   "stops with exit code 3 (0: the first one stops it)")
-        ->check(weft_examples::int_in(0, 1 << 30))
-        ->capture_default_str();
-    app.add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
-    app.add_option("--grad-clip", o.grad_clip,
-                   "clip the gradients to this global L2 norm (over every rank, tied wte once), as "
-                   "torch.nn.utils.clip_grad_norm_; 0: no clipping (the norm is logged either way)")
-        ->check(weft_examples::finite_at_least(0, true))
-        ->capture_default_str();
-    app.add_option("--peak-tflops", o.peak_tflops,
-                   "peak TFLOP/s for MFU (0: this CPU's measured GEMM rate times its cores, or with --device cuda "
-                   "the GPU's dense bf16 peak from weft's table)")
-        ->check(weft_examples::finite_at_least(0, true))
-        ->capture_default_str();
+    weft::run::add_options(app, o, weft::run::options::all, o.sizes);
+    const char* device = "Device";
     app.add_option("--device", o.device,
-                   "cpu, or cuda: each rank computes on one GPU, the local rank's (ranks may share one; "
-                   "docs/cuda.md)")
-        ->capture_default_str();
+                   "cpu, or cuda: each rank computes on one GPU, the local rank's (ranks may share one; docs/cuda.md)")
+        ->capture_default_str()->group(device);
     app.add_option("--gpu-comm", o.gpu_comm,
                    "with --device cuda: host-staged (activations and reductions through host memory over MPI or "
-                   "threads), nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go "
-                   "over MPI), or cuda-aware-mpi (device buffers handed to an MPI that reads GPU memory itself; "
-                   "docs/cuda.md)")
-        ->capture_default_str();
+                   "threads), nccl (NCCL between the GPUs, one MPI rank per GPU; checkpoints and --switch go over "
+                   "MPI), or cuda-aware-mpi (device buffers handed to an MPI that reads GPU memory itself)")
+        ->capture_default_str()->group(device);
     app.add_flag("--cuda-graphs", o.cuda_graphs,
-                 "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and "
-                 "replay it after (--tp 1 and --zero 0 or 1 only; docs/cuda.md)");
+                 "with --device cuda: capture each F, B, I and W into a CUDA graph at its second call and replay it "
+                 "after (--tp 1 and --zero 0 or 1 only)")->group(device);
     app.add_option("--attention-kernel", o.attention_kernel,
-                   "with --device cuda: wmma (flash attention on WMMA fragments, the default) or mma "
-                   "(mma.sync with the scores in registers, FlashAttention-2's design; not yet run on a GPU: "
-                   "docs/cuda.md)")
-        ->capture_default_str();
+                   "with --device cuda: wmma (flash attention on WMMA fragments) or mma (mma.sync with the scores "
+                   "in registers, FlashAttention-2's design; not yet run on a GPU)")
+        ->capture_default_str()->group(device);
     app.add_flag("--kernel-profile", o.kernel_profile,
-                 "with --device cuda: time every kernel and GEMM on the GPU and print, at the end, their time per "
-                 "step by operation (steps after the first; not with --cuda-graphs; docs/cuda.md)");
-    app.add_option("--partition", o.partition,
-                   "layers per stage incl. the embedding and head units, e.g. 2,3 for 3 layers on 2 stages "
-                   "(default: balanced by estimated flops per stage)")
-        ->delimiter(',');
-    app.get_option("--steps")->description(
-        "the step the run ends at: a run resumed at step k trains --steps - k more");
-    auto* checkpoint_dir = app.add_option(
-        "--checkpoint-dir", o.checkpoint_dir,
-        "save checkpoints here as step-<n>/ directories (weights, optimizer state, manifest) with a `latest` "
-        "pointer, at the end and when stopped by SIGTERM or SIGINT (docs/checkpoints.md)");
-    app.add_option("--checkpoint-every", o.checkpoint_every, "also save a checkpoint every N steps")
-        ->check(weft_examples::int_in(1, 1LL << 40))
-        ->needs(checkpoint_dir);
-    app.add_option("--keep", o.keep, "keep the newest K checkpoints (0: all)")
-        ->check(weft_examples::int_in(0, 1 << 30))
-        ->capture_default_str()
-        ->needs(checkpoint_dir);
-    auto* val_data = app.add_option("--val-data", o.val_data,
-                                    "llm.c token file for a validation loss (forwards only), at the end of the run "
-                                    "and every --val-every steps");
-    app.add_option("--val-every", o.val_every, "steps between validation losses (0: at the end only)")
-        ->check(weft_examples::int_in(0, 1LL << 40))
-        ->capture_default_str()
-        ->needs(val_data);
-    app.add_option("--val-batches", o.val_batches, "batches of --batch sequences per validation loss")
-        ->check(weft_examples::int_in(1, 1 << 20))
-        ->capture_default_str()
-        ->needs(val_data);
-    app.add_option("--resume", o.resume,
-                   "continue a run from a checkpoint directory, or from the newest one of a --checkpoint-dir: "
-                   "weights, optimizer, step and data position, checked against its manifest");
-    app.add_option("--switch", o.switches,
-                   "switch the layout before step STEP, in memory: STEP:key=value,... with keys pp, dp, tp, zero, "
-                   "schedule, chunks, partition (units per stage, e.g. partition=3,5) and world; keys left out take "
-                   "the defaults, world keeps its value; world below the ranks launched leaves the others as spares "
-                   "(repeatable; docs/elastic.md)");
-    app.add_option("--staging-mib", o.staging_mib, "the staging cap of a switch's transfers, in MiB")
-        ->check(weft_examples::finite_at_least(0, false))
-        ->capture_default_str();
-    weft_examples::integers_in_decimal(app);
-    CLI11_PARSE(app, argc, argv);
+                 "with --device cuda: time every kernel and GEMM on the GPU and print their time per step at the end "
+                 "(steps after the first; not with --cuda-graphs)")->group(device);
+    if (const auto exit = weft::run::parse(app, argc, argv)) return *exit;
 
     // Reuse freed activation memory from step to step instead of page-faulting it in again
     // (10-30 % of a CPU step; docs/performance.md).
     weft::exec::retain_freed_memory();
     // SIGTERM (Slurm's warning before it kills a job) and SIGINT finish the step first.
-    const weft_examples::stop_on_signals stop_signals;
-    const auto ranks = weft_examples::ranks_to_run("train_gpt", "--pp x --dp x --tp",
-                                                   static_cast<long long>(o.pp) * o.dp * o.tp, o.ranks);
-    if (!ranks) return 2;
-    return weft_examples::run("train_gpt", argc, argv, *ranks, [&](auto& world) { train_on_device(world, o); });
+    const weft::run::stop_on_signals stop_signals;
+    const auto ranks = [&] {
+        return weft::run::ranks_to_run("--pp x --dp x --tp", static_cast<long long>(o.pp) * o.dp * o.tp, o.ranks);
+    };
+    return weft::run::launch("train_gpt", argc, argv, ranks, [&](auto& world) { train_on_device(world, o); });
 }
-

@@ -9,13 +9,13 @@
 #include "train_gpt_cuda_device.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "weft/comm/cuda/host_staged.hpp"
 #include "weft/exec/cuda.hpp"
 #include "weft/exec/cuda/peak_flops.hpp"
 #include "weft/exec/cuda/runtime.hpp"
+#include "weft/run/launch.hpp"
 #if WEFT_HAS_MPI
 #include "weft/comm/cuda/device_direct.hpp"
 #include "weft/comm/mpi_cuda_support.hpp"
@@ -29,20 +29,12 @@ namespace weft_examples::train_gpt {
 
 namespace {
 
-// The rank's index among the ranks of its node, as the launcher tells it (OpenMPI, MPICH /
-// Intel MPI, Slurm), or -1.
-int launcher_local_rank() {
-    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-        if (const char* value = std::getenv(name); value != nullptr) return std::atoi(value);
-    return -1;
-}
-
 // What --device cuda cannot run: head sizes the attention kernel has no instance for
 // (weft/exec/cuda/kernels/flash_attention.cuh); named by option before anything runs.
 void check_cuda_model(const run_options& o) {
-    if (o.heads <= 0 || o.d_model % o.heads != 0) return;  // train()'s checks name these
-    const int head_size = o.d_model / o.heads;
-    weft::require(head_size % 32 == 0 && head_size <= 128, "--heads", o.heads,
+    if (o.sizes.heads <= 0 || o.sizes.d_model % o.sizes.heads != 0) return;  // train()'s checks name these
+    const int head_size = o.sizes.d_model / o.sizes.heads;
+    weft::require(head_size % 32 == 0 && head_size <= 128, "--heads", o.sizes.heads,
                   "--d-model / --heads = " + std::to_string(head_size) +
                       " must be 32, 64, 96 or 128 with --device cuda (its attention kernel's head sizes)");
 }
@@ -62,14 +54,15 @@ void check_cuda_graphs(const run_options& o) {
     };
     check("--", o.tp, o.zero);
     for (const std::string& text : o.switches) {
-        const auto s = weft_examples::parse_layout_switch(text);
-        check("--switch " + text + ": ", s.tp, s.zero);
+        const auto s = weft::run::parse_layout_switch(text);
+        check("--switch " + text + ": ", s.to.tp, s.to.zero);
     }
 }
 
 // What a rank reports when its machine has no GPU: ctest reads the exit code as "skipped".
-run_stopped no_gpu() {
-    return run_stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu", exit_no_gpu);
+weft::run::stopped no_gpu() {
+    return weft::run::stopped("--device cuda: this machine has no CUDA GPU (or no driver); use --device cpu",
+                              weft::run::exit_code::no_gpu);
 }
 
 // The run on GPU local_rank % (GPUs here) over the communicator make_comm(device) returns,
@@ -79,7 +72,7 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
     check_cuda_model(o);
     check_cuda_graphs(o);
     const int gpus = weft::cuda::device_count();
-    const int device = gpus > 0 ? local_rank % gpus : 0;
+    const int device = weft::run::gpu_of(local_rank, gpus);
     auto comm = make_comm(device);
     const auto make_backend = [&] {
         // Every rank sees the same answer on one machine; on several, a node without a GPU
@@ -145,13 +138,12 @@ void train_device_direct(weft::comm::mpi& world, const run_options& o, int local
 void train_on_cuda(weft::comm::local& world, const run_options& o) {
     weft::require(o.gpu_comm == "host-staged", "--gpu-comm", o.gpu_comm,
                   "needs one MPI process per GPU (mpirun); ranks as threads of one process use host-staged");
-    train_host_staged(world, o, world.rank());
+    train_host_staged(world, o, weft::run::local_rank(world));
 }
 
 #if WEFT_HAS_MPI
 void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
-    const int launched = launcher_local_rank();
-    const int local_rank = launched >= 0 ? launched : world.rank();
+    const int local_rank = weft::run::local_rank(world);
     if (o.gpu_comm == "host-staged") return train_host_staged(world, o, local_rank);
     if (o.gpu_comm == "cuda-aware-mpi") return train_device_direct(world, o, local_rank);
 #if WEFT_HAS_NCCL

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "cli_checks.hpp"
+#include "weft/run/options.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/cost_model.hpp"
@@ -201,16 +201,16 @@ int main(int argc, char** argv) {
         app.add_option("--chunks", o.chunks, "model chunks per rank v (default: " + default_chunks_text() + ")")
             ->check(CLI::Range(1, 64));
     app.add_option("--tf", o.tf, "forward cost T_F")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
     app.add_option("--tb", o.tb, "backward-for-inputs cost T_B")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
     app.add_option("--tw", o.tw, "backward-for-weights cost T_W")
-        ->check(weft_examples::finite_at_least(0, false))
+        ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
     app.add_option("--tcomm", o.tcomm, "latency of a send between ranks")
-        ->check(weft_examples::finite_at_least(0, true))
+        ->check(weft::run::finite_at_least(0, true))
         ->capture_default_str();
     auto* mem_limit = app.add_option("--mem-limit", o.mem_limit,
                                      "zb-auto: most live activations per rank, in micro-batches (default p). "
@@ -230,8 +230,7 @@ int main(int argc, char** argv) {
         ->excludes(mem_limit);
     bool list = false;
     app.add_flag("--list", list, "print each schedule's name and default chunks per rank, one per line, and exit");
-    weft_examples::integers_in_decimal(app);
-    CLI11_PARSE(app, argc, argv);
+    if (const auto exit = weft::run::parse(app, argc, argv)) return *exit;
     if (list) {
         const std::string table = schedule_table();
         std::fwrite(table.data(), 1, table.size(), stdout);

@@ -190,6 +190,11 @@ TEST_CASE("a checkpoint root names, points at, prunes and commits checkpoints", 
 
     write_text(root / "latest", "../../etc\n");
     CHECK_THROWS_WITH(weft::io::resolve_checkpoint(root, "--resume"), Contains("must name a checkpoint directory"));
+    // A binary `latest`, or one cut at a NUL, is shown escaped, whole, and said not to be text.
+    write_text(root / "latest", std::string("step-0000\0\x01\xff" "08\n", 15));
+    CHECK_THROWS_WITH(weft::io::resolve_checkpoint(root, "--resume"),
+                      Contains("= \"step-0000\\x00\\x01\\xff08\" is invalid: is not text") &&
+                          Contains("must name a checkpoint directory"));
     write_text(dir.path / "file", "x");
     CHECK_THROWS_WITH(weft::io::prepare_checkpoint_root(dir.path / "file", "--checkpoint-dir"),
                       Contains("--checkpoint-dir") && Contains("is not a directory"));

@@ -96,6 +96,10 @@ TEST_CASE("bad CSV is rejected with the cell, its place and the reason") {
                Catch::Contains("line 2 (rank 1), column 1") && Catch::Contains("stage 1 already runs on rank 0"));
 
     CHECK_THAT(error_of("0F0,0B0\n2F0,2B0\n"), Catch::Contains("missing stage 1") && Catch::Contains("without gaps"));
+    // A blank line names its line, not a rank count that does not add up.
+    CHECK_THAT(error_of("0F0,0B0\n\r\n1F0,1B0\n"),
+               Catch::Contains("csv line 2 (rank 1) = \"\r\" is invalid: is blank") &&
+                   Catch::Contains("remove the line"));
 
     CHECK_THAT(error_of("0F0,0SEND_F0,0B0\n"),
                Catch::Contains("column 2") && Catch::Contains("0SEND_F0") && Catch::Contains("compute actions only"));

@@ -133,9 +133,27 @@ inline void publish_latest(const std::filesystem::path& root, const std::string&
                                "checkpoint directory without manifest.json is torn: its save did not finish");
     }
     const std::string name = read_latest(path);
-    if (!checkpoint_step(name))
-        throw invalid_argument("file " + latest.string(), "\"" + name + "\"",
-                               "must name a checkpoint directory of this root, step-<number>");
+    if (!checkpoint_step(name)) {
+        // Shown escaped: a binary file, or one cut at a NUL, printed raw would garble the
+        // terminal or end the message mid-way.
+        std::string shown;
+        bool text = true;
+        for (const char c : name.substr(0, 64)) {
+            const auto byte = static_cast<unsigned char>(c);
+            if (byte >= 0x20 && byte < 0x7f) {
+                shown += c;
+            } else {
+                text = false;
+                char hex[8];
+                std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+                shown += hex;
+            }
+        }
+        if (name.size() > 64) shown += "...";
+        throw invalid_argument("file " + latest.string(), shown,
+                               std::string(text ? "" : "is not text (its bytes escaped as \\xHH); ") +
+                                   "must name a checkpoint directory of this root, step-<number>");
+    }
     return path / name;
 }
 

@@ -115,6 +115,14 @@ constexpr void place_csv_stage(std::vector<int>& stage_rank, int stage, int rank
     for (std::size_t line = 0; line < lines.size(); ++line) {
         std::string_view rest = lines[line];
         const int rank = static_cast<int>(line);
+        // A blank line is a rank with no actions, which no schedule has: most likely a stray
+        // empty line, so say where it is instead of a rank count that does not add up.
+        if (detail::trim_csv_cell(rest).empty() && rest.find(',') == std::string_view::npos)
+            throw invalid_argument("csv line " + detail::int_text(static_cast<long long>(line + 1)) + " (rank " +
+                                       detail::int_text(static_cast<long long>(line)) + ")",
+                                   std::string(rest),
+                                   "is blank: each line holds one rank's actions, so it would be a rank with none; "
+                                   "remove the line");
         for (std::size_t column = 0;; ++column) {
             const std::size_t comma = rest.find(',');
             const std::string_view cell = detail::trim_csv_cell(rest.substr(0, comma));

@@ -109,10 +109,20 @@ io::checkpoint_manifest load_checkpoint_directory(Engine& engine, const std::fil
             "this run uses " + optimizer + "; resume with --optimizer " + manifest.optimizer);
     io::verify_checkpoint_files(directory, manifest, {weights_file_name, optimizer_file_name});
     load(engine, directory / weights_file_name, directory / optimizer_file_name);
-    const training_progress recorded{manifest.step, manifest.samples, manifest.rng_seed};
-    require(engine.progress() == recorded, "progress of " + (directory / weights_file_name).string(),
-            "step " + std::to_string(engine.progress().step),
-            "must equal the manifest's step " + std::to_string(manifest.step) + " (files of different saves)");
+    // One message for the one field that differs, naming both values: an edited rng_seed or
+    // sample count left the steps equal, and "step 8 must equal the manifest's step 8" said
+    // nothing.
+    const auto loaded = engine.progress();
+    const auto same = [&](const char* field, std::uint64_t in_weights, std::uint64_t in_manifest) {
+        require(in_weights == in_manifest, std::string("\"") + field + "\" of " + where, in_manifest,
+                "the weights file " + (directory / weights_file_name).string() + " records " +
+                    std::to_string(in_weights) +
+                    ": the files come from different saves, or the manifest was edited; restore it or take "
+                    "another checkpoint");
+    };
+    same("step", loaded.step, manifest.step);
+    same("samples", loaded.samples, manifest.samples);
+    same("rng_seed", loaded.rng_seed, manifest.rng_seed);
     return manifest;
 }
 
