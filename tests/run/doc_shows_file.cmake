@@ -1,0 +1,27 @@
+# Passes when DOC holds SOURCE verbatim as the code block after the line
+# "<!-- the file examples/<name>, verbatim -->", so a page that teaches from a built and
+# tested program cannot drift from it.
+#   cmake -DDOC=docs/page.md -DSOURCE=examples/file.cpp -P doc_shows_file.cmake
+cmake_minimum_required(VERSION 3.20)
+file(READ ${DOC} doc)
+file(READ ${SOURCE} source)
+get_filename_component(name ${SOURCE} NAME)
+set(marker "<!-- the file examples/${name}, verbatim -->\n```cpp\n")
+string(FIND "${doc}" "${marker}" at)
+if(at EQUAL -1)
+    message(FATAL_ERROR "${DOC} has no block marked '<!-- the file examples/${name}, verbatim -->'")
+endif()
+string(LENGTH "${marker}" marker_length)
+math(EXPR start "${at} + ${marker_length}")
+string(SUBSTRING "${doc}" ${start} -1 rest)
+string(FIND "${rest}" "```" end)
+string(SUBSTRING "${rest}" 0 ${end} shown)
+if(NOT shown STREQUAL source)
+    message(FATAL_ERROR "${DOC} shows another ${name} than ${SOURCE}: copy the file into the page again")
+endif()
+string(REGEX MATCHALL "\n" lines "${source}")
+list(LENGTH lines count)
+if(count GREATER_EQUAL 50)
+    message(FATAL_ERROR "${SOURCE} has ${count} lines; the page promises under 50")
+endif()
+message(STATUS "${DOC} shows ${name} (${count} lines) as it is")
