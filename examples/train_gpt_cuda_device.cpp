@@ -14,7 +14,7 @@
 #include "weft/comm/cuda/host_staged.hpp"
 #include "weft/exec/cuda.hpp"
 #include "weft/exec/cuda/peak_flops.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 #include "weft/run/launch.hpp"
 #if WEFT_HAS_MPI
 #include "weft/comm/cuda/device_direct.hpp"
@@ -71,7 +71,7 @@ template <weft::communicator World, class MakeComm>
 void train_on_gpu(World& world, const run_options& o, int local_rank, const char* carried, MakeComm&& make_comm) {
     check_cuda_model(o);
     check_cuda_graphs(o);
-    const int gpus = weft::cuda::device_count();
+    const int gpus = weft::gpu::device_count();
     const int device = weft::run::gpu_of(local_rank, gpus);
     auto comm = make_comm(device);
     const auto make_backend = [&] {
@@ -81,17 +81,17 @@ void train_on_gpu(World& world, const run_options& o, int local_rank, const char
         if (world.rank() == 0)
             std::printf("device cuda | %d GPU(s) on this machine | rank 0 on GPU %d: %s | activations between "
                         "ranks %s | attention kernels %s\n",
-                        gpus, device, weft::cuda::device_name(device).c_str(), carried, o.attention_kernel.c_str());
+                        gpus, device, weft::gpu::device_name(device).c_str(), carried, o.attention_kernel.c_str());
         weft::exec::cuda backend(device);
         backend.enable_action_graphs(o.cuda_graphs);
-        backend.set_attention_kernel(o.attention_kernel == "mma" ? weft::cuda::attention_kernel::mma
-                                                                 : weft::cuda::attention_kernel::wmma);
+        backend.set_attention_kernel(o.attention_kernel == "mma" ? weft::exec::cuda_detail::attention_kernel::mma
+                                                                 : weft::exec::cuda_detail::attention_kernel::wmma);
         return backend;
     };
     train(comm, o, make_backend, [device](auto& w) {
-        const double peak = weft::cuda::bf16_peak_tflops(device);
+        const double peak = weft::exec::cuda_detail::bf16_peak_tflops(device);
         weft::require(peak > 0, "--peak-tflops", 0,
-                      "must be given for GPU \"" + weft::cuda::device_name(device) +
+                      "must be given for GPU \"" + weft::gpu::device_name(device) +
                           "\", which is not in weft's table of bf16 peaks (weft/exec/cuda/peak_flops.hpp)");
         if (w.rank() == 0) std::printf("MFU is against the GPU's dense bf16 peak of %.1f TFLOP/s\n", peak);
         return peak;
@@ -121,7 +121,7 @@ void refuse_unless_cuda_aware(const run_options& o, const weft::comm::mpi_cuda_s
 void train_device_direct(weft::comm::mpi& world, const run_options& o, int local_rank) {
     refuse_unless_cuda_aware(o, weft::comm::query_mpi_cuda_build_support());
     train_on_gpu(world, o, local_rank, "directly in device memory (comm::device_direct over MPI)", [&](int) {
-        if (weft::cuda::device_count() == 0) throw no_gpu();  // before the run-time query
+        if (weft::gpu::device_count() == 0) throw no_gpu();  // before the run-time query
         const auto support = weft::comm::query_mpi_cuda_support();
         refuse_unless_cuda_aware(o, support);
         if (world.rank() == 0)
@@ -150,7 +150,7 @@ void train_on_cuda(weft::comm::mpi& world, const run_options& o) {
     using nccl_with_mpi = weft::comm::with_host<weft::comm::nccl, weft::comm::mpi>;
     train_on_gpu(world, o, local_rank, "over NCCL (comm::nccl; checkpoints and switches over MPI)",
                  [&](int device) {
-                     if (weft::cuda::device_count() == 0) throw no_gpu();  // before NCCL looks for it
+                     if (weft::gpu::device_count() == 0) throw no_gpu();  // before NCCL looks for it
                      // Both over the world's ranks in its order: the device side from the
                      // world, the host side a split of it of its own.
                      auto device_side = weft::comm::nccl::from_mpi(world, device);

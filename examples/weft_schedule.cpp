@@ -26,7 +26,7 @@
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/cost_model.hpp"
 #include "weft/sched/csv.hpp"
-#include "weft/sched/detail/json_text.hpp"
+#include "weft/core/json_text.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/render_ascii.hpp"
 #include "weft/sched/render_json.hpp"
@@ -123,8 +123,8 @@ struct chosen_program {
 
 [[nodiscard]] std::string simulation_json(const chosen_program& chosen, const ws::simulation& sim,
                                           const cli_options& o) {
-    using ws::detail::json_string;
-    using ws::detail::number_text;
+    using weft::detail::json_string;
+    using weft::detail::number_text;
     const ws::program& p = chosen.program;
     std::string out = "{\"schedule\":" + json_string(chosen.name);
     if (!o.input.empty()) out += ",\"input\":" + json_string(o.input);

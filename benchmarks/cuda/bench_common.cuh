@@ -11,13 +11,13 @@
 #include <string>
 
 #include "weft/exec/cuda/peak_flops.hpp"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 
 namespace weft_bench {
 
 // Dense bf16 tensor-core peak in TFLOP/s (vendor datasheets, without sparsity); 0 if unknown.
-using weft::cuda::bf16_peak_tflops;  // the one table (weft/exec/cuda/peak_flops.hpp)
+using weft::exec::cuda_detail::bf16_peak_tflops;  // the one table (weft/exec/cuda/peak_flops.hpp)
 
 // Values in [-scale, scale) from a hash of the index: reproducible, no curand needed.
 template <class T>
@@ -39,17 +39,17 @@ __global__ void fill_kernel(T* out, std::size_t n, std::uint32_t seed, float sca
 template <class T>
 void fill(T* out, std::size_t n, std::uint32_t seed, float scale = 1.0f) {
     fill_kernel<<<1024, 256>>>(out, n, seed, scale);
-    weft::cuda::check(cudaGetLastError(), "fill kernel launch");
+    weft::gpu::check(cudaGetLastError(), "fill kernel launch");
 }
 
 // Median-free simple timing: `warmup` untimed runs, then the mean over `iterations`.
 template <class Fn>
 double time_ms(cudaStream_t stream, int warmup, int iterations, Fn&& fn) {
     // The benchmarks' set-up (fill, fill_zero) runs on the legacy default stream, which a
-    // non-blocking weft::cuda::stream does not wait for: finish it before timing.
-    weft::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    // non-blocking weft::gpu::stream does not wait for: finish it before timing.
+    weft::gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     for (int i = 0; i < warmup; ++i) fn();
-    weft::cuda::event start, stop;
+    weft::gpu::event start, stop;
     start.record(stream);
     for (int i = 0; i < iterations; ++i) fn();
     stop.record(stream);
@@ -59,7 +59,7 @@ double time_ms(cudaStream_t stream, int warmup, int iterations, Fn&& fn) {
 
 // Returns false (after printing why) when there is no GPU: the caller exits 77.
 inline bool have_gpu() {
-    if (weft::cuda::device_count() == 0) {
+    if (weft::gpu::device_count() == 0) {
         std::printf("no CUDA device: benchmark skipped\n");
         return false;
     }

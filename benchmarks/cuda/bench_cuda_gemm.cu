@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/gemm.hpp"
-#include "weft/exec/cuda/stream.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace cu = weft::cuda;
+namespace cu = weft::exec::cuda_detail;
+namespace gpu = weft::gpu;
 
 namespace {
 
@@ -39,13 +40,13 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "tokens = %s is invalid: must be a positive integer\n", argv[1]);
             return 2;
         }
-        const std::string device = cu::device_name(0);
+        const std::string device = gpu::device_name(0);
         const double peak = weft_bench::bf16_peak_tflops(device);
         std::printf("device: %s, dense bf16 peak %s TFLOP/s, tokens per step %d\n", device.c_str(),
                     peak > 0 ? std::to_string(int(peak)).c_str() : "unknown", tokens);
 
         constexpr int vocab = 50304;  // GPT-2's 50257 padded to a multiple of 128, as llm.c
-        cu::stream stream;
+        gpu::stream stream;
         cu::gemm gemm;
 
         struct model {
@@ -65,9 +66,9 @@ int main(int argc, char** argv) {
             double step_flops = 0, step_ms = 0;
             for (const linear_shape& s : shapes) {
                 const std::size_t rows = std::size_t(tokens);
-                cu::device_buffer<cu::bf16> x(rows * s.in), w(std::size_t(s.in) * s.out), dy(rows * s.out),
+                gpu::device_buffer<cu::bf16> x(rows * s.in), w(std::size_t(s.in) * s.out), dy(rows * s.out),
                     y(rows * s.out), dx(rows * s.in), bias(std::size_t(s.out));
-                cu::device_buffer<float> dw(std::size_t(s.in) * s.out);
+                gpu::device_buffer<float> dw(std::size_t(s.in) * s.out);
                 weft_bench::fill(x.data(), x.size(), 1);
                 weft_bench::fill(w.data(), w.size(), 2, 0.02f);
                 weft_bench::fill(dy.data(), dy.size(), 3, 1e-3f);
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
                 const std::string name = s.name;
                 if (name == "mlp.c_fc" || name == "mlp.c_proj") {
                     const bool forward = name == "mlp.c_fc";
-                    cu::device_buffer<cu::bf16> pre_act(forward ? rows * s.out : rows * s.in);
+                    gpu::device_buffer<cu::bf16> pre_act(forward ? rows * s.out : rows * s.in);
                     weft_bench::fill(pre_act.data(), pre_act.size(), 5);
                     const auto run = [&] {
                         return forward ? gemm.linear_gelu_forward(x.data(), w.data(), bias.data(), y.data(),

@@ -16,7 +16,6 @@
 
 #include "bench_common.cuh"
 #include "weft/exec/cuda/column_sums_layout.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
@@ -26,10 +25,12 @@
 #include "weft/exec/cuda/kernels/flash_attention_mma.cuh"
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/token_groups.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace cu = weft::cuda;
+namespace cu = weft::exec::cuda_detail;
+namespace gpu = weft::gpu;
 using cu::bf16;
 
 namespace {
@@ -47,12 +48,12 @@ int main() {
         if (!weft_bench::have_gpu()) return 77;
         constexpr int B = 16, T = 1024, C = 768, H = 12, hd = C / H, V = 50304, N = B * T;
         constexpr std::size_t params = 124'475'904;  // GPT-2 124M with the padded vocab
-        std::printf("device: %s; B=%d T=%d C=%d heads=%d vocab=%d\n", cu::device_name(0).c_str(), B, T, C, H, V);
-        cu::stream s;
+        std::printf("device: %s; B=%d T=%d C=%d heads=%d vocab=%d\n", gpu::device_name(0).c_str(), B, T, C, H, V);
+        gpu::stream s;
         const std::size_t NC = std::size_t(N) * C;
 
-        cu::device_buffer<bf16> x(NC), y(NC), dy(NC), dx(NC), gamma(C), beta(C);
-        cu::device_buffer<float> mean(N), rstd(N), dgamma(C), dbeta(C);
+        gpu::device_buffer<bf16> x(NC), y(NC), dy(NC), dx(NC), gamma(C), beta(C);
+        gpu::device_buffer<float> mean(N), rstd(N), dgamma(C), dbeta(C);
         weft_bench::fill(x.data(), NC, 1);
         weft_bench::fill(dy.data(), NC, 2);
         weft_bench::fill(gamma.data(), C, 3);
@@ -70,7 +71,7 @@ int main() {
             }),
             3.0 * NC * 2);
         // The column sums' scratch, sized for the widest of them (bias_grad over N x 4C).
-        cu::device_buffer<float> partials(cu::column_sum_scratch_floats(N, 4 * C, 2));
+        gpu::device_buffer<float> partials(cu::column_sum_scratch_floats(N, 4 * C, 2));
         row("layer_norm_backward_weight", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::layer_norm_backward_weight(x.data(), mean.data(), rstd.data(), dy.data(), dgamma.data(),
                                                dbeta.data(), partials.data(), N, C, s);
@@ -82,7 +83,7 @@ int main() {
             1.0 * NC * 2);
 
         const std::size_t NF = 4 * NC;
-        cu::device_buffer<bf16> h(NF), g(NF), dg(NF);
+        gpu::device_buffer<bf16> h(NF), g(NF), dg(NF);
         weft_bench::fill(h.data(), NF, 5);
         weft_bench::fill(dg.data(), NF, 6);
         row("gelu_forward (N x 4C)", weft_bench::time_ms(s, 3, 20, [&] { cu::gelu_forward(h.data(), g.data(), NF, s); }),
@@ -90,15 +91,15 @@ int main() {
         row("gelu_backward (N x 4C)",
             weft_bench::time_ms(s, 3, 20, [&] { cu::gelu_backward(h.data(), dg.data(), g.data(), NF, s); }),
             3.0 * NF * 2);
-        cu::device_buffer<float> dbias(4 * C);
+        gpu::device_buffer<float> dbias(4 * C);
         dbias.fill_zero();
         row("bias_grad (N x 4C)", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::bias_grad(dg.data(), dbias.data(), partials.data(), N, 4 * C, s);
             }),
             1.0 * NF * 2);
 
-        cu::device_buffer<bf16> qkv(3 * NC), att(NC), datt(NC), dqkv(3 * NC);
-        cu::device_buffer<float> lse(std::size_t(B) * H * T), delta(lse.size());
+        gpu::device_buffer<bf16> qkv(3 * NC), att(NC), datt(NC), dqkv(3 * NC);
+        gpu::device_buffer<float> lse(std::size_t(B) * H * T), delta(lse.size());
         weft_bench::fill(qkv.data(), qkv.size(), 7);
         weft_bench::fill(datt.data(), datt.size(), 8);
         const double attention_flops = 2.0 * 2.0 * B * H * (double(T) * (T + 1) / 2) * hd;  // q k^T and p v, causal
@@ -126,9 +127,9 @@ int main() {
             backward_bytes, 2.5 * attention_flops);
 
         const std::size_t NV = std::size_t(N) * V;
-        cu::device_buffer<bf16> logits(NV), dlogits(NV);
-        cu::device_buffer<std::int32_t> labels(N);
-        cu::device_buffer<float> losses(N), loss(1);
+        gpu::device_buffer<bf16> logits(NV), dlogits(NV);
+        gpu::device_buffer<std::int32_t> labels(N);
+        gpu::device_buffer<float> losses(N), loss(1);
         weft_bench::fill(logits.data(), NV, 9, 4.0f);
         labels.fill_zero();
         row("cross_entropy fwd+bwd (N x V)", weft_bench::time_ms(s, 3, 10, [&] {
@@ -150,8 +151,8 @@ int main() {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - grouping_start).count() /
             grouping_runs;
         std::printf("%-28s %9.3f ms (host, %d distinct tokens)\n", "group_rows_by_token", grouping_ms, groups[0]);
-        const cu::device_buffer<std::int32_t> device_groups{std::span<const std::int32_t>(groups)};
-        cu::device_buffer<float> dwte(std::size_t(V) * C), dwpe(std::size_t(T) * C);
+        const gpu::device_buffer<std::int32_t> device_groups{std::span<const std::int32_t>(groups)};
+        gpu::device_buffer<float> dwte(std::size_t(V) * C), dwpe(std::size_t(T) * C);
         dwte.fill_zero();
         dwpe.fill_zero();
         // dy read twice (tokens, positions), each touched wte row and wpe read and written.
@@ -170,16 +171,16 @@ int main() {
             skewed_tokens[std::size_t(i)] = std::int32_t(std::pow(double(V), u)) - 1;
         }
         const std::vector<std::int32_t> skewed = weft::exec::group_rows_by_token(skewed_tokens, 0, V);
-        const cu::device_buffer<std::int32_t> device_skewed{std::span<const std::int32_t>(skewed)};
+        const gpu::device_buffer<std::int32_t> device_skewed{std::span<const std::int32_t>(skewed)};
         std::printf("(skewed ids: %d distinct)\n", skewed[0]);
         row("embedding_backward, skewed", weft_bench::time_ms(s, 3, 20, [&] {
                 cu::embedding_backward(device_skewed.data(), dy.data(), dwte.data(), dwpe.data(), B, T, C, V, s);
             }),
             embedding_bytes(skewed));
 
-        cu::device_buffer<float> p(params), grad(params), m(params), v(params);
-        cu::device_buffer<bf16> p16(params);
-        cu::device_buffer<cu::adamw_state> state(1);
+        gpu::device_buffer<float> p(params), grad(params), m(params), v(params);
+        gpu::device_buffer<bf16> p16(params);
+        gpu::device_buffer<cu::adamw_state> state(1);
         weft_bench::fill(p.data(), params, 10, 0.02f);
         weft_bench::fill(grad.data(), params, 11, 1e-3f);
         m.fill_zero();

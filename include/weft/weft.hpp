@@ -1,7 +1,7 @@
 // Everything weft offers that needs neither MPI nor CUDA, in one include, layer by layer
 // (docs/architecture.md draws them). What it leaves out, and why:
 //   weft/comm/mpi.hpp, weft/comm/mpi_environment.hpp   link weft::mpi (they include <mpi.h>)
-//   weft/comm/nccl.hpp, weft/exec/cuda/..., weft/train/cuda/...   link weft::cuda or weft::nccl
+//   weft/comm/nccl.hpp, weft/gpu/..., weft/exec/cuda/...      link weft::cuda or weft::nccl
 //   weft/exec/cpu_gemm_rate.hpp, weft/train/mfu.hpp    measuring and reporting, for the examples
 //   weft/models/gpt.hpp, weft/data/token_batches.hpp, weft/io/...   GPT-2 and its files: include
 //                                                       them when you train GPT-2
@@ -48,7 +48,7 @@
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cpu_heap.hpp"
 
-// nn, optim, shard: the MLP's layers, the optimizers, the sharding policies.
+// nn, optim, shard: the MLP's layers, the optimizers, the sharding policies and the training state.
 #include "weft/nn/mlp.hpp"
 #include "weft/optim/adamw.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -58,6 +58,7 @@
 #include "weft/shard/replicate.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
+#include "weft/shard/training_state.hpp"
 #include "weft/shard/zero.hpp"
 #include "weft/shard/zero_memory.hpp"
 
@@ -74,7 +75,7 @@
 #include "weft/models/pipeline_model.hpp"
 
 // train: the engine (its layout can switch online) and its parts (the engine of one layout,
-// training state, stage runner, program loop), the step log, the non-finite guard and the
+// stage runner, program loop), the step log, the non-finite guard and the
 // learning-rate schedule.
 #include "weft/train/engine.hpp"
 #include "weft/train/engine_options.hpp"
@@ -84,4 +85,3 @@
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
-#include "weft/train/training_state.hpp"

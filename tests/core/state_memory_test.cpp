@@ -75,7 +75,7 @@ TEST_CASE("state buffers are made in the current scope's memory and freed there"
 }
 
 TEST_CASE("a stage's flat buffers made in a scope live in its memory", "[core][state_memory]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w", {64, 64});
     const int before = counted::allocations;
     std::optional<weft::nn::flat_parameters<float>> tensors;

@@ -88,7 +88,7 @@ void switch_through_every_pair(int world_size, const std::vector<named_layout>& 
             const auto& from = layouts[static_cast<std::size_t>(walk[i - 1])];
             const auto& to = layouts[static_cast<std::size_t>(walk[i])];
             const full_state before = gather(engine, world, shared, lock);
-            const auto progress_before = engine.is_spare() ? weft::train::training_progress{} : engine.progress();
+            const auto progress_before = engine.is_spare() ? weft::shard::training_progress{} : engine.progress();
             const auto report = engine.reconfigure(to.config(), {.partition = to.partition, .staging_bytes = 4096});
             const full_state after = gather(engine, world, shared, lock);
             if (world.rank() != 0) continue;

@@ -14,10 +14,10 @@
 #include "weft/exec/action_key.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
 
-using weft::cuda::action_recording;
-using weft::cuda::recording_mode;
-using weft::cuda::recording_scope;
-using weft::cuda::skip_recorded_work;
+using weft::exec::cuda_detail::action_recording;
+using weft::exec::cuda_detail::recording_mode;
+using weft::exec::cuda_detail::recording_scope;
+using weft::exec::cuda_detail::skip_recorded_work;
 
 namespace {
 
@@ -51,12 +51,12 @@ TEST_CASE("a shadow of the capture skips its work and gets its addresses back", 
     std::array<std::byte, 64> other_memory{};
     {
         const recording_scope scope(r, recording_mode::measuring);
-        CHECK(weft::cuda::current_recording() == &r);
+        CHECK(weft::exec::cuda_detail::current_recording() == &r);
         const auto measured = one_pass(r, weights.data(), 64, 0.5f, other_memory.data());
         CHECK(measured.skipped == std::vector<bool>{false, false});  // eager: nothing skipped, nothing noted
         r.finish();
     }
-    CHECK(weft::cuda::current_recording() == nullptr);
+    CHECK(weft::exec::cuda_detail::current_recording() == nullptr);
     CHECK_FALSE(r.captured());
     {
         const recording_scope scope(r, recording_mode::capturing);
@@ -183,11 +183,11 @@ TEST_CASE("recordings are used in order: one at a time, a capture before a shado
     action_recording second("F of stage 1, micro-batch 0 (1 rows)");
     CHECK_THROWS_WITH(recording_scope(first, recording_mode::replaying),
                       Catch::Contains("needs a finished capture of F of stage 0"));
-    CHECK(weft::cuda::current_recording() == nullptr);
+    CHECK(weft::exec::cuda_detail::current_recording() == nullptr);
     const recording_scope scope(first, recording_mode::measuring);
     CHECK_THROWS_WITH(recording_scope(second, recording_mode::measuring),
                       Catch::Contains("cannot be recorded inside another's"));
-    CHECK(weft::cuda::current_recording() == &first);
+    CHECK(weft::exec::cuda_detail::current_recording() == &first);
 }
 
 namespace {

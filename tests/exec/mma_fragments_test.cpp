@@ -19,8 +19,8 @@
 
 namespace {
 
-namespace fragments = weft::cuda::mma_fragments;
-namespace simt = weft::cuda::simt;
+namespace fragments = weft::exec::cuda_detail::mma_fragments;
+namespace simt = weft::exec::cuda_detail::simt;
 
 constexpr int warp_size = 32;
 constexpr int tile_rows = 64;  // flash::tile: rows of a block's tile

@@ -14,7 +14,7 @@
 
 namespace {
 
-namespace simt = weft::cuda::simt;
+namespace simt = weft::exec::cuda_detail::simt;
 
 constexpr int copy_threads = 64;  // two warps
 constexpr int copy_bytes = 16;

@@ -17,7 +17,7 @@
 
 namespace {
 
-namespace simt = weft::cuda::simt;
+namespace simt = weft::exec::cuda_detail::simt;
 
 constexpr int block_threads = 64;  // two warps
 constexpr int grid_blocks = 3;

@@ -18,7 +18,7 @@
 #include "scratch_dir.hpp"
 
 namespace fs = std::filesystem;
-using weft::nn::parameter_registry;
+using weft::parameter_registry;
 using weft::io::load_checkpoint;
 using weft::io::load_optimizer_state;
 using weft::io::save_checkpoint;

@@ -28,7 +28,7 @@ double dot(const matrix& y, const matrix& r) { return y.cwiseProduct(r).sum(); }
 std::span<const double> cflat(const matrix& m) { return {m.data(), std::size_t(m.size())}; }
 
 // Random parameters (LayerNorm weights near 1), so no gradient is trivially zero.
-std::vector<double> random_params(const weft::nn::parameter_registry& registry, double scale = 0.3) {
+std::vector<double> random_params(const weft::parameter_registry& registry, double scale = 0.3) {
     std::vector<double> params(registry.total_size());
     for (std::size_t i = 0; i < params.size(); ++i) params[i] = scale * weft::rng::normal(17, "params", i);
     for (const auto& e : registry.entries())
@@ -40,7 +40,7 @@ std::vector<double> random_params(const weft::nn::parameter_registry& registry, 
 }  // namespace
 
 TEST_CASE("embedding: wte and wpe gradients, repeated tokens included", "[nn][gpt][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("unrelated", {2});  // the layer must honour its offsets
     const weft::nn::embedding<backend> layer(registry, 5, 3, 4);
     CHECK(registry.find("wte.weight").shape == std::vector<int>{5, 3});
@@ -94,7 +94,7 @@ TEST_CASE("causal attention kernel: gradient with respect to q, k and v", "[nn][
 }
 
 TEST_CASE("attention layer: input and weight gradients", "[nn][gpt][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::attention<backend> layer(registry, "h.0.attn", 4, 2, 3);
     CHECK(registry.find("h.0.attn.c_attn.weight").shape == std::vector<int>{4, 12});
     CHECK(registry.find("h.0.attn.c_attn.bias").shape == std::vector<int>{12});
@@ -118,7 +118,7 @@ TEST_CASE("attention layer: input and weight gradients", "[nn][gpt][gradient]") 
 }
 
 TEST_CASE("transformer block: input and weight gradients", "[nn][gpt][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::transformer_block<backend> block(registry, 3, 4, 2, 3);
     std::vector<double> params = random_params(registry);
     matrix x = random_matrix<matrix>(6, 4, "x");
@@ -147,7 +147,7 @@ static_assert(weft::exec::fused_kernels<backend>);
 static_assert(weft::compute_backend<unfused_backend> && !weft::exec::fused_kernels<unfused_backend>);
 
 TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bit for bit", "[nn][gpt]") {
-    weft::nn::parameter_registry fused_registry, plain_registry;
+    weft::parameter_registry fused_registry, plain_registry;
     const weft::nn::transformer_block<backend> fused(fused_registry, 0, 8, 2, 3);
     const weft::nn::transformer_block<unfused_backend> plain(plain_registry, 0, 8, 2, 3);
     REQUIRE(fused_registry.total_size() == plain_registry.total_size());
@@ -178,7 +178,7 @@ TEST_CASE("transformer block: the fused kernels' path equals the two kernels' bi
 // the fused kernels and without.
 template <class Backend>
 void check_chained_terms(Backend& b) {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::transformer_block<Backend> first(registry, 0, 8, 2, 3), second(registry, 1, 8, 2, 3);
     const weft::nn::lm_head<Backend> head(registry, 11, 8);
     const std::vector<double> params = random_params(registry);
@@ -205,7 +205,7 @@ TEST_CASE("blocks chained by their output terms equal blocks chained by the sum,
 }
 
 TEST_CASE("tied LM head: input, ln_f and wte gradients", "[nn][gpt][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::lm_head<backend> head(registry, 7, 4);
     CHECK(registry.find("wte.weight").shape == std::vector<int>{7, 4});
     std::vector<double> params = random_params(registry);
@@ -225,11 +225,11 @@ TEST_CASE("tied LM head: input, ln_f and wte gradients", "[nn][gpt][gradient]") 
 }
 
 TEST_CASE("the head ties to an embedding's wte of the same shape only", "[nn][gpt]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::embedding<backend> embed(registry, 7, 4, 3);
     const weft::nn::lm_head<backend> head(registry, 7, 4);
     CHECK(registry.entries().size() == 4);  // wte, wpe, ln_f.weight, ln_f.bias: wte once
-    weft::nn::parameter_registry other;
+    weft::parameter_registry other;
     const weft::nn::embedding<backend> small(other, 6, 4, 3);
     CHECK_THROWS_WITH((weft::nn::lm_head<backend>(other, 7, 4)), Catch::Contains("[6, 4]"));
 }

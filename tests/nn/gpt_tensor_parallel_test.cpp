@@ -22,18 +22,18 @@
 #include "weft/core/deferred_value.hpp"
 #include "weft/core/memory_space.hpp"
 #include "weft/exec/cpu.hpp"
+#include "weft/models/gpt.hpp"
 #include "weft/nn/gpt.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/vocab_parallel_cross_entropy.hpp"
-#include "weft/models/gpt.hpp"
 
 using weft::nn::gpt_config;
 using weft::nn::gpt_stage;
-using weft::nn::index_range;
-using weft::nn::parameter_info;
-using weft::nn::parameter_registry;
-using weft::nn::split_range;
-using weft::nn::tensor_split;
+using weft::index_range;
+using weft::parameter_info;
+using weft::parameter_registry;
+using weft::split_range;
+using weft::tensor_split;
 using weft::nn::token_view;
 using weft::nn::tp_group;
 using weft::nn::unit_range;

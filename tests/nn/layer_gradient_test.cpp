@@ -26,7 +26,7 @@ double dot(const matrix& y, const matrix& r) { return y.cwiseProduct(r).sum(); }
 }  // namespace
 
 TEST_CASE("linear: input, weight and bias gradients", "[nn][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("unrelated", {3});  // the layer must honour its offsets
     const weft::nn::linear<backend> layer(registry, "fc", 4, 3);
     std::vector<double> params(registry.total_size());
@@ -47,7 +47,7 @@ TEST_CASE("linear: input, weight and bias gradients", "[nn][gradient]") {
 }
 
 TEST_CASE("layer norm: input, weight and bias gradients", "[nn][gradient]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::layer_norm<backend> layer(registry, "ln", 6);
     std::vector<double> params(registry.total_size());
     for (std::size_t i = 0; i < params.size(); ++i) params[i] = 1.0 + 0.5 * weft::rng::normal(3, "ln", i);
@@ -67,7 +67,7 @@ TEST_CASE("layer norm: input, weight and bias gradients", "[nn][gradient]") {
 }
 
 TEST_CASE("layer norm initializes to the identity normalization", "[nn]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     const weft::nn::layer_norm<backend> layer(registry, "ln", 3);
     std::vector<double> params(registry.total_size(), 42.0);
     layer.initialize(params);

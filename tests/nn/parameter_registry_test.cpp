@@ -1,9 +1,9 @@
 // The parameter registry lays tensors out back to back and finds them by name.
 #include <catch2/catch.hpp>
 
-#include "weft/nn/parameter_registry.hpp"
+#include "weft/core/parameter_registry.hpp"
 
-using weft::nn::parameter_registry;
+using weft::parameter_registry;
 
 TEST_CASE("tensors are laid out back to back in insertion order", "[nn][registry]") {
     parameter_registry registry;

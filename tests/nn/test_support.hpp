@@ -12,8 +12,8 @@
 #include <string>
 
 #include "shared_backend.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/rng.hpp"
-#include "weft/nn/parameter_registry.hpp"
 
 namespace weft_test {
 
@@ -54,7 +54,7 @@ std::span<double> flat(Matrix& m) {
 
 // A stage type's static layout() equals the registry the stage builds: the same tensors in
 // the same order, with the same shapes, slices, sizes and offsets.
-inline void check_same_layout(const weft::nn::parameter_registry& layout, const weft::nn::parameter_registry& built) {
+inline void check_same_layout(const weft::parameter_registry& layout, const weft::parameter_registry& built) {
     REQUIRE(layout.entries().size() == built.entries().size());
     for (std::size_t i = 0; i < built.entries().size(); ++i) {
         const auto& l = layout.entries()[i];

@@ -13,8 +13,8 @@
 namespace {
 
 // w [2, 2] decays, b [2] does not.
-weft::nn::parameter_registry two_tensors() {
-    weft::nn::parameter_registry registry;
+weft::parameter_registry two_tensors() {
+    weft::parameter_registry registry;
     registry.add("w", {2, 2});
     registry.add("b", {2});
     return registry;
@@ -91,8 +91,8 @@ TEST_CASE("adamw rejects bad options and mismatched buffers", "[optim][adamw]") 
 namespace {
 
 // w [40, 50] decays, b [70] does not: ranges longer than the host update's chunk of 1024.
-weft::nn::parameter_registry large_tensors() {
-    weft::nn::parameter_registry registry;
+weft::parameter_registry large_tensors() {
+    weft::parameter_registry registry;
     registry.add("w", {40, 50});
     registry.add("b", {70});
     return registry;

@@ -7,7 +7,7 @@
 #include "weft/optim/sgd.hpp"
 
 TEST_CASE("sgd with momentum and decay follows PyTorch for two steps", "[optim][sgd]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w", {2, 2});
     registry.add("b", {2});
     weft::optim::basic_sgd<double> opt({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
@@ -24,7 +24,7 @@ TEST_CASE("sgd with momentum and decay follows PyTorch for two steps", "[optim][
 }
 
 TEST_CASE("plain sgd is p -= lr g and keeps no state", "[optim][sgd]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w", {3});
     weft::optim::sgd opt({.lr = 0.5});
     std::vector<float> p{1, 2, 3};
@@ -41,7 +41,7 @@ TEST_CASE("sgd rejects bad options", "[optim][sgd]") {
 }
 
 TEST_CASE("sgd's grad_scale multiplies the gradients first, bit for bit", "[optim][sgd]") {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w", {2, 2});
     registry.add("b", {2});
     weft::optim::sgd scaled_in_step({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});

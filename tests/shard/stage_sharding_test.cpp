@@ -28,7 +28,7 @@ using weft::shard::stage_tensors;
 // A stand-in stage: two tensors (one decays, one does not) of 11 elements in all, so that 4
 // ranks get ranges of 3 with one padding element.
 stage_tensors<float> toy_stage() {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w", {3, 3});
     registry.add("b", {2});
     weft::nn::flat_parameters<float> tensors(std::move(registry));

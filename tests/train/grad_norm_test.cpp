@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "weft/nn/parameter_registry.hpp"
+#include "weft/core/parameter_registry.hpp"
 
 using weft::train::flat_run;
 
@@ -16,11 +16,11 @@ namespace {
 
 // A stage with a tied embedding (4 elements), a whole LayerNorm weight (2) and a tensor
 // split over 2 tensor-parallel ranks (this rank's slice: 3 of 6 columns, 2 rows).
-weft::nn::parameter_registry stage_registry() {
-    weft::nn::parameter_registry r;
+weft::parameter_registry stage_registry() {
+    weft::parameter_registry r;
     r.add("wte.weight", {2, 2});
     r.add("ln.weight", {2});
-    r.add("fc.weight", {2, 6}, weft::nn::tensor_split{.dim = 1, .parts = 1, .index = 0, .count = 2});
+    r.add("fc.weight", {2, 6}, weft::tensor_split{.dim = 1, .parts = 1, .index = 0, .count = 2});
     return r;
 }
 

@@ -19,7 +19,7 @@ using weft::comm::local;
 // A stage's tensors: "wte" (the tied one) on stages 0 and 3 (and 2 where `tied_on_2`), "w<s>"
 // on every stage, gradients filled with stage-distinct values.
 weft::nn::flat_parameters<float> stage_tensors(int s, bool tied_on_2 = false) {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("w" + std::to_string(s), {2});
     if (s == 0 || s == 3 || (tied_on_2 && s == 2)) registry.add("wte", {3});
     weft::nn::flat_parameters<float> t(std::move(registry));

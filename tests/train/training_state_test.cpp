@@ -1,5 +1,5 @@
 // The training state as a value: an engine starts from the model's initial tensors, holds
-// them and its optimizers' state in one train::training_state, hands it over
+// them and its optimizers' state in one shard::training_state, hands it over
 // (release_state) and a new engine continues from it bit for bit; checkpoints carry it,
 // progress included, so a run saved and resumed continues exactly as if it had not
 // stopped (same data, same step numbers), under every ZeRO stage and with SGD's momentum.
@@ -17,9 +17,9 @@
 #include "scratch_dir.hpp"
 #include "training_run.hpp"
 #include "weft/shard/any_zero.hpp"
+#include "weft/shard/training_state.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/train/checkpoint_directory.hpp"
-#include "weft/train/training_state.hpp"
 
 namespace {
 
@@ -51,7 +51,7 @@ struct trace {
     std::vector<double> losses;
     std::map<std::string, std::vector<float>> parameters;  // every tensor this replica's ranks hold
     std::map<std::string, std::vector<float>> optimizer;   // "<tensor>.<state>" of the same, full
-    weft::train::training_progress progress;
+    weft::shard::training_progress progress;
 };
 
 // Trains `steps` steps, taking each batch at the engine's data position.
@@ -106,12 +106,12 @@ void require_same(const trace& a, const trace& b) {
 }  // namespace
 
 TEST_CASE("a fresh training state is the model's initial tensors and fresh optimizers", "[train][state]") {
-    const weft::train::stage_placement stages[] = {{0, {0, 3}}, {2, {5, 8}}};
-    const auto state = weft::train::initial_training_state<weft::models::mlp, weft::exec::cpu>(
+    const weft::shard::stage_placement stages[] = {{0, {0, 3}}, {2, {5, 8}}};
+    const auto state = weft::shard::initial_training_state<weft::models::mlp, weft::exec::cpu>(
         test_model(), stages, 0, 1, weft_test::test_options().optimizer, 42);
     REQUIRE(state.stages.size() == 2);
     CHECK(state.stage_indices() == std::vector<int>{0, 2});
-    CHECK(state.progress == weft::train::training_progress{0, 0, 42});
+    CHECK(state.progress == weft::shard::training_progress{0, 0, 42});
     for (const auto& [index, units] : stages) {
         const auto& s = state.stage(index);
         const auto expected = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), units);
@@ -405,14 +405,14 @@ TEST_CASE("a training state of another layout or optimizer is refused before any
     };
     // A 2-stage pipeline's states do not fit a 1-stage layout: rank 1 holds another stage,
     // rank 0 the same stage index over fewer units.
-    std::vector<std::optional<weft::train::training_state<float>>> pipeline(2);
+    std::vector<std::optional<weft::shard::training_state<float>>> pipeline(2);
     local::run(2, [&](local& world) {
         engine_t engine(world, layout(2, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw));
         pipeline[std::size_t(world.rank())] = std::move(engine).release_state();
     });
     REQUIRE(pipeline[0]);
     REQUIRE(pipeline[1]);
-    const auto adopt = [&](const weft::train::training_state<float>& state) {
+    const auto adopt = [&](const weft::shard::training_state<float>& state) {
         return message([&] {
             local::run(1, [&](local& world) {
                 engine_t engine(world, layout(1, 1, 0), test_model(), options(weft::optim::optimizer_kind::adamw),
@@ -425,7 +425,7 @@ TEST_CASE("a training state of another layout or optimizer is refused before any
     CHECK_THAT(adopt(*pipeline[0]), Catch::Matchers::Contains("units of stage 0 = \"[0, 4)\"") &&
                                         Catch::Matchers::Contains("must be [0, 8)"));
     // ZeRO-3 tensors into a ZeRO-1 engine, and AdamW state into an SGD engine.
-    std::optional<weft::train::training_state<float>> zero3;
+    std::optional<weft::shard::training_state<float>> zero3;
     local::run(2, [&](local& world) {
         engine_t engine(world, layout(1, 2, 3), test_model(), options(weft::optim::optimizer_kind::adamw));
         auto state = std::move(engine).release_state();

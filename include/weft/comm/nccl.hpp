@@ -25,9 +25,12 @@
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
-#include "weft/core/memory_space.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/memory_space.hpp"
 #include "weft/core/poll_until.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 
 #if defined(WEFT_HAS_MPI)
 #include "weft/comm/mpi_header.hpp"
@@ -38,83 +41,6 @@
 namespace weft::comm {
 
 namespace detail {
-
-// The few CUDA runtime pieces the communicator owns. exec/cuda/ has fuller versions, but
-// comm/ sits below exec/ in weft's layering, so these are kept here, as small as needed.
-
-// Throws weft::error("<call> failed: <CUDA's error name> (<CUDA's text>)") unless success.
-inline void cuda_check(cudaError_t status, std::string_view call) {
-    if (status == cudaSuccess) return;
-    throw error(std::string(call) + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
-}
-
-// Usable GPUs; 0 (not an error) without a GPU or a driver, so that the device check can
-// say "there is no usable GPU" and tests can skip.
-[[nodiscard]] inline int cuda_device_count() {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver ||
-        status == cudaErrorInitializationError || status == cudaErrorNotSupported) {
-        static_cast<void>(cudaGetLastError());  // clear the sticky error for later calls
-        return 0;
-    }
-    cuda_check(status, "cudaGetDeviceCount");
-    return count;
-}
-
-// An owned non-blocking stream (it never serialises against the legacy default stream),
-// created on the current device. Neither copied nor moved: it lives in nccl_state.
-// Not in weft/exec/cuda/stream_registry.hpp's fences, on purpose: it holds receives posted
-// ahead, and a host waiting for those could wait for a send its peer makes only after this
-// rank sends more. The buffers an operation uses are freed after its request's wait(),
-// which puts the operation before the compute stream's later work, and that is fenced.
-class cuda_stream {
-public:
-    cuda_stream() {
-        cuda_check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    }
-    cuda_stream(const cuda_stream&) = delete;
-    cuda_stream& operator=(const cuda_stream&) = delete;
-    ~cuda_stream() { static_cast<void>(cudaStreamDestroy(handle_)); }  // cannot report from here
-
-    [[nodiscard]] cudaStream_t get() const { return handle_; }
-
-private:
-    cudaStream_t handle_ = nullptr;
-};
-
-// An owned event, for ordering one stream after another and for host waits (nccl_state::host_wait).
-class cuda_event {
-public:
-    cuda_event() { cuda_check(cudaEventCreate(&handle_), "cudaEventCreate"); }
-    cuda_event(const cuda_event&) = delete;
-    cuda_event& operator=(const cuda_event&) = delete;
-    ~cuda_event() { static_cast<void>(cudaEventDestroy(handle_)); }
-
-    [[nodiscard]] cudaEvent_t get() const { return handle_; }
-    void record(cudaStream_t on) { cuda_check(cudaEventRecord(handle_, on), "cudaEventRecord"); }
-
-private:
-    cudaEvent_t handle_ = nullptr;
-};
-
-// One float of device memory on the current device: the operand of the barrier.
-class device_scalar {
-public:
-    device_scalar() {
-        void* pointer = nullptr;
-        cuda_check(cudaMalloc(&pointer, sizeof(float)), "cudaMalloc(" + std::to_string(sizeof(float)) + " bytes)");
-        data_ = static_cast<float*>(pointer);
-    }
-    device_scalar(const device_scalar&) = delete;
-    device_scalar& operator=(const device_scalar&) = delete;
-    ~device_scalar() { static_cast<void>(cudaFree(data_)); }
-
-    [[nodiscard]] float* data() const { return data_; }
-
-private:
-    float* data_ = nullptr;
-};
 
 // Throws weft::error("<call> failed: <NCCL's text> (<NCCL's last error>)") unless success.
 inline void nccl_check(ncclResult_t result, std::string_view call) {
@@ -134,9 +60,9 @@ inline constexpr ncclDataType_t nccl_type = std::is_same_v<T, float> ? ncclFloat
 class nccl_device_guard {
 public:
     explicit nccl_device_guard(int device) {
-        cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
+        gpu::check(cudaGetDevice(&previous_), "cudaGetDevice");
         if (previous_ != device) {
-            cuda_check(cudaSetDevice(device), "cudaSetDevice");
+            gpu::check(cudaSetDevice(device), "cudaSetDevice");
             changed_ = true;
         }
     }
@@ -152,7 +78,7 @@ private:
 };
 
 inline void check_nccl_device(int device) {
-    const int count = cuda_device_count();
+    const int count = gpu::device_count();
     require(device >= 0 && device < count, "device", device,
             "must be a CUDA device of this machine, in [0, " + std::to_string(count) + ")" +
                 (count == 0 ? " (there is no usable GPU)" : ""));
@@ -161,7 +87,7 @@ inline void check_nccl_device(int device) {
 // What the driver knows of `pointer`: host, device or managed memory, and whose device.
 inline cudaPointerAttributes attributes_of(const void* pointer) {
     cudaPointerAttributes attributes{};
-    cuda_check(cudaPointerGetAttributes(&attributes, pointer), "cudaPointerGetAttributes");
+    gpu::check(cudaPointerGetAttributes(&attributes, pointer), "cudaPointerGetAttributes");
     return attributes;
 }
 
@@ -205,12 +131,12 @@ public:
             return;
         }
         host_ = const_cast<void*>(data);  // NOLINT
-        cuda_check(cudaMalloc(&device_, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes, " +
+        gpu::check(cudaMalloc(&device_, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes, " +
                                                     std::string(parameter) + " staged from host memory)");
         if (read) {
             const cudaError_t copied = cudaMemcpyAsync(device_, host_, bytes, cudaMemcpyHostToDevice, stream);
             if (copied != cudaSuccess) static_cast<void>(cudaFree(device_));
-            cuda_check(copied, "cudaMemcpyAsync (" + std::string(parameter) + ", host to device)");
+            gpu::check(copied, "cudaMemcpyAsync (" + std::string(parameter) + ", host to device)");
         }
     }
     staged_buffer(const staged_buffer&) = delete;
@@ -225,7 +151,7 @@ public:
     // Enqueues the copy of the result back to host memory, after the collective.
     void copy_back(cudaStream_t stream) const {
         if (host_ != nullptr)
-            cuda_check(cudaMemcpyAsync(host_, device_, bytes_, cudaMemcpyDeviceToHost, stream),
+            gpu::check(cudaMemcpyAsync(host_, device_, bytes_, cudaMemcpyDeviceToHost, stream),
                        "cudaMemcpyAsync (staged result, device to host)");
     }
 
@@ -239,7 +165,7 @@ private:
 // NCCL call is enqueued. Sends and receives are enqueued later, as one group (see flush).
 struct nccl_completion {
     enum class status { pending, launched, dropped };
-    cuda_event done;
+    gpu::event done;
     status state = status::pending;
     std::string what;
 };
@@ -264,7 +190,7 @@ class nccl_state {
 public:
     nccl_state(int device_, cudaStream_t compute_) : device(device_), compute(compute_) {
         nccl_device_guard guard(device);
-        stream.emplace();
+        stream.emplace(gpu::unfenced);
         ready.emplace();
         scratch.emplace();
         abort_on_timeout::registry().add(this, device, &abort_member, &idle_member);
@@ -325,7 +251,7 @@ public:
     // far: the data an operation reads is then what the caller last wrote to it.
     void join_compute() {
         ready->record(compute);
-        cuda_check(cudaStreamWaitEvent(stream->get(), ready->get(), 0), "cudaStreamWaitEvent (comm after compute)");
+        gpu::check(cudaStreamWaitEvent(stream->get(), ready->get(), 0), "cudaStreamWaitEvent (comm after compute)");
     }
 
     // Enqueues the pending sends and receives as one NCCL group, in the order they were
@@ -414,7 +340,7 @@ public:
             [&] {
                 const cudaError_t status = query();
                 if (status == cudaSuccess) return true;
-                if (status != cudaErrorNotReady) cuda_check(status, std::string(call) + " (" + what + ")");
+                if (status != cudaErrorNotReady) gpu::check(status, std::string(call) + " (" + what + ")");
                 check_async();
                 return false;
             },
@@ -460,9 +386,9 @@ public:
     int size = 0;
     cudaStream_t compute = nullptr;
     // Optional so that the destructor can free them, in order, with `device` current.
-    std::optional<cuda_stream> stream;     // the communication stream
-    std::optional<cuda_event> ready;       // recorded on the compute stream per operation
-    std::optional<device_scalar> scratch;  // the barrier's one element
+    std::optional<gpu::stream> stream;     // the communication stream (unfenced: gpu/stream_registry.hpp says why)
+    std::optional<gpu::event> ready;       // recorded on the compute stream per operation
+    std::optional<gpu::device_buffer<float>> scratch;  // the barrier's one element
     std::vector<nccl_p2p> pending;         // posted sends/receives not yet enqueued
     timeout_duration timeout = default_timeout;  // of host waits (synchronize, barrier)
 };
@@ -510,7 +436,7 @@ public:
             if (!done_) return;
             launch();
             detail::nccl_device_guard guard(device_);
-            detail::cuda_check(cudaStreamWaitEvent(compute_, done_->done.get(), 0),
+            gpu::check(cudaStreamWaitEvent(compute_, done_->done.get(), 0),
                                "cudaStreamWaitEvent (" + done_->what + " wait)");
         }
 
@@ -562,7 +488,7 @@ public:
         if (world.native() == MPI_COMM_NULL) throw error("nccl::from_mpi got a moved-from weft::comm::mpi");
         // Agree that every rank has a usable device first: a rank that threw alone would
         // leave the others waiting in ncclCommInitRank forever.
-        const int count = detail::cuda_device_count();
+        const int count = gpu::device_count();
         int ok = device >= 0 && device < count ? 1 : 0;
         int all_ok = 0;
         detail::mpi_check(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world.native()),
@@ -764,11 +690,11 @@ private:
             // The collective first, under the timeout and the asynchronous-error checks: a copy
             // into pageable host memory returns only once it is done, so a copy enqueued behind
             // a collective that never ends (a dead peer) would hang the host inside CUDA.
-            detail::cuda_event collective;
+            gpu::event collective;
             collective.record(s.stream->get());
             s.host_wait(collective.get(), std::string(what));
             out.copy_back(s.stream->get());
-            detail::cuda_event copied;
+            gpu::event copied;
             copied.record(s.stream->get());
             s.host_wait(copied.get(), std::string(what) + " (staged through host memory)");
         }

@@ -8,7 +8,7 @@
 //
 // A layout says which rank holds which part of it, and where in its buffers: pipeline
 // stages hold unit ranges (and so whole tensors), tensor-parallel ranks hold slices
-// (nn::tensor_split), data-parallel replicas hold copies, and ZeRO ranks hold a range of
+// (weft::tensor_split), data-parallel replicas hold copies, and ZeRO ranks hold a range of
 // their stage's flat buffer (shard::flat_shard): parameters too at stage 3, optimizer
 // state from stage 1. Everything here is computed from global metadata (the config, the
 // schedule's stage placement, the partition and the parameter registries), so every rank
@@ -26,7 +26,7 @@
 #include "weft/comm/process_grid.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/parallel_config.hpp"
-#include "weft/nn/parameter_registry.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/shard/flat_shard.hpp"
 
@@ -52,7 +52,7 @@ struct segment {
 struct stage_holding {
     int stage = 0;
     nn::unit_range units;
-    nn::parameter_registry registry;
+    weft::parameter_registry registry;
     shard::flat_shard range;
 };
 
@@ -60,7 +60,7 @@ class layout {
 public:
     // The registry of stage `stage` (holding `units`) on tensor-parallel rank `tp_rank` of
     // the config's tp: what a model's stage_type::layout gives.
-    using registry_function = std::function<nn::parameter_registry(int stage, nn::unit_range units, int tp_rank)>;
+    using registry_function = std::function<weft::parameter_registry(int stage, nn::unit_range units, int tp_rank)>;
 
     // `stage_rank[s]`: the pipeline rank running stage s (the schedule's placement);
     // `units[s]`: the model units stage s holds. Ranks [config.world_size(), ...) hold nothing.
@@ -101,7 +101,7 @@ public:
         const comm::grid_coordinates c = comm::grid_coordinates_of(rank, config_);
         for (std::size_t s = 0; s < units_.size(); ++s) {
             if (stage_rank_[s] != c.pp_index) continue;
-            const nn::parameter_registry& registry = registries_[s][static_cast<std::size_t>(c.tp_index)];
+            const weft::parameter_registry& registry = registries_[s][static_cast<std::size_t>(c.tp_index)];
             const int shards = config_.zero_stage() == 0 ? 1 : config_.dp();
             const int shard = config_.zero_stage() == 0 ? 0 : c.dp_index;
             out.push_back(
@@ -151,7 +151,7 @@ public:
 private:
     void index_tensors_of(int rank) {
         for (const stage_holding& h : holdings(rank))
-            for (const nn::parameter_info& info : h.registry.entries())
+            for (const weft::parameter_info& info : h.registry.entries())
                 if (!tensor_index_.contains(info.name)) {
                     tensor_index_.emplace(info.name, static_cast<int>(tensor_names_.size()));
                     tensor_names_.push_back(info.name);
@@ -162,7 +162,7 @@ private:
         for (const stage_holding& h : holdings(rank)) {
             const auto [first, last] = held_range(h, what);
             if (first >= last) continue;
-            for (const nn::parameter_info& info : h.registry.entries()) {
+            for (const weft::parameter_info& info : h.registry.entries()) {
                 // The tensor's local runs, clipped to [first, last) of the flat layout.
                 if (info.offset >= last || info.offset + info.size <= first) continue;
                 const int tensor = tensor_index_.at(info.name);
@@ -181,7 +181,7 @@ private:
     std::vector<int> stage_rank_;
     std::vector<nn::unit_range> units_;
     std::vector<int> partition_;
-    std::vector<std::vector<nn::parameter_registry>> registries_;  // [stage][tp rank]
+    std::vector<std::vector<weft::parameter_registry>> registries_;  // [stage][tp rank]
     std::vector<std::string> tensor_names_;
     std::unordered_map<std::string, int> tensor_index_;
 };

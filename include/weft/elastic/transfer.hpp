@@ -36,7 +36,7 @@
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/shard/stage_tensors.hpp"
-#include "weft/train/training_state.hpp"
+#include "weft/shard/training_state.hpp"
 
 namespace weft::elastic {
 
@@ -64,7 +64,7 @@ struct transfer_figures {
 // What every rank agrees on before anything moves (the engine takes it from a collective):
 // the scalars of the training state, and which optimizer state tensors any rank keeps.
 struct shared_scalars {
-    train::training_progress progress;
+    shard::training_progress progress;
     std::uint64_t optimizer_steps = 0;
     double learning_rate = 0;              // the optimizers' current one (a schedule may have set it)
     std::vector<bool> kept_state_tensors;  // per optimizer state tensor, in the optimizer's order
@@ -80,7 +80,7 @@ void free_staging(std::vector<Scalar>& v, memory_meter& meter) {
 
 template <class Scalar, class Comm>
 class state_mover {
-    using state_type = train::training_state<Scalar>;
+    using state_type = shard::training_state<Scalar>;
 
     // One stage of the current layout, its optimizer state moved out.
     struct old_stage {
@@ -580,7 +580,7 @@ private:
 // count (the engine sets the learning rate on the engine it builds around the state). `figures` receives what this rank
 // moved and held.
 template <class Scalar, communicator Comm>
-[[nodiscard]] train::training_state<Scalar> move_state(train::training_state<Scalar>&& state, const layout& from,
+[[nodiscard]] shard::training_state<Scalar> move_state(shard::training_state<Scalar>&& state, const layout& from,
                                                        const layout& to, const transition_plan& plan, Comm& world,
                                                        const optim::optimizer_options& optimizer,
                                                        const shared_scalars& scalars, const transfer_options& options,

@@ -62,12 +62,12 @@
 #include "weft/exec/cuda/memory_high_water.hpp"
 #include "weft/exec/cuda/operation_profile.hpp"
 #include "weft/exec/cuda/pinned_uploads.hpp"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/stream_memory.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/exec/operation_times.hpp"
 #include "weft/exec/token_groups.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
 #include "weft/optim/gradient_summary.hpp"
@@ -80,23 +80,23 @@ public:
     static constexpr std::string_view name = "cuda";
     using scalar = float;
     using memory_space = device_space;
-    using matrix = weft::cuda::device_matrix;  // bf16
+    using matrix = weft::exec::cuda_detail::device_matrix;  // bf16
     using bf16 = __nv_bfloat16;
 
     // Makes `device` this thread's current device and creates the stream and cuBLASLt handle
     // on it. No GPU, or a device out of range, is a weft::error naming `device`.
     explicit cuda_backend(int device = 0) : device_(select(device)) {
-        weft::cuda::set_allocation_stream(stream_.get());
+        weft::exec::cuda_detail::set_allocation_stream(stream_.get());
     }
 
     [[nodiscard]] int device() const { return device_; }
     [[nodiscard]] cudaStream_t stream() const { return stream_.get(); }
     // The training state lives in CUDA managed memory (weft/exec/cuda/managed_state_memory.hpp).
-    [[nodiscard]] const weft::state_memory& state_memory() const { return weft::cuda::managed_state_memory(); }
+    [[nodiscard]] const weft::state_memory& state_memory() const { return weft::exec::cuda_detail::managed_state_memory(); }
     // Waits for everything queued on the stream (and reports an error a kernel hit); past the
     // wait limit, a comm::timeout_error.
     void synchronize() const {
-        weft::cuda::synchronize(stream_.get(), wait_limit_,
+        weft::exec::cuda_detail::synchronize(stream_.get(), wait_limit_,
                                 "a wait for GPU " + std::to_string(device_) + "'s compute stream");
     }
 
@@ -111,9 +111,9 @@ public:
     void set_wait_limit(std::chrono::duration<Rep, Period> limit, int rank) {
         wait_limit_ = {.limit = comm::checked_timeout(limit, "wait limit"), .rank = rank, .device = device_};
         uploads_.platform().limit = wait_limit_;
-        weft::cuda::set_thread_wait_limit(wait_limit_);
+        weft::exec::cuda_detail::set_thread_wait_limit(wait_limit_);
     }
-    [[nodiscard]] weft::cuda::wait_limit wait_limit() const { return wait_limit_; }
+    [[nodiscard]] weft::exec::cuda_detail::wait_limit wait_limit() const { return wait_limit_; }
 
     // CUDA graphs per action (weft/exec/cuda/action_graphs.hpp): each F, B, I and W a stage
     // runner asks for (exec::run_action) runs eagerly once, is captured into a graph at its
@@ -123,9 +123,9 @@ public:
     // stages 0 and 1 (train_gpt --cuda-graphs refuses the rest). Turning it off drops the
     // graphs.
     void enable_action_graphs(bool on = true) {
-        require(!on || !weft::cuda::operation_profile::process().enabled(), "enable_action_graphs: operation profile",
+        require(!on || !weft::exec::cuda_detail::operation_profile::process().enabled(), "enable_action_graphs: operation profile",
                 "on", "must be off (a graph replays its kernels without the launches the profile times)");
-        graphs_ = on ? std::make_unique<weft::cuda::action_graphs>(stream()) : nullptr;
+        graphs_ = on ? std::make_unique<weft::exec::cuda_detail::action_graphs>(stream()) : nullptr;
     }
     [[nodiscard]] bool action_graphs_enabled() const { return graphs_ != nullptr; }
     // The GPU time of every kernel and GEMM queued from now on, by operation
@@ -134,19 +134,19 @@ public:
     void enable_operation_profile(bool on = true) {
         require(!on || graphs_ == nullptr, "enable_operation_profile: action graphs", "on",
                 "must be off (a graph replays its kernels without the launches the profile times)");
-        weft::cuda::operation_profile::process().enable(on);
+        weft::exec::cuda_detail::operation_profile::process().enable(on);
     }
     // What the profile timed since the last take, once the GPU has run it; starts over.
     [[nodiscard]] std::vector<operation_time> take_operation_times() {
-        return weft::cuda::operation_profile::process().take(wait_limit_);
+        return weft::exec::cuda_detail::operation_profile::process().take(wait_limit_);
     }
     // Graph launches so far (0 with graphs off): a run's log says the graphs ran.
     [[nodiscard]] std::size_t action_graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
     // The most memory this GPU's eager work and its action graphs have held at once, each in
     // its own pool (weft/exec/cuda/memory_high_water.hpp): device-wide, so rank threads
     // sharing the GPU count together.
-    [[nodiscard]] weft::cuda::memory_high_water memory_high_water() const {
-        return weft::cuda::memory_high_water_of(device_);
+    [[nodiscard]] weft::exec::cuda_detail::memory_high_water memory_high_water() const {
+        return weft::exec::cuda_detail::memory_high_water_of(device_);
     }
 
     // exec::device_timed (weft/exec/compute_timing.hpp): the program loop marks each F, B, I
@@ -179,13 +179,13 @@ public:
     // --attention-kernel): wmma by default; mma keeps the scores in registers and has not run
     // on a GPU yet (docs/cuda.md). A change drops the action graphs captured with the old ones,
     // so it is refused inside an action, whose graph may be the one being recorded.
-    void set_attention_kernel(weft::cuda::attention_kernel kernel) {
-        require(weft::cuda::current_recording() == nullptr, "set_attention_kernel", "inside an action",
+    void set_attention_kernel(weft::exec::cuda_detail::attention_kernel kernel) {
+        require(weft::exec::cuda_detail::current_recording() == nullptr, "set_attention_kernel", "inside an action",
                 "is only valid between actions (it drops the captured graphs)");
         if (kernel != attention_kernel_) forget_all_actions();
         attention_kernel_ = kernel;
     }
-    [[nodiscard]] weft::cuda::attention_kernel attention_kernel() const { return attention_kernel_; }
+    [[nodiscard]] weft::exec::cuda_detail::attention_kernel attention_kernel() const { return attention_kernel_; }
 
     // Copies between a matrix and fp32 host memory of its size: what host code (tests, model
     // inputs) reads and writes matrices with. The matrix's bf16 values widen exactly on the
@@ -195,9 +195,9 @@ public:
         require_size(host.size(), m.size(), "copy_to_host: host.size()");
         if (m.size() == 0) return;
         scratch<float> wide(m.size(), stream());
-        weft::cuda::launch::to_float(m.data(), wide.data(), m.size(), stream());
+        weft::exec::cuda_detail::launch::to_float(m.data(), wide.data(), m.size(), stream());
         synchronize();  // a copy into pageable memory would wait for the stream, without a limit
-        weft::cuda::check(cudaMemcpyAsync(host.data(), wide.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
+        weft::gpu::check(cudaMemcpyAsync(host.data(), wide.data(), m.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                           stream()),
                           "cudaMemcpyAsync (matrix to host)");
         synchronize();
@@ -207,10 +207,10 @@ public:
         if (m.size() == 0) return;
         scratch<float> wide(m.size(), stream());
         synchronize();  // a copy from pageable memory may wait for the stream, without a limit
-        weft::cuda::check(cudaMemcpyAsync(wide.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
+        weft::gpu::check(cudaMemcpyAsync(wide.data(), host.data(), m.size() * sizeof(float), cudaMemcpyHostToDevice,
                                           stream()),
                           "cudaMemcpyAsync (matrix to the device)");
-        weft::cuda::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
+        weft::exec::cuda_detail::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
         // From pageable memory the copy may still be reading `host` when the call returns.
         synchronize();
     }
@@ -227,12 +227,12 @@ public:
             require_device(bias, "reduce_matrix: bias");
         }
         scratch<float> wide(m.size(), stream());
-        weft::cuda::launch::to_float(m.data(), wide.data(), m.size(), stream());
+        weft::exec::cuda_detail::launch::to_float(m.data(), wide.data(), m.size(), stream());
         std::forward<Reduce>(reduce)(std::span<float>(wide.data(), wide.size()));
         if (bias.empty())
-            weft::cuda::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
+            weft::exec::cuda_detail::launch::to_bf16(wide.data(), m.data(), m.size(), stream());
         else
-            weft::cuda::launch::to_bf16_adding_periodic(wide.data(), bias.data(), bias.size(), m.data(), m.size(),
+            weft::exec::cuda_detail::launch::to_bf16_adding_periodic(wide.data(), bias.data(), bias.size(), m.data(), m.size(),
                                                         stream());
     }
 
@@ -242,7 +242,7 @@ public:
     [[nodiscard]] matrix add(const matrix& a, const matrix& b) {
         require_shape(b, a.rows(), a.cols(), "add: b");
         matrix y(a.rows(), a.cols());
-        weft::cuda::launch::add(a.data(), b.data(), y.data(), y.size(), stream());
+        weft::exec::cuda_detail::launch::add(a.data(), b.data(), y.data(), y.size(), stream());
         return y;
     }
 
@@ -339,19 +339,19 @@ public:
         require_device(db, "linear_backward_weight: bias gradient");
         if (x.rows() == 0 || in == 0 || out == 0) return;
         gemm_.linear_backward_weight(x.data(), dy.data(), dw.data(), x.rows(), in, out, stream());
-        scratch<float> partials(weft::cuda::column_sum_scratch_floats(x.rows(), out, 1), stream());
-        weft::cuda::launch::bias_grad(dy.data(), db.data(), partials.data(), x.rows(), out, stream());
+        scratch<float> partials(weft::exec::cuda_detail::column_sum_scratch_floats(x.rows(), out, 1), stream());
+        weft::exec::cuda_detail::launch::bias_grad(dy.data(), db.data(), partials.data(), x.rows(), out, stream());
     }
 
     [[nodiscard]] matrix gelu_forward(const matrix& x) {
         matrix y(x.rows(), x.cols());
-        weft::cuda::launch::gelu_forward(x.data(), y.data(), y.size(), stream());
+        weft::exec::cuda_detail::launch::gelu_forward(x.data(), y.data(), y.size(), stream());
         return y;
     }
     [[nodiscard]] matrix gelu_backward(const matrix& x, const matrix& dy) {
         require_shape(dy, x.rows(), x.cols(), "gelu_backward: dy");
         matrix dx(x.rows(), x.cols());
-        weft::cuda::launch::gelu_backward(x.data(), dy.data(), dx.data(), dx.size(), stream());
+        weft::exec::cuda_detail::launch::gelu_backward(x.data(), dy.data(), dx.data(), dx.size(), stream());
         return dx;
     }
 
@@ -370,7 +370,7 @@ public:
         rstd = fp32_matrix(x.rows());
         matrix y(x.rows(), n);
         if (x.rows() == 0) return y;
-        weft::cuda::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), floats(mean),
+        weft::exec::cuda_detail::launch::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), floats(mean),
                                                floats(rstd), x.rows(), n, eps, stream());
         return y;
     }
@@ -391,7 +391,7 @@ public:
         rstd = fp32_matrix(a.rows());
         matrix y(a.rows(), n);
         if (a.rows() == 0) return y;
-        weft::cuda::launch::residual_layer_norm_forward(a.data(), b.data(), sum.data(), gamma.data(), beta.data(),
+        weft::exec::cuda_detail::launch::residual_layer_norm_forward(a.data(), b.data(), sum.data(), gamma.data(), beta.data(),
                                                         y.data(), floats(mean), floats(rstd), a.rows(), n, eps,
                                                         stream());
         return y;
@@ -407,7 +407,7 @@ public:
         require_device(gamma, "layer_norm_backward_input: weight");
         matrix dx(x.rows(), n);
         if (dx.size() == 0) return dx;
-        weft::cuda::launch::layer_norm_backward_input(x.data(), floats(mean), floats(rstd), gamma.data(), dy.data(),
+        weft::exec::cuda_detail::launch::layer_norm_backward_input(x.data(), floats(mean), floats(rstd), gamma.data(), dy.data(),
                                                       dx.data(), x.rows(), n, stream());
         return dx;
     }
@@ -423,8 +423,8 @@ public:
         require_device(dgamma, "layer_norm_backward_weight: weight gradient");
         require_device(dbeta, "layer_norm_backward_weight: bias gradient");
         if (x.rows() == 0 || n == 0) return;
-        scratch<float> partials(weft::cuda::column_sum_scratch_floats(x.rows(), n, 2), stream());
-        weft::cuda::launch::layer_norm_backward_weight(x.data(), floats(mean), floats(rstd), dy.data(), dgamma.data(),
+        scratch<float> partials(weft::exec::cuda_detail::column_sum_scratch_floats(x.rows(), n, 2), stream());
+        weft::exec::cuda_detail::launch::layer_norm_backward_weight(x.data(), floats(mean), floats(rstd), dy.data(), dgamma.data(),
                                                        dbeta.data(), partials.data(), x.rows(), n, stream());
     }
 
@@ -435,7 +435,7 @@ public:
         const scratch<float> mean = queue_cross_entropy(logits, labels, scale, dlogits);
         float loss = 0;
         synchronize();  // the copy into pageable memory below would wait without a limit
-        weft::cuda::check(cudaMemcpyAsync(&loss, mean.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()),
+        weft::gpu::check(cudaMemcpyAsync(&loss, mean.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()),
                           "cudaMemcpyAsync (loss to host)");
         synchronize();
         return loss;
@@ -463,7 +463,7 @@ public:
         matrix y(static_cast<int>(tokens.size()), width);
         if (y.size() == 0) return y;
         const auto device_tokens = upload(tokens);
-        weft::cuda::launch::embedding_forward(device_tokens.data(), wte.data(), wpe.data(), y.data(), sequences,
+        weft::exec::cuda_detail::launch::embedding_forward(device_tokens.data(), wte.data(), wpe.data(), y.data(), sequences,
                                               seq_len, width, vocab, stream());
         return y;
     }
@@ -499,12 +499,12 @@ public:
         scratch<float> wide(y.size(), stream());
         if (y.size() > 0) {
             const auto device_tokens = upload(tokens);
-            weft::cuda::launch::vocab_slice_lookup(device_tokens.data(), wte_rows.data(), first_row, held,
+            weft::exec::cuda_detail::launch::vocab_slice_lookup(device_tokens.data(), wte_rows.data(), first_row, held,
                                                    wide.data(), sequences, seq_len, width, stream());
         }
         // Called even with no tokens: the sum is collective over the group.
         std::forward<Reduce>(reduce)(std::span<float>(wide.data(), wide.size()));
-        weft::cuda::launch::to_bf16_adding_periodic(wide.data(), wpe.data(), wpe.size(), y.data(), y.size(),
+        weft::exec::cuda_detail::launch::to_bf16_adding_periodic(wide.data(), wpe.data(), wpe.size(), y.data(), y.size(),
                                                     stream());
         return y;
     }
@@ -527,7 +527,7 @@ public:
             const std::vector<std::int32_t> groups = exec::group_rows_by_token(tokens, first_row, held);
             device_groups.emplace(upload(std::span<const std::int32_t>(groups)));
         }
-        weft::cuda::launch::embedding_backward_rows(device_groups ? device_groups->data() : nullptr, dy.data(),
+        weft::exec::cuda_detail::launch::embedding_backward_rows(device_groups ? device_groups->data() : nullptr, dy.data(),
                                                     dwte_rows.data(), first_row, held, dwpe.data(), sequences, seq_len,
                                                     width, stream());
     }
@@ -540,7 +540,7 @@ public:
         matrix y(x.rows(), out);
         if (y.size() == 0) return y;
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.matmul<bf16>(x.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::yes, y.data(),
+        gemm_.matmul<bf16>(x.data(), weft::exec::cuda_detail::transpose::no, wb.data(), weft::exec::cuda_detail::transpose::yes, y.data(),
                            x.rows(), out, in, 1.0f, 0.0f, nullptr, stream());
         return y;
     }
@@ -554,7 +554,7 @@ public:
         matrix dx(dy.rows(), in);
         if (dx.size() == 0) return dx;
         const auto wb = bf16_copy(w.data(), w.size());
-        gemm_.matmul<bf16>(dy.data(), weft::cuda::transpose::no, wb.data(), weft::cuda::transpose::no, dx.data(),
+        gemm_.matmul<bf16>(dy.data(), weft::exec::cuda_detail::transpose::no, wb.data(), weft::exec::cuda_detail::transpose::no, dx.data(),
                            dy.rows(), in, out, 1.0f, 0.0f, nullptr, stream());
         return dx;
     }
@@ -566,7 +566,7 @@ public:
                      "transposed_linear_backward_weight: weight size");
         require_device(dw, "transposed_linear_backward_weight: weight gradient");
         if (x.rows() == 0 || dw.empty()) return;
-        gemm_.matmul<float>(dy.data(), weft::cuda::transpose::yes, x.data(), weft::cuda::transpose::no, dw.data(),
+        gemm_.matmul<float>(dy.data(), weft::exec::cuda_detail::transpose::yes, x.data(), weft::exec::cuda_detail::transpose::no, dw.data(),
                             dy.cols(), x.cols(), x.rows(), 1.0f, 1.0f, nullptr, stream());
     }
 
@@ -584,10 +584,10 @@ public:
         if (y.size() == 0) return y;
         float* lse = floats(saved);
         bf16* out = saved.data() + fp32_pair * a.lse_size();
-        weft::cuda::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, attention_kernel_,
+        weft::exec::cuda_detail::launch::attention_forward(qkv.data(), out, lse, a.seqs, a.t, a.heads, a.d, attention_kernel_,
                                               stream());
-        if (!weft::cuda::skip_recorded_work("attention output copy", y.data(), out, y.size()))
-            weft::cuda::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice,
+        if (!weft::exec::cuda_detail::skip_recorded_work("attention output copy", y.data(), out, y.size()))
+            weft::gpu::check(cudaMemcpyAsync(y.data(), out, y.size() * sizeof(bf16), cudaMemcpyDeviceToDevice,
                                               stream()),
                               "cudaMemcpyAsync (attention output)");
         return y;
@@ -603,7 +603,7 @@ public:
         matrix dqkv(qkv.rows(), qkv.cols());
         if (dqkv.size() == 0) return dqkv;
         scratch<float> delta(a.lse_size(), stream());
-        weft::cuda::launch::attention_backward(qkv.data(), saved.data() + fp32_pair * a.lse_size(), dy.data(),
+        weft::exec::cuda_detail::launch::attention_backward(qkv.data(), saved.data() + fp32_pair * a.lse_size(), dy.data(),
                                                floats(saved), delta.data(), dqkv.data(), a.seqs, a.t, a.heads, a.d,
                                                attention_kernel_, stream());
         return dqkv;
@@ -616,7 +616,7 @@ public:
         require(logits.rows() >= 1 && logits.cols() >= 1, "row_max: logits",
                 std::to_string(logits.rows()) + "x" + std::to_string(logits.cols()), "must not be empty");
         scratch<float> max(std::size_t(logits.rows()), stream());
-        weft::cuda::launch::row_max(logits.data(), max.data(), logits.rows(), logits.cols(), stream());
+        weft::exec::cuda_detail::launch::row_max(logits.data(), max.data(), logits.rows(), logits.cols(), stream());
         return download(max);
     }
     [[nodiscard]] std::vector<float> softmax_partial_sums(const matrix& logits, std::span<const float> max,
@@ -625,7 +625,7 @@ public:
         const auto device_max = upload(max);
         const auto device_labels = upload(labels);
         scratch<float> sums(2 * max.size(), stream());
-        weft::cuda::launch::softmax_partial_sums(logits.data(), device_max.data(), device_labels.data(), first_column,
+        weft::exec::cuda_detail::launch::softmax_partial_sums(logits.data(), device_max.data(), device_labels.data(), first_column,
                                                  sums.data(), logits.rows(), logits.cols(), stream());
         return download(sums);
     }
@@ -637,7 +637,7 @@ public:
         const auto device_sums = upload(sums);
         const auto device_labels = upload(labels);
         matrix d(logits.rows(), logits.cols());
-        weft::cuda::launch::softmax_gradient(logits.data(), device_max.data(), device_sums.data(),
+        weft::exec::cuda_detail::launch::softmax_gradient(logits.data(), device_max.data(), device_sums.data(),
                                              device_labels.data(), first_column, row_scale, d.data(), logits.rows(),
                                              logits.cols(), stream());
         return d;
@@ -656,24 +656,24 @@ public:
         require_loss_rows(logits, std::size_t(logits.rows()), labels.size(), "vocab_parallel_cross_entropy");
         const int n = logits.rows(), cols = logits.cols();
         scratch<float> mine(std::size_t(n), stream());
-        weft::cuda::launch::row_max(logits.data(), mine.data(), n, cols, stream());
+        weft::exec::cuda_detail::launch::row_max(logits.data(), mine.data(), n, cols, stream());
         scratch<float> all(std::size_t(n) * std::size_t(group_size), stream());
         std::forward<Gather>(gather)(std::span<const float>(mine.data(), mine.size()),
                                      std::span<float>(all.data(), all.size()));
         scratch<float> max(std::size_t(n), stream());
-        weft::cuda::launch::max_over_blocks(all.data(), n, group_size, max.data(), stream());
+        weft::exec::cuda_detail::launch::max_over_blocks(all.data(), n, group_size, max.data(), stream());
         const auto device_labels = upload(labels);
         scratch<float> sums(2 * std::size_t(n), stream());
-        weft::cuda::launch::softmax_partial_sums(logits.data(), max.data(), device_labels.data(), first_column,
+        weft::exec::cuda_detail::launch::softmax_partial_sums(logits.data(), max.data(), device_labels.data(), first_column,
                                                  sums.data(), n, cols, stream());
         std::forward<Sum>(sum)(std::span<float>(sums.data(), sums.size()));
         dlogits = matrix(n, cols);
-        weft::cuda::launch::softmax_gradient(logits.data(), max.data(), sums.data(), device_labels.data(),
+        weft::exec::cuda_detail::launch::softmax_gradient(logits.data(), max.data(), sums.data(), device_labels.data(),
                                              first_column, row_scale, dlogits.data(), n, cols, stream());
         scratch<float> terms(std::size_t(n), stream());
-        weft::cuda::launch::loss_terms(sums.data(), n, terms.data(), stream());
+        weft::exec::cuda_detail::launch::loss_terms(sums.data(), n, terms.data(), stream());
         scratch<float> mean(1, stream());
-        weft::cuda::launch::mean(terms.data(), n, mean.data(), stream());
+        weft::exec::cuda_detail::launch::mean(terms.data(), n, mean.data(), stream());
         return read_when_asked(std::move(mean));
     }
 
@@ -688,7 +688,7 @@ public:
             optim::scale_on_host<float>(values, factor);
             return;
         }
-        weft::cuda::launch::scale(values.data(), values.size(), factor, stream());
+        weft::exec::cuda_detail::launch::scale(values.data(), values.size(), factor, stream());
     }
     void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
                       const optim::adamw_factors<float>& f, bool decays) {
@@ -700,7 +700,7 @@ public:
             optim::adamw_update_on_host<float>(params, grads, m, v, f, decays);
             return;
         }
-        weft::cuda::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), f, decays,
+        weft::exec::cuda_detail::launch::adamw_update(params.data(), grads.data(), m.data(), v.data(), params.size(), f, decays,
                                          stream());
     }
     void sgd_update(std::span<float> params, std::span<const float> grads, std::span<float> momentum_buffer,
@@ -712,7 +712,7 @@ public:
             optim::sgd_update_on_host<float>(params, grads, momentum_buffer, f, decays);
             return;
         }
-        weft::cuda::launch::sgd_update(params.data(), grads.data(),
+        weft::exec::cuda_detail::launch::sgd_update(params.data(), grads.data(),
                                        momentum_buffer.empty() ? nullptr : momentum_buffer.data(), params.size(), f,
                                        decays, stream());
     }
@@ -724,16 +724,16 @@ public:
             synchronize();
             return optim::summarize_gradients_on_host<float>(owned, offset, counted);
         }
-        const std::vector<weft::cuda::gradient_segment> segments = gradient_segments(owned.size(), offset, counted);
+        const std::vector<weft::exec::cuda_detail::gradient_segment> segments = gradient_segments(owned.size(), offset, counted);
         std::size_t longest = 0;
         for (const auto& s : segments) longest = std::max(longest, s.last - s.first);
-        const int blocks = weft::cuda::launch::summary_blocks_per_segment(longest);
+        const int blocks = weft::exec::cuda_detail::launch::summary_blocks_per_segment(longest);
         require(segments.size() <= 65535, "summarize_gradients: counted runs", counted.size(),
                 "must leave at most 65535 segments of the owned gradients");
-        const auto device_segments = upload(std::span<const weft::cuda::gradient_segment>(segments));
+        const auto device_segments = upload(std::span<const weft::exec::cuda_detail::gradient_segment>(segments));
         scratch<double> partials(segments.size() * std::size_t(blocks), stream());
         scratch<double> sums(2, stream());  // counted, all
-        weft::cuda::launch::summarize_gradients(owned.data(), device_segments.data(), int(segments.size()), blocks,
+        weft::exec::cuda_detail::launch::summarize_gradients(owned.data(), device_segments.data(), int(segments.size()), blocks,
                                                 partials.data(), sums.data(), stream());
         const std::vector<double> host = download(sums);
         return {.sum_of_squares = host[0], .finite = std::isfinite(host[1])};
@@ -744,14 +744,14 @@ private:
     template <class T>
     static bool on_device(std::span<T> values) {
         if (values.empty()) return true;
-        const cudaMemoryType type = weft::cuda::memory_type(values.data());
+        const cudaMemoryType type = weft::gpu::memory_type(values.data());
         return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
     }
     // The owned gradients [offset, offset + size) of the flat buffer cut at the counted runs'
     // edges, in order, each piece marked counted or not (relative to the first owned element).
-    static std::vector<weft::cuda::gradient_segment> gradient_segments(std::size_t size, std::size_t offset,
+    static std::vector<weft::exec::cuda_detail::gradient_segment> gradient_segments(std::size_t size, std::size_t offset,
                                                                        std::span<const optim::flat_run> counted) {
-        std::vector<weft::cuda::gradient_segment> segments;
+        std::vector<weft::exec::cuda_detail::gradient_segment> segments;
         std::size_t at = 0;             // relative to offset
         std::size_t previous_last = 0;  // absolute
         for (const optim::flat_run& run : counted) {
@@ -776,14 +776,14 @@ private:
     public:
         scratch(std::size_t n, cudaStream_t stream) : stream_(stream), size_(n) {
             if (n == 0) return;
-            memory_ = weft::cuda::allocate_on_stream(n * sizeof(T), stream);
+            memory_ = weft::exec::cuda_detail::allocate_on_stream(n * sizeof(T), stream);
         }
         scratch(const scratch&) = delete;
         scratch& operator=(const scratch&) = delete;
         scratch(scratch&& other) noexcept
             : stream_(other.stream_), size_(std::exchange(other.size_, 0)), memory_(std::exchange(other.memory_, {})) {}
         scratch& operator=(scratch&&) = delete;
-        ~scratch() { weft::cuda::free_on_stream(memory_, stream_); }
+        ~scratch() { weft::exec::cuda_detail::free_on_stream(memory_, stream_); }
         [[nodiscard]] T* data() { return static_cast<T*>(memory_.pointer); }
         [[nodiscard]] const T* data() const { return static_cast<const T*>(memory_.pointer); }
         [[nodiscard]] std::size_t size() const { return size_; }
@@ -791,7 +791,7 @@ private:
     private:
         cudaStream_t stream_;
         std::size_t size_;
-        weft::cuda::stream_allocation memory_;
+        weft::exec::cuda_detail::stream_allocation memory_;
     };
 
     // Queues cross_entropy's kernels; returns the device scalar its mean loss will be in.
@@ -809,9 +809,9 @@ private:
         scratch<float> losses(std::size_t(rows_n), stream());
         scratch<float> mean(1, stream());
         dlogits = matrix(rows_n, classes);
-        weft::cuda::launch::cross_entropy(logits.data(), device_labels.data(), losses.data(), dlogits.data(), rows_n,
+        weft::exec::cuda_detail::launch::cross_entropy(logits.data(), device_labels.data(), losses.data(), dlogits.data(), rows_n,
                                           classes, scale, stream());
-        weft::cuda::launch::mean(losses.data(), rows_n, mean.data(), stream());
+        weft::exec::cuda_detail::launch::mean(losses.data(), rows_n, mean.data(), stream());
         return mean;
     }
 
@@ -820,23 +820,23 @@ private:
     // it over the legacy default stream. The scalar's buffer lives until the value is read.
     [[nodiscard]] deferred_value<float> read_when_asked(scratch<float> value) {
         auto kept = std::make_shared<scratch<float>>(std::move(value));
-        auto computed = std::make_shared<weft::cuda::event>();
+        auto computed = std::make_shared<weft::gpu::event>();
         computed->record(stream());
         return deferred_value<float>::when_read([kept, computed, limit = wait_limit_] {
-            weft::cuda::synchronize(computed->get(), limit, "a wait for a loss the GPU computes");
+            weft::exec::cuda_detail::synchronize(computed->get(), limit, "a wait for a loss the GPU computes");
             float host = 0;
-            weft::cuda::check(cudaMemcpy(&host, kept->data(), sizeof(float), cudaMemcpyDeviceToHost),
+            weft::gpu::check(cudaMemcpy(&host, kept->data(), sizeof(float), cudaMemcpyDeviceToHost),
                               "cudaMemcpy (deferred scalar to host)");
             return host;
         });
     }
 
     static int select(int device) {
-        const int count = weft::cuda::device_count();
+        const int count = weft::gpu::device_count();
         require(count > 0, "device", device, "needs a CUDA GPU, and this machine has none (exec::cuda)");
         require(device >= 0 && device < count, "device", device,
                 "must be in [0, " + std::to_string(count) + ") on this machine");
-        weft::cuda::check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+        weft::gpu::check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
         return device;
     }
 
@@ -904,7 +904,7 @@ private:
     // The GEMMs' bf16 weights: the fp32 values rounded to nearest even.
     [[nodiscard]] scratch<__nv_bfloat16> bf16_copy(const float* values, std::size_t n) {
         scratch<__nv_bfloat16> out(n, stream());
-        weft::cuda::launch::to_bf16(values, out.data(), n, stream());
+        weft::exec::cuda_detail::launch::to_bf16(values, out.data(), n, stream());
         return out;
     }
     // Waits for the stream: the values are the kernels' results.
@@ -913,7 +913,7 @@ private:
         std::vector<T> out(values.size());
         synchronize();  // the copy into pageable memory below would wait without a limit
         if (!out.empty())
-            weft::cuda::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost,
+            weft::gpu::check(cudaMemcpyAsync(out.data(), values.data(), out.size() * sizeof(T), cudaMemcpyDeviceToHost,
                                               stream()),
                               "cudaMemcpyAsync (results to the host)");
         synchronize();
@@ -932,35 +932,35 @@ private:
     template <class T>
     [[nodiscard]] scratch<T> upload(std::span<const T> values) {
         scratch<T> out(values.size(), stream());
-        auto* recording = weft::cuda::current_recording();
+        auto* recording = weft::exec::cuda_detail::current_recording();
         if (recording == nullptr || values.empty()) {
             uploads_.copy(out.data(), values.data(), values.size_bytes());
             return out;
         }
         const std::size_t index = recording->note_upload(values.size_bytes());
-        if (recording->mode() == weft::cuda::recording_mode::measuring) {
+        if (recording->mode() == weft::exec::cuda_detail::recording_mode::measuring) {
             uploads_.copy(out.data(), values.data(), values.size_bytes());
             return out;
         }
         void* staged = recording->upload_buffer(index);
         std::memcpy(staged, values.data(), values.size_bytes());
-        if (!weft::cuda::skip_recorded_work("upload", out.data(), staged, values.size_bytes()))
-            weft::cuda::check(cudaMemcpyAsync(out.data(), staged, values.size_bytes(), cudaMemcpyHostToDevice,
+        if (!weft::exec::cuda_detail::skip_recorded_work("upload", out.data(), staged, values.size_bytes()))
+            weft::gpu::check(cudaMemcpyAsync(out.data(), staged, values.size_bytes(), cudaMemcpyHostToDevice,
                                               stream()),
                               "cudaMemcpyAsync (an action's staged upload)");
         return out;
     }
 
     int device_;
-    weft::cuda::wait_limit wait_limit_{};
-    weft::cuda::stream stream_;
+    weft::exec::cuda_detail::wait_limit wait_limit_{};
+    weft::gpu::stream stream_;
     // Token ids, labels and other small host values go up through pinned buffers, so that an
     // upload queues behind the kernels instead of waiting for them.
-    weft::cuda::pinned_uploads uploads_{weft::cuda::pinned_upload_platform{stream_.get()}};
-    weft::cuda::interval_clock compute_clock_{stream_.get()};
-    weft::cuda::gemm gemm_;
-    std::unique_ptr<weft::cuda::action_graphs> graphs_;  // null: actions run eagerly
-    weft::cuda::attention_kernel attention_kernel_ = weft::cuda::attention_kernel::wmma;
+    weft::exec::cuda_detail::pinned_uploads uploads_{weft::exec::cuda_detail::pinned_upload_platform{stream_.get()}};
+    weft::exec::cuda_detail::interval_clock compute_clock_{stream_.get()};
+    weft::exec::cuda_detail::gemm gemm_;
+    std::unique_ptr<weft::exec::cuda_detail::action_graphs> graphs_;  // null: actions run eagerly
+    weft::exec::cuda_detail::attention_kernel attention_kernel_ = weft::exec::cuda_detail::attention_kernel::wmma;
 };
 
 using cuda = cuda_backend;

@@ -21,8 +21,8 @@
 
 #include "weft/core/dtype.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_vector.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/optim/optimizer_state.hpp"
 
@@ -30,7 +30,7 @@ namespace weft::io {
 
 // The parameters of one stage this process holds: its registry and flat buffer.
 struct stage_parameters {
-    const nn::parameter_registry& registry;
+    const weft::parameter_registry& registry;
     std::span<const float> values;
 };
 
@@ -38,7 +38,7 @@ struct stage_parameters {
 // each tensor covers the whole registry, or is empty (before the first step, or a buffer
 // the optimizer does not keep, such as SGD's momentum without momentum).
 struct stage_optimizer_state {
-    const nn::parameter_registry& registry;
+    const weft::parameter_registry& registry;
     std::string_view optimizer;  // "adamw", "sgd": recorded, and checked when loading
     std::uint64_t steps = 0;
     std::span<const optim::state_tensor_view<float>> tensors;
@@ -127,23 +127,23 @@ private:
 
 // Copies the elements `info` holds of the full tensor in `record` into `target`: all of
 // it, or a tensor-parallel slice (info.split), run by contiguous run.
-inline void copy_f32(const tensor_record& record, const nn::parameter_info& info, std::span<float> target) {
+inline void copy_f32(const tensor_record& record, const weft::parameter_info& info, std::span<float> target) {
     info.for_each_run([&](std::size_t local, std::size_t global, std::size_t length) {
         std::memcpy(target.data() + local, record.data.data() + global * sizeof(float), length * sizeof(float));
     });
 }
 
 // Files hold whole tensors; a slice must be assembled first (train::gather_full_stages).
-inline void require_whole(const nn::parameter_info& info) {
+inline void require_whole(const weft::parameter_info& info) {
     require(info.split.whole(), "tensor " + info.name, "a tensor-parallel slice",
             "checkpoints store whole tensors: gather the slices first (train::gather_full_stages)");
 }
 
 template <class Buffer = std::vector<float>>
-[[nodiscard]] Buffer read_f32_buffer(const safetensors_file& file, const nn::parameter_registry& registry,
+[[nodiscard]] Buffer read_f32_buffer(const safetensors_file& file, const weft::parameter_registry& registry,
                                      std::string_view suffix) {
     Buffer buffer(registry.total_size());
-    for (const nn::parameter_info& info : registry.entries()) {
+    for (const weft::parameter_info& info : registry.entries()) {
         const std::string name = info.name + std::string(suffix);
         copy_f32(find_f32(file, name, info.shape), info, std::span(buffer).subspan(info.offset, info.size));
     }
@@ -195,7 +195,7 @@ inline std::string save_checkpoint(const std::filesystem::path& path, std::span<
         require(stage.values.size() == stage.registry.total_size(), "parameters of stage " + std::to_string(s),
                 stage.values.size(),
                 "must hold the registry's " + std::to_string(stage.registry.total_size()) + " elements");
-        for (const nn::parameter_info& info : stage.registry.entries()) {
+        for (const weft::parameter_info& info : stage.registry.entries()) {
             detail::require_whole(info);
             tensors.add(info.name, info.shape, stage.values.subspan(info.offset, info.size), s);
         }
@@ -206,15 +206,15 @@ inline std::string save_checkpoint(const std::filesystem::path& path, std::span<
 
 // Fills one stage's parameters from an open checkpoint by name (a tensor-parallel stage
 // takes its slices of the whole tensors); tensors of other stages are ignored.
-inline void load_checkpoint(const safetensors_file& file, const nn::parameter_registry& registry,
+inline void load_checkpoint(const safetensors_file& file, const weft::parameter_registry& registry,
                             std::span<float> params) {
     require(params.size() == registry.total_size(), "params.size()", params.size(),
             "must equal the registry's " + std::to_string(registry.total_size()) + " elements");
-    for (const nn::parameter_info& info : registry.entries())
+    for (const weft::parameter_info& info : registry.entries())
         detail::copy_f32(detail::find_f32(file, info.name, info.shape), info, params.subspan(info.offset, info.size));
 }
 
-inline void load_checkpoint(const std::filesystem::path& path, const nn::parameter_registry& registry,
+inline void load_checkpoint(const std::filesystem::path& path, const weft::parameter_registry& registry,
                             std::span<float> params) {
     load_checkpoint(read_safetensors(path), registry, params);
 }
@@ -246,7 +246,7 @@ inline void save_optimizer_state(const std::filesystem::path& path, std::span<co
                     "must cover the registry's " + std::to_string(total) + " elements (gather a ZeRO range first)");
             if (std::find(written.begin(), written.end(), tensor.name) == written.end())
                 written.push_back(tensor.name);
-            for (const nn::parameter_info& info : stage.registry.entries()) {
+            for (const weft::parameter_info& info : stage.registry.entries()) {
                 detail::require_whole(info);
                 tensors.add(info.name + "." + std::string(tensor.name), info.shape,
                             tensor.values.subspan(info.offset, info.size), s);
@@ -267,7 +267,7 @@ inline void save_optimizer_state(const std::filesystem::path& path, std::span<co
 // not write it. Refuses a file of another optimizer, naming both. Files written before the
 // optimizer was recorded hold AdamW's moments and load as such.
 [[nodiscard]] inline optim::optimizer_state<float> load_optimizer_state(const safetensors_file& file,
-                                                                        const nn::parameter_registry& registry,
+                                                                        const weft::parameter_registry& registry,
                                                                         std::string_view optimizer,
                                                                         std::span<const std::string_view> names) {
     const std::string where = "\"" + file.path().string() + "\"";
@@ -309,7 +309,7 @@ inline void save_optimizer_state(const std::filesystem::path& path, std::span<co
 }
 
 [[nodiscard]] inline optim::optimizer_state<float> load_optimizer_state(const std::filesystem::path& path,
-                                                                        const nn::parameter_registry& registry,
+                                                                        const weft::parameter_registry& registry,
                                                                         std::string_view optimizer,
                                                                         std::span<const std::string_view> names) {
     return load_optimizer_state(read_safetensors(path), registry, optimizer, names);

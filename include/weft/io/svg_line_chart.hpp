@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/io/xml_text.hpp"
-#include "weft/sched/detail/json_text.hpp"
+#include "weft/core/json_text.hpp"
+#include "weft/core/xml_text.hpp"
 
 namespace weft::io {
 
@@ -67,7 +67,7 @@ struct chart_axis {
     }
     const double span = max - min;
     require(std::isfinite(span), values_name,
-            sched::detail::number_text(min) + " .. " + sched::detail::number_text(max),
+            weft::detail::number_text(min) + " .. " + weft::detail::number_text(max),
             "must span less than the largest double, or the axis cannot be scaled");
     const double decade = std::pow(10.0, std::floor(std::log10(span / 8)));
     double step = decade * 10;
@@ -89,15 +89,15 @@ struct chart_axis {
 // Fixed-point text for ordinary ticks; the shortest form where fixed point would need more
 // digits than fixed_text's buffer holds (values past 1e15 or steps below 1e-12).
 [[nodiscard]] inline std::string tick_text(double value, int decimals) {
-    if (std::abs(value) >= 1e15 || decimals > 12) return sched::detail::number_text(value);
-    return sched::detail::fixed_text(value, decimals);
+    if (std::abs(value) >= 1e15 || decimals > 12) return weft::detail::number_text(value);
+    return weft::detail::fixed_text(value, decimals);
 }
 
 }  // namespace detail
 
 [[nodiscard]] inline std::string render_line_chart(const line_chart& chart) {
-    using sched::detail::fixed_text;
-    using sched::detail::number_text;
+    using weft::detail::fixed_text;
+    using weft::detail::number_text;
     require(std::isfinite(chart.width) && chart.width >= 200, "line_chart.width", chart.width,
             "must be a finite number of pixels >= 200");
     require(std::isfinite(chart.height) && chart.height >= 200, "line_chart.height", chart.height,
@@ -169,7 +169,7 @@ struct chart_axis {
            "\" fill=\"#ffffff\"/>\n";
     if (!chart.title.empty())
         out += "<text class=\"title\" x=\"" + fixed_text(plot_left + plot_width / 2) +
-               "\" y=\"24\" font-size=\"14\" text-anchor=\"middle\">" + detail::xml_text(chart.title) + "</text>\n";
+               "\" y=\"24\" font-size=\"14\" text-anchor=\"middle\">" + weft::detail::xml_text(chart.title) + "</text>\n";
 
     // Grid lines first, so the frame, ticks and lines draw over them.
     for (int k = 0; k < x_axis.tick_count; ++k) {
@@ -205,18 +205,18 @@ struct chart_axis {
     }
     if (!chart.x_label.empty())
         out += "<text class=\"x-label\" x=\"" + fixed_text(plot_left + plot_width / 2) + "\" y=\"" +
-               fixed_text(plot_bottom + 35) + "\" text-anchor=\"middle\">" + detail::xml_text(chart.x_label) +
+               fixed_text(plot_bottom + 35) + "\" text-anchor=\"middle\">" + weft::detail::xml_text(chart.x_label) +
                "</text>\n";
     if (!chart.y_label.empty())
         out += "<text class=\"y-label\" transform=\"translate(19 " + fixed_text(plot_top + plot_height / 2) +
-               ") rotate(-90)\" text-anchor=\"middle\">" + detail::xml_text(chart.y_label) + "</text>\n";
+               ") rotate(-90)\" text-anchor=\"middle\">" + weft::detail::xml_text(chart.y_label) + "</text>\n";
 
     // The series: a line through the points in their given order, then a marker on each point.
     constexpr std::size_t colors = std::size(detail::chart_palette);
     for (std::size_t s = 0; s < chart.series.size(); ++s) {
         const line_series& series = chart.series[s];
         const std::string color(detail::chart_palette[s % colors]);
-        const std::string label = detail::xml_text(series.label);
+        const std::string label = weft::detail::xml_text(series.label);
         std::string points;
         for (const auto& [x, y] : series.points) {
             if (!points.empty()) points += ' ';
@@ -239,7 +239,7 @@ struct chart_axis {
                fixed_text(legend_left + 20) + "\" y2=\"" + fixed_text(y) + "\" stroke=\"" + color +
                "\" stroke-width=\"2\"/><circle cx=\"" + fixed_text(legend_left + 10) + "\" cy=\"" + fixed_text(y) +
                "\" r=\"3\" fill=\"" + color + "\"/><text x=\"" + fixed_text(legend_left + 26) + "\" y=\"" +
-               fixed_text(y + 4) + "\">" + detail::xml_text(chart.series[s].label) + "</text></g>\n";
+               fixed_text(y + 4) + "\">" + weft::detail::xml_text(chart.series[s].label) + "</text></g>\n";
     }
     out += "</svg>\n";
     return out;

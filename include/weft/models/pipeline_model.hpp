@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/flat_parameters.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 
@@ -43,7 +43,7 @@ concept partitioned_model = model_types<M> &&
         typename M::template stage<Backend>;
         { M::num_units(config) } -> std::convertible_to<int>;
         { M::validate(config) };
-        { M::template stage<Backend>::layout(config, units) } -> std::same_as<nn::parameter_registry>;
+        { M::template stage<Backend>::layout(config, units) } -> std::same_as<weft::parameter_registry>;
         { M::template stage<Backend>::initial_tensors(config, units) }
             -> std::same_as<nn::flat_parameters<typename Backend::scalar>>;
     };
@@ -104,7 +104,7 @@ concept tensor_parallel_stages = partitioned_model<M, Backend> &&
     std::constructible_from<typename M::template stage<Backend>, Backend&, const typename M::config&, nn::unit_range,
                             nn::flat_parameters<typename Backend::scalar>&, nn::tp_group<typename Backend::scalar>> &&
     requires(const typename M::config& config, nn::unit_range units, int rank) {
-        { M::template stage<Backend>::layout(config, units, rank, rank) } -> std::same_as<nn::parameter_registry>;
+        { M::template stage<Backend>::layout(config, units, rank, rank) } -> std::same_as<weft::parameter_registry>;
         { M::template stage<Backend>::initial_tensors(config, units, rank, rank) }
             -> std::same_as<nn::flat_parameters<typename Backend::scalar>>;
     };

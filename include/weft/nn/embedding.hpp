@@ -18,8 +18,8 @@
 
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/token_view.hpp"
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/core/state_vector.hpp"
-#include "weft/nn/parameter_registry.hpp"
 
 namespace weft::nn {
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <string_view>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/rng.hpp"
-#include "weft/nn/parameter_registry.hpp"
 
 namespace weft::nn {
 

@@ -37,13 +37,13 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/embedding.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_init.hpp"
 #include "weft/nn/lm_head.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/token_view.hpp"

@@ -7,8 +7,8 @@
 #include <span>
 #include <string>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
-#include "weft/nn/parameter_registry.hpp"
 
 namespace weft::nn {
 

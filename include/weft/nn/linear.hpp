@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/rng.hpp"
 #include "weft/exec/compute_backend.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/layer_norm.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {

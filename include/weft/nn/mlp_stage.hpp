@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gelu.hpp"
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/linear.hpp"
 #include "weft/nn/mlp_config.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 
 namespace weft::nn {

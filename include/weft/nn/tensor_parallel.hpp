@@ -17,8 +17,8 @@
 #include "weft/comm/communicator.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/core/parameter_registry.hpp"  // split_range, tensor_split: who holds which piece
 #include "weft/exec/compute_backend.hpp"
-#include "weft/nn/parameter_registry.hpp"  // split_range, tensor_split: who holds which piece
 
 namespace weft::nn {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <utility>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/attention.hpp"
 #include "weft/nn/layer_norm.hpp"
 #include "weft/nn/linear.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {

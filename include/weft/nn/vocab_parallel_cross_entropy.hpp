@@ -18,10 +18,10 @@
 
 #include "weft/core/error.hpp"
 #include "weft/core/memory_space.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/nn/cross_entropy.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 
 namespace weft::nn {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_vector.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/decay_mask.hpp"
 #include "weft/optim/optimizer_state.hpp"
@@ -39,7 +39,7 @@ public:
     // registry's flat layout: the whole buffer, or this rank's ZeRO shard. Every gradient is
     // multiplied by grad_scale first (gradient clipping; 1: none). Moments are sized on the
     // first step; later steps must match them.
-    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const weft::parameter_registry& registry,
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
         step(params, grads, registry, offset, grad_scale,
              [](auto&&... range) { adamw_update_on_host<Scalar>(range...); });
@@ -48,7 +48,7 @@ public:
     // do what adamw_update_on_host does (optim/adamw_update.hpp): a backend's optimizer
     // kernel, on the buffers where they live.
     template <class RangeUpdate>
-    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const weft::parameter_registry& registry,
               std::size_t offset, Scalar grad_scale, RangeUpdate&& update) {
         require(grads.size() == params.size(), "adamw step: grads.size()", grads.size(),
                 "must equal params.size() = " + std::to_string(params.size()));

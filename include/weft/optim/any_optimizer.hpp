@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/nn/parameter_registry.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/optim/adamw.hpp"
 #include "weft/optim/optimizer_state.hpp"
 #include "weft/optim/sgd.hpp"
@@ -64,7 +64,7 @@ public:
     // parameters and gradients cover elements [offset, offset + parameters.size()) of the
     // registry's flat layout: a whole stage, or this rank's ZeRO range of it. Every gradient
     // is multiplied by grad_scale first (gradient clipping; 1: none).
-    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const weft::parameter_registry& registry,
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
         std::visit([&](auto& o) { o.step(parameters, gradients, registry, offset, grad_scale); }, impl_);
     }
@@ -72,7 +72,7 @@ public:
     // adamw_update(params, grads, m, v, factors, decays) (basic_adamw::step), SGD's by
     // sgd_update(params, grads, momentum_buffer, factors, decays) (basic_sgd::step).
     template <class AdamwUpdate, class SgdUpdate>
-    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> parameters, std::span<const Scalar> gradients, const weft::parameter_registry& registry,
               std::size_t offset, Scalar grad_scale, AdamwUpdate&& adamw_update, SgdUpdate&& sgd_update) {
         if (auto* adamw = std::get_if<basic_adamw<Scalar>>(&impl_))
             adamw->step(parameters, gradients, registry, offset, grad_scale, adamw_update);

@@ -8,14 +8,14 @@
 #include <string>
 
 #include "weft/core/error.hpp"
-#include "weft/nn/parameter_registry.hpp"
+#include "weft/core/parameter_registry.hpp"
 
 namespace weft::optim {
 
 // Calls fn(first, last, decays) for every piece of [offset, offset + size) of the
 // registry's flat layout, with [first, last) relative to `offset`.
 template <class Fn>
-void for_each_decay_range(const nn::parameter_registry& registry, std::size_t offset, std::size_t size,
+void for_each_decay_range(const weft::parameter_registry& registry, std::size_t offset, std::size_t size,
                           Fn&& fn) {
     require(offset + size <= registry.total_size(), "optimizer: offset + params.size()", offset + size,
             "must not exceed the registry's total size " + std::to_string(registry.total_size()));

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_vector.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/decay_mask.hpp"
 #include "weft/optim/optimizer_state.hpp"
 #include "weft/optim/sgd_update.hpp"
@@ -51,7 +51,7 @@ public:
     // registry's flat layout: the whole buffer, or this rank's ZeRO shard. Every gradient is
     // multiplied by grad_scale first (gradient clipping; 1: none). The momentum buffer is
     // sized on the first step; later steps must match it.
-    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const weft::parameter_registry& registry,
               std::size_t offset = 0, Scalar grad_scale = Scalar(1)) {
         step(params, grads, registry, offset, grad_scale,
              [](std::span<Scalar> p, std::span<const Scalar> g, std::span<Scalar> buffer,
@@ -60,7 +60,7 @@ public:
     // The same, each range updated by update(params, grads, buffer, factors, decays): the
     // host's sgd_update_on_host, or a backend's kernel that computes it where the buffers live.
     template <class Update>
-    void step(std::span<Scalar> params, std::span<const Scalar> grads, const nn::parameter_registry& registry,
+    void step(std::span<Scalar> params, std::span<const Scalar> grads, const weft::parameter_registry& registry,
               std::size_t offset, Scalar grad_scale, Update&& update) {
         require(grads.size() == params.size(), "sgd step: grads.size()", grads.size(),
                 "must equal params.size() = " + std::to_string(params.size()));

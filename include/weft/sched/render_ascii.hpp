@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/core/json_text.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/cost_model.hpp"
-#include "weft/sched/detail/json_text.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/simulate.hpp"
 
@@ -97,9 +97,9 @@ namespace detail {
         name.resize(prefix_pad.size(), ' ');
         out += name + " |" + row + "|\n";
     }
-    out += "one column = " + detail::fixed_text(quantum, 3) + (quantum == 1 ? " time unit" : " time units") +
-           "; makespan " + detail::number_text(makespan) + ", bubble rate " +
-           detail::fixed_text(100 * sim.bubble_rate, 1) + "%\n";
+    out += "one column = " + weft::detail::fixed_text(quantum, 3) + (quantum == 1 ? " time unit" : " time units") +
+           "; makespan " + weft::detail::number_text(makespan) + ", bubble rate " +
+           weft::detail::fixed_text(100 * sim.bubble_rate, 1) + "%\n";
     out += squeezed ? "F forward, B backward, I backward for inputs, W backward for weights, "
                       "O overlapped forward+backward, . idle\n"
                     : "<stage>F<mb> forward, B backward, I backward for inputs, W backward for weights, "

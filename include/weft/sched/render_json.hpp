@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string>
 
+#include "weft/core/json_text.hpp"
 #include "weft/sched/action.hpp"
-#include "weft/sched/detail/json_text.hpp"
 #include "weft/sched/program.hpp"
 
 namespace weft::sched {
@@ -23,7 +23,7 @@ namespace weft::sched {
     for (std::size_t r = 0; r < p.ranks.size(); ++r) {
         out += r == 0 ? "\n[" : ",\n[";
         for (std::size_t i = 0; i < p.ranks[r].size(); ++i)
-            out += (i == 0 ? "" : ",") + detail::json_string(to_string(p.ranks[r][i]));
+            out += (i == 0 ? "" : ",") + weft::detail::json_string(to_string(p.ranks[r][i]));
         out += "]";
     }
     out += "\n]}\n";

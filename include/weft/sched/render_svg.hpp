@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/io/xml_text.hpp"
+#include "weft/core/json_text.hpp"
+#include "weft/core/xml_text.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/cost_model.hpp"
-#include "weft/sched/detail/json_text.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/simulate.hpp"
 
@@ -45,8 +45,6 @@ namespace detail {
     }
 }
 
-// Kept under its old name so existing callers of weft::sched::detail::xml_text still compile.
-using weft::io::detail::xml_text;
 
 // A tick every 1, 2, 5, 10, ... time units, whichever keeps the axis at about 20 ticks or fewer.
 [[nodiscard]] inline double svg_tick_step(double makespan) {
@@ -69,7 +67,7 @@ using weft::io::detail::xml_text;
     require(sim.timeline.size() == p.ranks.size(), "simulation.timeline.size()", sim.timeline.size(),
             "must equal the program's number of ranks (" + std::to_string(p.ranks.size()) +
                 "); pass the simulation of this program");
-    using detail::fixed_text;
+    using weft::detail::fixed_text;
     const double left = 64;
     const double top = options.title.empty() ? 10 : 34;
     const double makespan = std::max(sim.makespan, 0.0);
@@ -106,7 +104,7 @@ using weft::io::detail::xml_text;
     out += "<rect x=\"0\" y=\"0\" width=\"" + fixed_text(width) + "\" height=\"" + fixed_text(height) +
            "\" fill=\"#ffffff\"/>\n";
     if (!options.title.empty())
-        out += "<text x=\"" + fixed_text(left) + "\" y=\"20\" font-size=\"13\">" + detail::xml_text(options.title) +
+        out += "<text x=\"" + fixed_text(left) + "\" y=\"20\" font-size=\"13\">" + weft::detail::xml_text(options.title) +
                "</text>\n";
 
     for (std::size_t r = 0; r < p.ranks.size(); ++r) {
@@ -121,8 +119,8 @@ using weft::io::detail::xml_text;
             const double x = left + t.start * options.unit_width;
             const double w = (t.end - t.start) * options.unit_width;
             const std::string text = to_string(t.what);
-            out += "<g><title>" + detail::xml_text(text) + " [" + detail::number_text(t.start) + ", " +
-                   detail::number_text(t.end) + ")</title><rect class=\"action\" x=\"" + fixed_text(x) + "\" y=\"" +
+            out += "<g><title>" + weft::detail::xml_text(text) + " [" + weft::detail::number_text(t.start) + ", " +
+                   weft::detail::number_text(t.end) + ")</title><rect class=\"action\" x=\"" + fixed_text(x) + "\" y=\"" +
                    fixed_text(y + 2) + "\" width=\"" + fixed_text(w) + "\" height=\"" +
                    fixed_text(options.lane_height - 4) + "\" fill=\"" + std::string(detail::svg_fill(t.what.kind)) +
                    "\"" + opacity(t.what.stage) + " stroke=\"#ffffff\" stroke-width=\"1\"/>";
@@ -145,11 +143,11 @@ using weft::io::detail::xml_text;
         const double x = left + t * options.unit_width;
         out += "<line x1=\"" + fixed_text(x) + "\" y1=\"" + fixed_text(axis_y) + "\" x2=\"" + fixed_text(x) +
                "\" y2=\"" + fixed_text(axis_y + 4) + "\" stroke=\"#333333\"/><text x=\"" + fixed_text(x) + "\" y=\"" +
-               fixed_text(axis_y + 15) + "\" text-anchor=\"middle\">" + detail::number_text(t) + "</text>\n";
+               fixed_text(axis_y + 15) + "\" text-anchor=\"middle\">" + weft::detail::number_text(t) + "</text>\n";
     }
     out += "<text x=\"" + fixed_text(left + lanes_width) + "\" y=\"" + fixed_text(axis_y + 27) +
-           "\" text-anchor=\"end\">time (makespan " + detail::number_text(makespan) + ", bubble rate " +
-           detail::fixed_text(100 * sim.bubble_rate, 1) + "%)</text>\n";
+           "\" text-anchor=\"end\">time (makespan " + weft::detail::number_text(makespan) + ", bubble rate " +
+           weft::detail::fixed_text(100 * sim.bubble_rate, 1) + "%)</text>\n";
 
     // Legend.
     struct entry {

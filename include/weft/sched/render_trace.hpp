@@ -7,9 +7,9 @@
 #include <string>
 
 #include "weft/core/error.hpp"
+#include "weft/core/json_text.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/cost_model.hpp"
-#include "weft/sched/detail/json_text.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/simulate.hpp"
 
@@ -35,8 +35,8 @@ inline constexpr double trace_microseconds_per_unit = 1000;
     require(sim.timeline.size() == p.ranks.size(), "simulation.timeline.size()", sim.timeline.size(),
             "must equal the program's number of ranks (" + std::to_string(p.ranks.size()) +
                 "); pass the simulation of this program");
-    using detail::json_string;
-    using detail::number_text;
+    using weft::detail::json_string;
+    using weft::detail::number_text;
     std::string out = "{\"traceEvents\":[\n";
     bool first = true;
     const auto add = [&](const std::string& event) {

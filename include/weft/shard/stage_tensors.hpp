@@ -48,7 +48,7 @@ struct stage_tensors {
     // The form the tensors are in: 0 (whole), or the ZeRO stage 1, 2 or 3 that holds them.
     int zero_stage = 0;
 
-    [[nodiscard]] const nn::parameter_registry& registry() const { return full.registry(); }
+    [[nodiscard]] const weft::parameter_registry& registry() const { return full.registry(); }
 
     // Parameters and gradients held now (bytes).
     [[nodiscard]] memory_figures held() const {

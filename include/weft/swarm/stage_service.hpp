@@ -110,7 +110,7 @@ public:
     [[nodiscard]] bool is_last() const { return stage_ == stages_ - 1; }
     [[nodiscard]] nn::unit_range units() const { return units_; }
     [[nodiscard]] std::uint64_t step() const { return step_; }
-    [[nodiscard]] const nn::parameter_registry& registry() const { return tensors_.registry(); }
+    [[nodiscard]] const weft::parameter_registry& registry() const { return tensors_.registry(); }
     [[nodiscard]] std::span<const float> parameters() const { return tensors_.parameters(); }
     [[nodiscard]] std::size_t kept_contributions() const { return kept_.size(); }
 

@@ -22,16 +22,16 @@
 
 #include "weft/comm/host_side.hpp"
 #include "weft/core/error.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_vector.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/io/checkpoint.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/optim/optimizer_state.hpp"
-#include "weft/train/training_state.hpp"
+#include "weft/shard/training_state.hpp"
 
 namespace weft::train {
 
-// Metadata keys of the weights file that carry the run's progress (train::training_progress),
+// Metadata keys of the weights file that carry the run's progress (shard::training_progress),
 // so a loaded run continues at the saved step and data position.
 inline constexpr std::string_view progress_step_key = "weft.step";
 inline constexpr std::string_view progress_samples_key = "weft.samples";
@@ -102,7 +102,7 @@ template <class Comm>
 // group's slices. Collective over both groups.
 struct full_stage_state {
     int index = 0;
-    nn::parameter_registry registry;  // the stage's layout without tensor parallelism
+    weft::parameter_registry registry;  // the stage's layout without tensor parallelism
     std::vector<float> parameters;
     optim::optimizer_state<float> optimizer;  // each tensor whole, or empty (not kept yet)
 };
@@ -116,13 +116,13 @@ template <class Engine>
 void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
     auto& group = engine.tensor_group();
     const int tp = group.size();
-    std::vector<nn::parameter_registry> slices;
+    std::vector<weft::parameter_registry> slices;
     std::size_t longest = 0;
     for (int r = 0; r < tp; ++r) {
         slices.push_back(engine.stage_layout(full.index, r));
         longest = std::max(longest, slices.back().total_size());
     }
-    const nn::parameter_registry whole =
+    const weft::parameter_registry whole =
         Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(full.index)]);
     const auto assemble = [&](auto& values) {
         if (values.empty()) return;  // a state tensor not kept (yet)
@@ -267,7 +267,7 @@ namespace detail {
 
 // The progress a weights file records, or nothing for a file without it (weights from
 // elsewhere: training starts at step 0 on them).
-[[nodiscard]] inline std::optional<training_progress> saved_progress(const io::safetensors_file& file) {
+[[nodiscard]] inline std::optional<shard::training_progress> saved_progress(const io::safetensors_file& file) {
     const auto& metadata = file.metadata();
     if (!metadata.contains(std::string(progress_step_key))) return std::nullopt;
     auto number = [&](std::string_view key) {
@@ -286,7 +286,7 @@ namespace detail {
                 "must be a non-negative integer");
         return value;
     };
-    return training_progress{number(progress_step_key), number(progress_samples_key), number(progress_seed_key)};
+    return shard::training_progress{number(progress_step_key), number(progress_samples_key), number(progress_seed_key)};
 }
 
 // Refuses weights of another model: a tensor the model does not have (a 2-layer checkpoint
@@ -297,7 +297,7 @@ void require_same_model(const Engine& engine, const io::safetensors_file& weight
     const std::string where = "\"" + weights.path().string() + "\"";
     std::set<std::string> names;
     for (std::size_t s = 0; s < engine.stage_units().size(); ++s) {
-        const nn::parameter_registry layout = engine.stage_layout(static_cast<int>(s), 0);
+        const weft::parameter_registry layout = engine.stage_layout(static_cast<int>(s), 0);
         for (const auto& info : layout.entries()) names.insert(info.name);
     }
     for (const auto& tensor : weights.tensors())
@@ -326,7 +326,7 @@ template <class Engine>
 void load(Engine& engine, const std::filesystem::path& path, const std::filesystem::path& companion_path) {
     const io::safetensors_file weights = io::read_safetensors(path);
     detail::require_same_model(engine, weights);
-    const std::optional<training_progress> progress = detail::saved_progress(weights);
+    const std::optional<shard::training_progress> progress = detail::saved_progress(weights);
     const bool has_optimizer = std::filesystem::exists(companion_path);
     require(has_optimizer || !progress, "optimizer companion", companion_path.string(),
             "must exist: a weft checkpoint that records its progress is saved with it (is this a torn or "

@@ -52,7 +52,7 @@ template <class Engine>
 checkpoint_saved save_checkpoint_directory(Engine& engine, const std::filesystem::path& root,
                                            const nlohmann::json& run = nlohmann::json::object(), int keep = 0) {
     require(keep >= 0, "keep", keep, "must be >= 0 (0 keeps every checkpoint)");
-    const training_progress progress = engine.progress();
+    const shard::training_progress progress = engine.progress();
     const std::string name = io::checkpoint_name(progress.step);
     checkpoint_saved saved{root / name, {}};
     const bool writer = is_checkpoint_writer(engine);

@@ -41,9 +41,9 @@
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/sched/any_of.hpp"
 #include "weft/shard/sharding.hpp"
+#include "weft/shard/training_state.hpp"
 #include "weft/train/engine_options.hpp"
 #include "weft/train/layout_engine.hpp"
-#include "weft/train/training_state.hpp"
 
 namespace weft::train {
 
@@ -274,9 +274,9 @@ public:
     // Hands the training state over (to rebuild an engine around it); this engine must not
     // step again.
     [[nodiscard]] state_type release_state() && { return std::move(active()).release_state(); }
-    [[nodiscard]] const training_progress& progress() const { return active().progress(); }
+    [[nodiscard]] const shard::training_progress& progress() const { return active().progress(); }
     void set_learning_rate(double lr) { active().set_learning_rate(lr); }
-    void set_progress(const training_progress& progress) { active().set_progress(progress); }
+    void set_progress(const shard::training_progress& progress) { active().set_progress(progress); }
     [[nodiscard]] Backend& backend() { return core_ ? core_->backend() : *spare_backend_; }
     [[nodiscard]] const sched::program& program() const { return active().program(); }
     [[nodiscard]] const parallel_config& config() const { return layout_->config(); }
@@ -297,7 +297,7 @@ public:
     }
     [[nodiscard]] const sharding_type& stage_sharding(int index) const { return active().stage_sharding(index); }
     [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return layout_->units(); }
-    [[nodiscard]] nn::parameter_registry stage_layout(int index, int tp_rank) const {
+    [[nodiscard]] weft::parameter_registry stage_layout(int index, int tp_rank) const {
         return active().stage_layout(index, tp_rank);
     }
     template <class Fn>

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/models/pipeline_model.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/optim/gradient_summary.hpp"
 
@@ -28,7 +28,7 @@ using optim::counted_sum_of_squares;
 
 // The runs of stage `stage`'s flat buffer (its `registry` on tensor-parallel rank
 // `tp_index`) that this rank counts in the global norm; adjacent runs are merged.
-[[nodiscard]] inline std::vector<flat_run> norm_counted_runs(const nn::parameter_registry& registry, int stage,
+[[nodiscard]] inline std::vector<flat_run> norm_counted_runs(const weft::parameter_registry& registry, int stage,
                                                              int tp_index,
                                                              const std::vector<models::tied_parameter>& tied,
                                                              const std::vector<nn::unit_range>& units) {

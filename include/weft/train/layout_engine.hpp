@@ -1,5 +1,5 @@
 // The engine in one fixed layout: the composition of a rank's training state
-// (train/training_state.hpp), one stage runner per stage it holds (train/stage_runner.hpp),
+// (shard/training_state.hpp), one stage runner per stage it holds (train/stage_runner.hpp),
 // the stages' sharding (shard::stage_sharding, chosen by the Sharding policy), and the
 // program loop that runs the lowered schedule over them (train/program_loop.hpp), as a
 // CUTLASS kernel is a mainloop, an epilogue and a tile scheduler. A step runs the program,
@@ -37,20 +37,20 @@
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/optim/sgd_update.hpp"
 #include "weft/sched/any_of.hpp"
+#include "weft/sched/forward_only.hpp"
 #include "weft/sched/lower.hpp"
 #include "weft/sched/schedule_params.hpp"
 #include "weft/sched/shard_actions.hpp"
 #include "weft/sched/validate.hpp"
 #include "weft/shard/sharding.hpp"
+#include "weft/shard/training_state.hpp"
 #include "weft/train/engine_options.hpp"
-#include "weft/sched/forward_only.hpp"
 #include "weft/train/finite_guard.hpp"
 #include "weft/train/grad_norm.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
 #include "weft/train/tied_gradients.hpp"
-#include "weft/train/training_state.hpp"
 
 namespace weft::train {
 template <class Schedules, class Sharding, class Comm, class Backend, class Model>
@@ -66,7 +66,7 @@ public:
     using stage_type = typename Model::template stage<Backend>;
     using runner_type = stage_runner<Model, Backend>;
     using sharding_type = shard::stage_sharding<Sharding, scalar, Comm>;
-    using state_type = training_state<scalar>;
+    using state_type = shard::training_state<scalar>;
     // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
     static constexpr bool tensor_parallel_model = models::tensor_parallel_stages<Model, Backend>;
 
@@ -225,14 +225,14 @@ public:
         released_ = true;
         return std::move(state_);
     }
-    [[nodiscard]] const training_progress& progress() const { return state_.progress; }
+    [[nodiscard]] const shard::training_progress& progress() const { return state_.progress; }
     // The learning rate of the next steps, on every local stage's optimizer (a schedule such
     // as train::lr_schedule sets it before each step, from progress().step).
     void set_learning_rate(double lr) {
         for (auto& stage : state_.stages) stage.optimizer.set_lr(lr);
     }
     // For checkpoints: a loaded run continues from the saved step and data position.
-    void set_progress(const training_progress& progress) { state_.progress = progress; }
+    void set_progress(const shard::training_progress& progress) { state_.progress = progress; }
     [[nodiscard]] Backend& backend() { return backend_; }
     [[nodiscard]] const sched::program& program() const { return loop_.program(); }
     [[nodiscard]] const parallel_config& config() const { return config_; }
@@ -259,7 +259,7 @@ public:
     [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
     // The parameter layout of stage `index` on tensor-parallel rank `tp_rank` (any rank's,
     // without building it): what checkpoints assemble slices with.
-    [[nodiscard]] nn::parameter_registry stage_layout(int index, int tp_rank) const {
+    [[nodiscard]] weft::parameter_registry stage_layout(int index, int tp_rank) const {
         const auto units = units_.at(static_cast<std::size_t>(index));
         if constexpr (tensor_parallel_model) return stage_type::layout(model_, units, tp_rank, config_.tp());
         else return stage_type::layout(model_, units);
@@ -442,7 +442,7 @@ private:
     // kernel, and finished before the sharding's collectives and the reset of the gradients
     // touch the buffers from the host.
     void optimizer_step(optim::any_optimizer<scalar>& optimizer, std::span<scalar> params,
-                        std::span<const scalar> grads, const nn::parameter_registry& registry, std::size_t offset,
+                        std::span<const scalar> grads, const weft::parameter_registry& registry, std::size_t offset,
                         scalar grad_scale) {
         if constexpr (exec::optimizer_kernels<Backend>) {
             optimizer.step(
@@ -520,8 +520,8 @@ private:
     }
 
     // This rank's stages under the program's placement, in stage order.
-    [[nodiscard]] std::vector<stage_placement> placements() const {
-        std::vector<stage_placement> out;
+    [[nodiscard]] std::vector<shard::stage_placement> placements() const {
+        std::vector<shard::stage_placement> out;
         const auto& program = loop_.program();
         for (int s = 0; s < program.num_stages; ++s)
             if (program.stage_rank[static_cast<std::size_t>(s)] == pipeline_rank())
@@ -533,7 +533,7 @@ private:
         const auto stages = placements();
         std::uint64_t seed = 0;
         if constexpr (requires { model_.seed; }) seed = model_.seed;
-        return initial_training_state<Model, Backend>(model_, stages, coordinates().tp_index, config_.tp(),
+        return shard::initial_training_state<Model, Backend>(model_, stages, coordinates().tp_index, config_.tp(),
                                                       options_.optimizer, seed);
     }
 

@@ -16,7 +16,7 @@
 #include "../communicator_checks.hpp"
 #include "device_check.hpp"
 #include "weft/comm/local.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
+#include "weft/gpu/device_buffer.hpp"
 
 namespace weft_test {
 
@@ -61,9 +61,9 @@ inline std::vector<float> iota(std::size_t n, float first) {
 // Device buffers, two rank threads on GPU 0: each operation's result read back to the host.
 template <class Make>
 void device_buffer_checks(Make&& make) {
-    using device_floats = weft::cuda::device_buffer<float>;
+    using device_floats = weft::gpu::device_buffer<float>;
     on_ranks(2, "device buffers", make, [](auto& c, expectations& e) {
-        weft::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+        weft::gpu::check(cudaSetDevice(0), "cudaSetDevice");
         const int me = c.rank(), other = 1 - me;
         constexpr std::size_t n = 1000;
 

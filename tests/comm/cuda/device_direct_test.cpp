@@ -53,23 +53,23 @@ static_assert(weft::communicator<probe>);
 // A send's buffer written on a stream of its own (a non-blocking one, which nothing else
 // waits for) just before the send: MPI must not see it before that write has finished.
 void waits_for_the_writer() {
-    weft::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+    weft::gpu::check(cudaSetDevice(0), "cudaSetDevice");
     cudaStream_t writer = nullptr;
-    weft::cuda::check(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    weft::gpu::check(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     bool writer_done = false;
     weft::comm::local::run(1, [&](weft::comm::local& world) {
         weft::comm::device_direct<probe> c(probe(probe::base(std::move(world)), writer, &writer_done));
         constexpr std::size_t n = std::size_t(1) << 27;  // 512 MiB of floats, written 20 times: milliseconds
-        weft::cuda::device_buffer<float> buffer(n);
+        weft::gpu::device_buffer<float> buffer(n);
         for (int i = 0; i < 20; ++i)
-            weft::cuda::check(cudaMemsetAsync(buffer.data(), i, n * sizeof(float), writer), "cudaMemsetAsync");
+            weft::gpu::check(cudaMemsetAsync(buffer.data(), i, n * sizeof(float), writer), "cudaMemsetAsync");
         std::vector<float> back(16);
         auto recv = c.irecv(std::as_writable_bytes(std::span<float>(back)), 0, 3);
         auto send = c.isend(std::as_bytes(std::span<const float>(buffer.data(), back.size())), 0, 3);
         send.wait();
         recv.wait();
     });
-    weft::cuda::check(cudaStreamDestroy(writer), "cudaStreamDestroy");
+    weft::gpu::check(cudaStreamDestroy(writer), "cudaStreamDestroy");
     weft_test::expect(writer_done, "device_direct waits for the device before it hands a device buffer over");
 }
 

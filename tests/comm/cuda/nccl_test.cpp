@@ -23,9 +23,9 @@
 #include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/nccl.hpp"
 #include "weft/comm/timeout.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
-#include "weft/exec/cuda/stream.hpp"
-#include "weft/exec/cuda/stream_registry.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/stream.hpp"
+#include "weft/gpu/stream_registry.hpp"
 
 #if defined(WEFT_NCCL_TEST_MPI)
 #include <mpi.h>
@@ -33,7 +33,7 @@
 #include "weft/comm/mpi.hpp"
 #endif
 
-namespace cuda = weft::cuda;
+namespace gpu = weft::gpu;
 using weft::comm::nccl;
 using weft_test::expect;
 
@@ -60,35 +60,35 @@ void expect_error(Fn&& fn, const std::string& what, std::initializer_list<std::s
 }
 
 template <class T>
-std::span<T> span_of(cuda::device_buffer<T>& b) {
+std::span<T> span_of(gpu::device_buffer<T>& b) {
     return {b.data(), b.size()};
 }
 template <class T>
-std::span<const T> cspan_of(const cuda::device_buffer<T>& b) {
+std::span<const T> cspan_of(const gpu::device_buffer<T>& b) {
     return {b.data(), b.size()};
 }
 template <class T>
-std::span<std::byte> bytes_of(cuda::device_buffer<T>& b) {
+std::span<std::byte> bytes_of(gpu::device_buffer<T>& b) {
     return std::as_writable_bytes(span_of(b));
 }
 
 template <class T>
-cuda::device_buffer<T> filled(std::size_t n, T value) {
+gpu::device_buffer<T> filled(std::size_t n, T value) {
     const std::vector<T> host(n, value);
-    return cuda::device_buffer<T>(std::span<const T>(host));
+    return gpu::device_buffer<T>(std::span<const T>(host));
 }
 
 // After the compute stream has caught up, the buffer as the compute stream sees it.
 template <class T>
-std::vector<T> read(const cuda::device_buffer<T>& b, cudaStream_t compute) {
-    cuda::check(cudaStreamSynchronize(compute), "cudaStreamSynchronize (compute)");
+std::vector<T> read(const gpu::device_buffer<T>& b, cudaStream_t compute) {
+    gpu::check(cudaStreamSynchronize(compute), "cudaStreamSynchronize (compute)");
     return b.to_host();
 }
 
 // Holds `stream` for 50 ms (a host function on it), so that work enqueued after it runs late
 // and a missing stream dependency shows as wrong data rather than a lucky race.
 void delay(cudaStream_t stream) {
-    cuda::check(cudaLaunchHostFunc(
+    gpu::check(cudaLaunchHostFunc(
                     stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr),
                 "cudaLaunchHostFunc");
 }
@@ -105,7 +105,7 @@ void check_collectives_of(nccl& c, cudaStream_t compute, const std::string& type
 
     std::vector<T> host(37);
     for (std::size_t i = 0; i < host.size(); ++i) host[i] = value(r, i);
-    cuda::device_buffer<T> values{std::span<const T>(host)};
+    gpu::device_buffer<T> values{std::span<const T>(host)};
     c.allreduce_sum(span_of(values));
     std::vector<T> got = read(values, compute);
     bool ok = true;
@@ -119,7 +119,7 @@ void check_collectives_of(nccl& c, cudaStream_t compute, const std::string& type
     constexpr std::size_t k = 5;
     std::vector<T> mine_host(k);
     for (std::size_t i = 0; i < k; ++i) mine_host[i] = static_cast<T>(r * 100) + static_cast<T>(i);
-    cuda::device_buffer<T> mine{std::span<const T>(mine_host)};
+    gpu::device_buffer<T> mine{std::span<const T>(mine_host)};
     auto all = filled<T>(un * k, T(-1));
     c.allgather(cspan_of(mine), span_of(all));
     got = read(all, compute);
@@ -131,14 +131,14 @@ void check_collectives_of(nccl& c, cudaStream_t compute, const std::string& type
     // In place: mine is this rank's block of all.
     std::vector<T> in_place_host(un * k, T(-1));
     for (std::size_t i = 0; i < k; ++i) in_place_host[static_cast<std::size_t>(r) * k + i] = mine_host[i];
-    cuda::device_buffer<T> in_place{std::span<const T>(in_place_host)};
+    gpu::device_buffer<T> in_place{std::span<const T>(in_place_host)};
     std::span<T> whole = span_of(in_place);
     c.allgather(std::span<const T>(whole.subspan(static_cast<std::size_t>(r) * k, k)), whole);
     expect(read(in_place, compute) == got, type + " allgather in place equals the out-of-place result");
 
     std::vector<T> all_host(un * k);
     for (std::size_t j = 0; j < all_host.size(); ++j) all_host[j] = static_cast<T>(r) + static_cast<T>(j);
-    cuda::device_buffer<T> full{std::span<const T>(all_host)};
+    gpu::device_buffer<T> full{std::span<const T>(all_host)};
     auto block = filled<T>(k, T(-1));
     c.reduce_scatter_sum(cspan_of(full), span_of(block));
     got = read(block, compute);
@@ -152,7 +152,7 @@ void check_collectives_of(nccl& c, cudaStream_t compute, const std::string& type
     const std::vector<T> scattered = got;
 
     // Non-blocking: three started back to back, waited for in reverse.
-    cuda::device_buffer<T> values2{std::span<const T>(host)};
+    gpu::device_buffer<T> values2{std::span<const T>(host)};
     auto all2 = filled<T>(un * k, T(-1));
     auto block2 = filled<T>(k, T(-1));
     auto a = c.iallreduce_sum(span_of(values2));
@@ -166,7 +166,7 @@ void check_collectives_of(nccl& c, cudaStream_t compute, const std::string& type
     expect(read(all2, compute) == read(all, compute), type + " iallgather equals allgather");
     expect(read(block2, compute) == scattered, type + " ireduce_scatter_sum equals reduce_scatter_sum");
 
-    cuda::device_buffer<T> none;
+    gpu::device_buffer<T> none;
     c.allreduce_sum(span_of(none));  // empty collectives are fine
     c.allgather(cspan_of(none), span_of(none));
 }
@@ -179,7 +179,7 @@ void check_collectives(nccl& c, cudaStream_t compute) {
         std::vector<unsigned char> host(13);
         for (std::size_t i = 0; i < host.size(); ++i)
             host[i] = static_cast<unsigned char>(c.rank() == root ? root * 16 + static_cast<int>(i) : 255);
-        cuda::device_buffer<unsigned char> data{std::span<const unsigned char>(host)};
+        gpu::device_buffer<unsigned char> data{std::span<const unsigned char>(host)};
         c.broadcast(bytes_of(data), root);
         const auto got = read(data, compute);
         bool ok = true;
@@ -228,11 +228,11 @@ void check_point_to_point(nccl& c, cudaStream_t compute) {
 void check_split(nccl& c, cudaStream_t compute) {
     const int n = c.size();
     const int r = c.rank();
-    const std::size_t fenced_streams = weft::cuda::stream_registry::instance().size();
+    const std::size_t fenced_streams = weft::gpu::stream_registry::instance().size();
     nccl sub = c.split(r % 2, -r);
     // Its comm stream holds receives posted ahead: the state memory's fences must not wait
-    // for it (weft/exec/cuda/stream_registry.hpp).
-    expect(weft::cuda::stream_registry::instance().size() == fenced_streams,
+    // for it (weft/gpu/stream_registry.hpp).
+    expect(weft::gpu::stream_registry::instance().size() == fenced_streams,
            "a communicator's stream is not among the streams the state memory fences");
     std::vector<int> members;
     for (int q = n - 1; q >= 0; --q)
@@ -262,7 +262,7 @@ void check_stream_order(nccl& c, cudaStream_t compute) {
     auto mine = filled<float>(k, 7.0f);
     auto all = filled<float>(nk, 9.0f);
     delay(compute);
-    cuda::check(cudaMemsetAsync(mine.data(), 0, mine.bytes(), compute), "cudaMemsetAsync");
+    gpu::check(cudaMemsetAsync(mine.data(), 0, mine.bytes(), compute), "cudaMemsetAsync");
     c.allgather(cspan_of(mine), span_of(all));
     expect(read(all, compute) == std::vector<float>(nk, 0.0f), "the collective ran after earlier compute-stream work");
 
@@ -274,7 +274,7 @@ void check_stream_order(nccl& c, cudaStream_t compute) {
     delay(c.comm_stream());
     auto g = c.iallgather(cspan_of(ones), span_of(all2));
     g.wait();
-    cuda::check(cudaMemcpyAsync(copy.data(), all2.data(), all2.bytes(), cudaMemcpyDeviceToDevice, compute),
+    gpu::check(cudaMemcpyAsync(copy.data(), all2.data(), all2.bytes(), cudaMemcpyDeviceToDevice, compute),
                 "cudaMemcpyAsync");
     expect(read(copy, compute) == std::vector<float>(nk, 1.0f), "request.wait() orders the compute stream after it");
 
@@ -287,17 +287,17 @@ void check_stream_order(nccl& c, cudaStream_t compute) {
     // A bare cudaMemcpy, not to_host(): that waits for the whole device, which would hide a
     // synchronize() that returned early.
     std::vector<float> after_synchronize(nk);
-    cuda::check(cudaMemcpy(after_synchronize.data(), all3.data(), all3.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    gpu::check(cudaMemcpy(after_synchronize.data(), all3.data(), all3.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
     expect(after_synchronize == std::vector<float>(nk, 1.0f), "request.synchronize() blocks until done");
 
     // A different compute stream, set later, is the one later operations order after.
-    cuda::stream other;
+    gpu::stream other;
     c.set_compute_stream(other);
     expect(c.compute_stream() == other.get(), "set_compute_stream");
     auto x = filled<float>(k, 3.0f);
     auto all4 = filled<float>(nk, 9.0f);
     delay(other);
-    cuda::check(cudaMemsetAsync(x.data(), 0, x.bytes(), other), "cudaMemsetAsync");
+    gpu::check(cudaMemsetAsync(x.data(), 0, x.bytes(), other), "cudaMemsetAsync");
     c.allgather(cspan_of(x), span_of(all4));
     expect(read(all4, other) == std::vector<float>(nk, 0.0f), "the operation ordered after the new compute stream");
     c.set_compute_stream(compute);
@@ -417,7 +417,7 @@ void check_host_memory_collectives_of(nccl& c, cudaStream_t compute, const std::
     auto device_all = filled<T>(un * k, T(-1));
     c.allgather(std::span<const T>(mine), span_of(device_all));
     expect(read(device_all, compute) == expected_all, type + " allgather from host memory into device memory");
-    cuda::device_buffer<T> device_mine{std::span<const T>(mine)};
+    gpu::device_buffer<T> device_mine{std::span<const T>(mine)};
     std::fill(all.begin(), all.end(), T(-1));
     c.allgather(cspan_of(device_mine), std::span<T>(all));
     expect(all == expected_all, type + " allgather from device memory into host memory");
@@ -482,7 +482,7 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
                                         " aborts of the watched one)");
         expect_error([&] { c.barrier(); }, "use after the timeout aborted it", {"timeout aborted"});
     }
-    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the first hold)");
+    gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the first hold)");
     released = false;
     {
         nccl d = nccl::single(0, compute);
@@ -498,7 +498,7 @@ void check_host_memory_collectives(nccl& c, cudaStream_t compute) {
         releaser.join();
     }
     registry.remove(&watched);
-    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the second hold)");
+    gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after the second hold)");
 }
 
 void check_moved_from(nccl& c) {
@@ -517,7 +517,7 @@ void host_checks() {
                  {"ncclFoo failed", ncclGetErrorString(ncclInvalidArgument)});
     weft::comm::detail::nccl_check(ncclSuccess, "ncclFoo");  // success is silent
     expect_error([] { (void)nccl::single(-1); }, "single(-1)", {"device = -1"});
-    if (cuda::device_count() == 0) {
+    if (gpu::device_count() == 0) {
         // No GPU: a clean weft::error, not a crash.
         expect_error([] { (void)nccl::single(0); }, "single(0) without a GPU", {"device = 0", "no usable GPU"});
     }
@@ -530,7 +530,7 @@ void host_checks() {
 int main(int argc, char** argv) {
     return weft_test::run_device_test(
         argc, argv, {"single"}, host_checks, [](std::string_view) {
-            cuda::stream compute;
+            gpu::stream compute;
             nccl c = nccl::single(0, compute);
             expect(c.rank() == 0 && c.size() == 1 && c.device() == 0 && c.native() != nullptr,
                    "single: rank 0 of 1 on device 0");
@@ -556,7 +556,7 @@ int main(int argc, char** argv) {
     try {
         weft::comm::mpi world = weft::comm::mpi::world();
         host_checks();
-        int devices = cuda::device_count();
+        int devices = gpu::device_count();
         int fewest = 0;
         MPI_Allreduce(&devices, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         if (fewest == 0) {
@@ -566,8 +566,8 @@ int main(int argc, char** argv) {
             // One rank per GPU of the node (the test runs on one node); the compute stream
             // is made on that device.
             const int device = world.rank() % devices;
-            cuda::check(cudaSetDevice(device), "cudaSetDevice");
-            cuda::stream compute;
+            gpu::check(cudaSetDevice(device), "cudaSetDevice");
+            gpu::stream compute;
             nccl c = nccl::from_mpi(world, device, compute);
             expect(c.rank() == world.rank() && c.size() == world.size(), "from_mpi: NCCL ranks are MPI ranks");
             check_collectives(c, compute);

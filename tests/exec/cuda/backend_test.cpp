@@ -23,7 +23,7 @@
 #include "weft/comm/timeout.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/exec/cuda.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
+#include "weft/gpu/device_buffer.hpp"
 
 namespace {
 
@@ -74,13 +74,13 @@ std::vector<float> download_floats(gpu_backend& gpu, const gpu_matrix& d, std::s
            "the matrix holds " + std::to_string(n) + " floats");
     std::vector<float> host(n);
     gpu.synchronize();
-    weft::cuda::check(cudaMemcpy(host.data(), d.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
+    weft::gpu::check(cudaMemcpy(host.data(), d.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
                       "cudaMemcpy (saved statistics to host)");
     return host;
 }
 // Device copies of host values: weights and gradients live in device memory.
 struct device_values {
-    weft::cuda::device_buffer<float> buffer;
+    weft::gpu::device_buffer<float> buffer;
     explicit device_values(const std::vector<float>& host) : buffer(std::span<const float>(host)) {}
     std::span<const float> view() const { return {buffer.data(), buffer.size()}; }
     std::span<float> span() { return {buffer.data(), buffer.size()}; }
@@ -285,7 +285,7 @@ void test_vocab_parallel_embedding(gpu_backend& gpu, cpu_backend& cpu, int seque
     int calls = 0;
     const auto double_on_device = [&](std::span<float> wide) {  // a group of two equal ranks
         ++calls;
-        weft::cuda::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
+        weft::exec::cuda_detail::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
     };
     const gpu_matrix y = gpu.vocab_parallel_embedding_forward(tokens, d_wte.view().subspan(first, count), first_row,
                                                               d_wpe.view(), width, seq_len, double_on_device);
@@ -334,7 +334,7 @@ void test_attention(gpu_backend& gpu, cpu_backend& cpu, int sequences, int seq_l
     float max_v = 0;
     for (Eigen::Index r = 0; r < qkv.rows(); ++r)
         for (int c = 2 * width; c < 3 * width; ++c) max_v = std::max(max_v, std::abs(qkv(r, c)));
-    const std::string kernels = gpu.attention_kernel() == weft::cuda::attention_kernel::mma ? " (mma)" : " (wmma)";
+    const std::string kernels = gpu.attention_kernel() == weft::exec::cuda_detail::attention_kernel::mma ? " (mma)" : " (wmma)";
     expect_close("causal_attention_forward" + kernels,
                  download(gpu, gpu.causal_attention_forward(gqkv, seq_len, heads, saved)),
                  values(cpu.causal_attention_forward(qkv, seq_len, heads, probs)), bf16_rtol,
@@ -384,11 +384,11 @@ void test_vocab_parallel_loss(gpu_backend& gpu, cpu_backend& cpu, int rows, int 
         g, labels, first_column, 0.5f, 2,
         [&](std::span<const float> mine, std::span<float> all) {
             for (std::size_t q = 0; q < 2; ++q)
-                weft::cuda::check(cudaMemcpyAsync(all.data() + q * mine.size(), mine.data(), mine.size_bytes(),
+                weft::gpu::check(cudaMemcpyAsync(all.data() + q * mine.size(), mine.data(), mine.size_bytes(),
                                                   cudaMemcpyDeviceToDevice, gpu.stream()),
                                   "cudaMemcpyAsync (stand-in gather)");
         },
-        [&](std::span<float> v) { weft::cuda::launch::scale(v.data(), v.size(), 2.0f, gpu.stream()); }, gpu_d);
+        [&](std::span<float> v) { weft::exec::cuda_detail::launch::scale(v.data(), v.size(), 2.0f, gpu.stream()); }, gpu_d);
     expect(gpu_loss.pending(), "vocab_parallel_cross_entropy leaves its loss to be read");
     cpu_matrix cpu_d;
     const float cpu_loss = cpu.vocab_parallel_cross_entropy(
@@ -517,7 +517,7 @@ void test_reduce_matrix(gpu_backend& gpu) {
                               ++calls;
                               expect(wide.size() == std::size_t(rows * cols),
                                      "reduce_matrix: reduce sees every element");
-                              weft::cuda::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
+                              weft::exec::cuda_detail::launch::scale(wide.data(), wide.size(), 2.0f, gpu.stream());
                           });
         expect(calls == 1, "reduce_matrix calls reduce once" + tag);
         expect(download(gpu, d) == want, "reduce_matrix equals the host copy's sum and bias, bit for bit" + tag);
@@ -538,8 +538,8 @@ void test_state_memory_pool(gpu_backend& gpu) {
     const weft::state_memory& memory = gpu.state_memory();
     constexpr std::size_t bytes = (std::size_t{3} << 20) + 8;  // a size no other test frees
     void* first = memory.allocate(bytes);
-    weft::cuda::check(cudaMemset(first, 0x7f, bytes), "cudaMemset (dirtying a state buffer)");
-    weft::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    weft::gpu::check(cudaMemset(first, 0x7f, bytes), "cudaMemset (dirtying a state buffer)");
+    weft::gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     memory.deallocate(first, bytes);
     void* again = memory.allocate(bytes);
     expect(again == first, "a freed state buffer is reused for the next of its size");
@@ -551,7 +551,7 @@ void test_state_memory_pool(gpu_backend& gpu) {
 }
 
 // Freeing a state buffer the backend's queued work still uses does not wait for the device
-// (RESHARD frees ZeRO-3's parameters so): the pool fences it (weft/exec/cuda/stream_registry.hpp)
+// (RESHARD frees ZeRO-3's parameters so): the pool fences it (weft/gpu/stream_registry.hpp)
 // and hands it out again, zeroed, only after that work. A host function holds the stream until
 // the host releases it, so the work is surely unfinished when the free returns. (A free that
 // waited for the device would return only when the hold gives up after 10 s, and the check
@@ -563,7 +563,7 @@ void test_state_memory_free_without_wait(gpu_backend& gpu) {
     void* block = memory.allocate(bytes);
     std::atomic<bool> released{false};
     weft_test::hold_stream(gpu.stream(), released);
-    weft::cuda::check(cudaMemsetAsync(block, 0x7f, bytes, gpu.stream()), "cudaMemsetAsync (queued use)");
+    weft::gpu::check(cudaMemsetAsync(block, 0x7f, bytes, gpu.stream()), "cudaMemsetAsync (queued use)");
     memory.deallocate(block, bytes);
     expect(cudaStreamQuery(gpu.stream()) == cudaErrorNotReady,
            "freeing a state buffer returns while the work queued before it still runs");
@@ -635,7 +635,7 @@ void test_wait_limit(gpu_backend& gpu) {
 
 // No GPU: making the backend is an error that names the device and says why.
 void host_checks() {
-    if (weft::cuda::device_count() > 0) return;
+    if (weft::gpu::device_count() > 0) return;
     bool named = false;
     try {
         gpu_backend backend(0);
@@ -667,7 +667,7 @@ void test_operation_profile(gpu_backend& gpu) {
     expect(timed_once("add"), "the profile times the add kernel once");
     expect(gpu.take_operation_times().empty(), "a take starts the profile over");
     {
-        weft::cuda::profile_scope refused_gemm("gemm refused at its call", gpu.stream());
+        weft::exec::cuda_detail::profile_scope refused_gemm("gemm refused at its call", gpu.stream());
         refused_gemm.cancel();
     }
     expect(gpu.take_operation_times().empty(), "a cancelled scope (a GEMM cuBLASLt refused) times nothing");
@@ -709,15 +709,15 @@ void test_attention_kernel_drops_graphs(gpu_backend& gpu, cpu_backend& cpu) {
             gpu.run_action(key, [&] { return gpu.causal_attention_forward(gqkv, seq_len, heads, saved); });
         return download(gpu, out);
     };
-    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+    gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::wmma);
     gpu.enable_action_graphs(true);
     const std::vector<float> eager = forward();  // measured
     expect(forward() == eager && gpu.action_graph_launches() == 1, "the second call is captured and launched");
     expect(forward() == eager && gpu.action_graph_launches() == 2, "the third call replays the graph");
-    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+    gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::wmma);
     expect(forward() == eager && gpu.action_graph_launches() == 3, "setting the same kernel keeps the graph");
 
-    gpu.set_attention_kernel(weft::cuda::attention_kernel::mma);
+    gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::mma);
     const std::vector<float> mma = forward();
     expect(gpu.action_graph_launches() == 3, "a new kernel drops the graph: the next call runs eagerly");
     cpu_matrix probs;
@@ -730,16 +730,16 @@ void test_attention_kernel_drops_graphs(gpu_backend& gpu, cpu_backend& cpu) {
         weft::exec::action_key other = key;
         other.microbatch = 1;  // a first call: the action runs eagerly, being measured
         static_cast<void>(gpu.run_action(other, [&] {
-            gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+            gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::wmma);
             return gpu_matrix();
         }));
     } catch (const weft::error& e) {
         refused = std::string(e.what()).find("set_attention_kernel") != std::string::npos;
     }
-    expect(refused && gpu.attention_kernel() == weft::cuda::attention_kernel::mma,
+    expect(refused && gpu.attention_kernel() == weft::exec::cuda_detail::attention_kernel::mma,
            "set_attention_kernel inside an action is refused, and changes nothing");
     gpu.enable_action_graphs(false);
-    gpu.set_attention_kernel(weft::cuda::attention_kernel::wmma);
+    gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::wmma);
 }
 
 int main(int argc, char** argv) {
@@ -777,7 +777,7 @@ int main(int argc, char** argv) {
         test_operation_profile(gpu);
         // The same shapes through the mma.sync kernels (train_gpt --attention-kernel mma), last:
         // they have not run on a GPU yet, and a fault would fail every check after it.
-        gpu.set_attention_kernel(weft::cuda::attention_kernel::mma);
+        gpu.set_attention_kernel(weft::exec::cuda_detail::attention_kernel::mma);
         test_attention(gpu, cpu, 2, 33, 3, 64);
         test_attention(gpu, cpu, 1, 16, 2, 32);
         test_attention(gpu, cpu, 1, 64, 4, 32);

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <span>
 
+#include "weft/core/parameter_registry.hpp"
 #include "weft/exec/cpu.hpp"
-#include "weft/nn/parameter_registry.hpp"
 #include "weft/optim/adamw.hpp"
 
 namespace weft_test {
@@ -174,7 +174,7 @@ void embedding_backward(const std::vector<std::int32_t>& tokens, const vec& dy, 
 }
 
 vec adamw(const vec& params, const std::vector<vec>& grads, int rows, int cols, double lr, double weight_decay) {
-    weft::nn::parameter_registry registry;
+    weft::parameter_registry registry;
     registry.add("weight", {rows, cols});
     registry.add("bias", {cols});
     weft::optim::adamw_options options;

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
 namespace weft_test {
 
@@ -88,11 +88,11 @@ int run_device_test(int argc, char** argv, std::initializer_list<std::string_vie
     try {
         host_checks();
         if (failures > 0) return 1;
-        if (weft::cuda::device_count() == 0) {
+        if (weft::gpu::device_count() == 0) {
             std::printf("no CUDA device: %d host-side check(s) passed, GPU checks skipped\n", checks);
             return 77;
         }
-        std::printf("device 0: %s\n", weft::cuda::device_name(0).c_str());
+        std::printf("device 0: %s\n", weft::gpu::device_name(0).c_str());
         for (const std::string_view part : parts)
             if (chosen == "all" || chosen == part) device_part(part);
     } catch (const std::exception& e) {
@@ -107,7 +107,7 @@ int run_device_test(int argc, char** argv, std::initializer_list<std::string_vie
 // it afterwards is surely unfinished until then, as work behind a receive whose peer never
 // sends would be. The cap turns a check that waits for the hold into a failure, not a hang.
 inline void hold_stream(cudaStream_t stream, std::atomic<bool>& released) {
-    weft::cuda::check(cudaLaunchHostFunc(
+    weft::gpu::check(cudaLaunchHostFunc(
                           stream,
                           [](void* flag) {
                               const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);

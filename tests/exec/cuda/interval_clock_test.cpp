@@ -1,4 +1,4 @@
-// weft::cuda::interval_clock, which times the compute actions for the step log's bubble on a
+// weft::exec::cuda_detail::interval_clock, which times the compute actions for the step log's bubble on a
 // GPU: it counts the time the stream spends between begin() and end(), not the host's time
 // queuing the work, and not the stream's time between intervals. The stream is held by host
 // functions that sleep, so the intervals have known lengths without a kernel. Its misuse
@@ -12,7 +12,7 @@
 #include "device_check.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/interval_clock.hpp"
-#include "weft/exec/cuda/stream.hpp"
+#include "weft/gpu/stream.hpp"
 
 namespace {
 
@@ -23,7 +23,7 @@ constexpr int short_ms = 50, long_ms = 200;
 // Queues a host function that sleeps `ms` milliseconds: the stream is busy for that long.
 // `ms` is one of the constants above, which outlive the function's run.
 void occupy(cudaStream_t stream, const int& ms) {
-    weft::cuda::check(
+    weft::gpu::check(
         cudaLaunchHostFunc(
             stream,
             [](void* d) { std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(d))); },
@@ -43,14 +43,14 @@ bool throws_naming(F&& f, const std::string& words) {
 
 void test_misuse_is_refused() {
     // No event is made before the checks, so this runs without a GPU.
-    weft::cuda::interval_clock clock(nullptr);
+    weft::exec::cuda_detail::interval_clock clock(nullptr);
     expect(throws_naming([&] { clock.end(); }, "no interval was begun"), "end() without begin() is refused");
     expect(clock.intervals() == 0, "no interval after a refused end()");
 }
 
 void test_device_time_not_host_time() {
-    weft::cuda::stream stream;
-    weft::cuda::interval_clock clock(stream.get());
+    weft::gpu::stream stream;
+    weft::exec::cuda_detail::interval_clock clock(stream.get());
     expect(clock.take_seconds() == 0.0, "no interval: zero seconds");
 
     // One interval with 200 ms of work: the host queues it in far less, the stream takes 200.

@@ -61,10 +61,10 @@
 
 namespace {
 
-namespace flash = weft::cuda::flash;
-namespace mma = weft::cuda::flash_mma;
-namespace simt = weft::cuda::simt;
-using weft::cuda::bf16;
+namespace flash = weft::exec::cuda_detail::flash;
+namespace mma = weft::exec::cuda_detail::flash_mma;
+namespace simt = weft::exec::cuda_detail::simt;
+using weft::exec::cuda_detail::bf16;
 using weft_test::bits_equal;
 using weft_test::expect;
 using weft_test::expect_close;
@@ -197,7 +197,7 @@ void check_kernels(kernel_set set, int batch, int seq, int heads) {
 // zero gradients; one row's label is out of range, and its loss and gradient must be NaN.
 template <bool Vectorized>
 void check_cross_entropy(int rows, int classes, int stride, float offset) {
-    namespace ce = weft::cuda::detail;
+    namespace ce = weft::exec::cuda_detail::detail;
     const std::string tag = std::string(Vectorized ? " (16-byte loads" : " (one element at a time") + ", emulated) " +
                             std::to_string(rows) + "x" + std::to_string(classes) + " stride " + std::to_string(stride) +
                             ", logits around " + std::to_string(int(offset));
@@ -265,13 +265,13 @@ struct sum_and_products {
 // adding to outputs that start at 0.5, against double sums. Rows and columns partial in their
 // last chunk and tile.
 void check_column_sums(int rows, int cols) {
-    namespace cs = weft::cuda::detail;
+    namespace cs = weft::exec::cuda_detail::detail;
     const std::string tag = " (emulated) " + std::to_string(rows) + "x" + std::to_string(cols);
     const vec x = random_bf16_values(std::size_t(rows) * std::size_t(cols), 70);
     const vec y = random_bf16_values(x.size(), 71);
-    const auto chunks = unsigned(weft::cuda::column_sum_chunks(rows));
+    const auto chunks = unsigned(weft::exec::cuda_detail::column_sum_chunks(rows));
     const auto tiles = unsigned((cols + cs::column_sum_columns - 1) / cs::column_sum_columns);
-    vec partials(weft::cuda::column_sum_scratch_floats(rows, cols, 2), std::nanf(""));
+    vec partials(weft::exec::cuda_detail::column_sum_scratch_floats(rows, cols, 2), std::nanf(""));
     vec sums(std::size_t(cols), 0.5f), products(std::size_t(cols), 0.5f);
     simt::launch({chunks, tiles, 1}, simt::index3{cs::column_sum_columns, cs::column_sum_warps, 1}, 0, [&] {
         cs::column_partials_kernel<2>(sum_and_products{x.data(), y.data()}, partials.data(), rows, cols);
@@ -301,7 +301,7 @@ void check_column_sums(int rows, int cols) {
 // sum, in the residual form) and input gradient they must match. Rows of spread 2 around 3:
 // a kernel that drops the mean, or takes the variance about zero, is far off.
 void check_layer_norm(int rows, int cols) {
-    namespace ln = weft::cuda::detail;
+    namespace ln = weft::exec::cuda_detail::detail;
     const std::string tag = " (emulated) " + std::to_string(rows) + "x" + std::to_string(cols);
     const std::size_t n = std::size_t(rows) * std::size_t(cols);
     vec a = random_bf16_values(n, 80), b = random_bf16_values(n, 81);
@@ -359,7 +359,7 @@ void check_layer_norm(int rows, int cols) {
 // rank's vocabulary slice, rows [first_row, first_row + held_rows), as tensor parallelism
 // splits it.
 void check_embedding() {
-    namespace em = weft::cuda::detail;
+    namespace em = weft::exec::cuda_detail::detail;
     constexpr int sequences = 3, seq_len = 5, width = 300, vocab = 11, rows = sequences * seq_len;
     const std::string tag = " (emulated) " + std::to_string(sequences) + "x" + std::to_string(seq_len) + "x" +
                             std::to_string(width) + ", vocab " + std::to_string(vocab);
@@ -447,7 +447,7 @@ void check_embedding() {
 // threads a row, as the launches. Losses and gradients against the CPU backend's
 // cross-entropy over the whole vocabulary; logits around `offset` (100 overflows exp).
 void check_vocab_parallel_loss(int rows, int classes, float offset) {
-    namespace vp = weft::cuda::detail;
+    namespace vp = weft::exec::cuda_detail::detail;
     const std::string tag = " (emulated, 2 ranks) " + std::to_string(rows) + "x" + std::to_string(classes) +
                             ", logits around " + std::to_string(int(offset));
     vec logits = random_bf16_values(std::size_t(rows) * std::size_t(classes), 95);
@@ -519,7 +519,7 @@ void check_vocab_parallel_loss(int rows, int classes, float offset) {
 // the same order. beta1 above 0.5 and below take torch.lerp's two forms. Grid-stride loops of
 // 2 blocks for 1,000 elements.
 void check_adamw(double beta1) {
-    namespace op = weft::cuda::detail;
+    namespace op = weft::exec::cuda_detail::detail;
     const std::string tag = " (emulated) beta1 " + std::to_string(beta1).substr(0, 3);
     constexpr std::size_t n = 1000, decaying = 700;
     weft::optim::adamw_options options;
@@ -531,7 +531,7 @@ void check_adamw(double beta1) {
     const vec start = random_bf16_values(n, 100);
     vec params = start, m(n, 0.0f), v(n, 0.0f), want_params = start, want_m(n, 0.0f), want_v(n, 0.0f);
     std::vector<bf16> params16 = unwritten(n);
-    weft::cuda::adamw_state state{};
+    weft::exec::cuda_detail::adamw_state state{};
     simt::launch({1, 1, 1}, 1, 0, [&] {
         op::adamw_set_hyperparameters_kernel(&state, options.lr, options.beta1, options.beta2, options.eps,
                                              options.weight_decay);
@@ -540,7 +540,7 @@ void check_adamw(double beta1) {
     for (unsigned step = 1; step <= 3; ++step) {
         const vec grads = random_bf16_values(n, 100 + step);
         simt::launch({1, 1, 1}, 1, 0, [&] { op::adamw_begin_step_kernel(&state); });
-        const auto want = weft::cuda::adamw_step_factors::of_step(options, step, 1.0f);
+        const auto want = weft::exec::cuda_detail::adamw_step_factors::of_step(options, step, 1.0f);
         factors_match =
             factors_match && state.step == step &&
             bits_equal(vec{state.factors.decay, state.factors.beta1, state.factors.one_minus_beta1, state.factors.beta2,
@@ -569,7 +569,7 @@ void check_adamw(double beta1) {
 
     // The exact kernel with a gradient scale (clipping), one more step.
     const vec grads = random_bf16_values(n, 110);
-    const auto scaled = weft::cuda::adamw_step_factors::of_step(options, 4, 0.25f);
+    const auto scaled = weft::exec::cuda_detail::adamw_step_factors::of_step(options, 4, 0.25f);
     simt::launch({2, 1, 1}, 256, 0, [&] {
         op::adamw_exact_kernel<float>(params.data(), grads.data(), m.data(), v.data(), n, scaled, true);
     });
@@ -582,7 +582,7 @@ void check_adamw(double beta1) {
 // second) and the averaging's scale kernel, against optim::sgd_update_on_host and the host's
 // product, bit for bit.
 void check_sgd_and_scale() {
-    namespace op = weft::cuda::detail;
+    namespace op = weft::exec::cuda_detail::detail;
     constexpr std::size_t n = 1000;
     vec params = random_bf16_values(n, 120), buffer(n, std::nanf("")), want_params = params, want_buffer(n, 0.0f);
     weft::optim::sgd_factors<float> f{.lr = 0.05f,
@@ -612,8 +612,8 @@ void check_sgd_and_scale() {
 // not counted, against double sums; then a NaN in the uncounted segment, which only the total
 // shows.
 void check_gradient_summary() {
-    namespace op = weft::cuda::detail;
-    const std::vector<weft::cuda::gradient_segment> segments{{0, 300, 1}, {300, 2000, 0}, {2000, 2100, 1}};
+    namespace op = weft::exec::cuda_detail::detail;
+    const std::vector<weft::exec::cuda_detail::gradient_segment> segments{{0, 300, 1}, {300, 2000, 0}, {2000, 2100, 1}};
     vec values = random_bf16_values(2100, 130);
     const int blocks_per_segment = int((1700 + op::summary_threads - 1) / op::summary_threads);  // the longest's
     const auto summarize = [&] {
@@ -648,7 +648,7 @@ void check_gradient_summary() {
 // the residual add in place (out = a), the conversions both ways and the conversion adding a
 // periodic addend (a bias per row), each bit for bit against the host's rounding.
 void check_elementwise() {
-    namespace ew = weft::cuda::detail;
+    namespace ew = weft::exec::cuda_detail::detail;
     constexpr std::size_t n = 5000, period = 250;
     const unsigned blocks = 3;
     vec x = random_bf16_values(n, 140);

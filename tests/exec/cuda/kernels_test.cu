@@ -21,9 +21,7 @@
 #include "cpu_reference.hpp"
 #include "device_check.hpp"
 #include "weft/exec/cuda/column_sums_layout.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/gemm.hpp"
-#include "weft/exec/cuda/graph.hpp"
 #include "weft/exec/cuda/kernels/adamw.cuh"
 #include "weft/exec/cuda/kernels/attention.cuh"
 #include "weft/exec/cuda/kernels/bias_grad.cuh"
@@ -35,11 +33,14 @@
 #include "weft/exec/cuda/kernels/gelu.cuh"
 #include "weft/exec/cuda/kernels/layer_norm.cuh"
 #include "weft/exec/cuda/kernels/residual_add.cuh"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/token_groups.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/graph.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace cu = weft::cuda;
+namespace cu = weft::exec::cuda_detail;
+namespace gpu = weft::gpu;
 using cu::bf16;
 using weft_test::vec;
 
@@ -82,7 +83,7 @@ vec round_bf16(vec v) {
 }
 
 template <class T>
-cu::device_buffer<T> upload(const vec& v) {
+gpu::device_buffer<T> upload(const vec& v) {
     std::vector<T> host(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
         if constexpr (std::is_same_v<T, bf16>)
@@ -90,11 +91,11 @@ cu::device_buffer<T> upload(const vec& v) {
         else
             host[i] = v[i];
     }
-    return cu::device_buffer<T>(std::span<const T>(host));
+    return gpu::device_buffer<T>(std::span<const T>(host));
 }
 
 template <class T>
-vec download(const cu::device_buffer<T>& d) {
+vec download(const gpu::device_buffer<T>& d) {
     const std::vector<T> host = d.to_host();
     vec v(host.size());
     for (std::size_t i = 0; i < host.size(); ++i) {
@@ -173,17 +174,17 @@ void test_argument_validation() {
 
 void test_device_buffer() {
     const vec host = random_vec(1000, 1);
-    cu::device_buffer<float> a(host);
+    gpu::device_buffer<float> a(host);
     expect(bits_equal(a.to_host(), host), "device_buffer round trip");
-    cu::device_buffer<float> b(std::move(a));
+    gpu::device_buffer<float> b(std::move(a));
     expect(a.empty() && a.data() == nullptr && b.size() == 1000, "device_buffer move leaves the source empty");
-    cu::device_buffer<float> c(1000);
+    gpu::device_buffer<float> c(1000);
     c.copy_from(b);
     expect(bits_equal(c.to_host(), host), "device_buffer device-to-device copy");
     c.fill_zero();
     expect(bits_equal(c.to_host(), vec(1000, 0.0f)), "device_buffer fill_zero");
     expect_throws("copy_from_host of a short vector", [&] { c.copy_from_host(vec(999)); });
-    cu::device_buffer<float> empty;
+    gpu::device_buffer<float> empty;
     expect(empty.to_host().empty(), "empty device_buffer");
 }
 
@@ -191,9 +192,9 @@ void test_convert() {
     vec values = random_vec(4099, 2, 100.0f);
     values[0] = 1.0f + 1.0f / 256.0f;  // a tie: rounds to even (1.0)
     values[1] = -0.0f;
-    cu::device_buffer<float> in(values);
-    cu::device_buffer<bf16> half(values.size());
-    cu::device_buffer<float> back(values.size());
+    gpu::device_buffer<float> in(values);
+    gpu::device_buffer<bf16> half(values.size());
+    gpu::device_buffer<float> back(values.size());
     cu::convert(in.data(), half.data(), values.size(), nullptr);
     cu::convert(half.data(), back.data(), values.size(), nullptr);
     const vec got = back.to_host();
@@ -212,7 +213,7 @@ void test_linear(int rows, int in, int out) {
     const vec dy = round_bf16(random_vec(std::size_t(rows) * out, 13));
     auto dx_ = upload<bf16>(x), dw_ = upload<bf16>(w), ddy = upload<bf16>(dy);
     auto db_ = upload<Out>(b);
-    cu::device_buffer<Out> y(std::size_t(rows) * out), dx(std::size_t(rows) * in);
+    gpu::device_buffer<Out> y(std::size_t(rows) * out), dx(std::size_t(rows) * in);
     cu::gemm gemm;
     gemm.linear_forward(dx_.data(), dw_.data(), db_.data(), y.data(), rows, in, out, nullptr);
     const vec want_y = weft_test::linear_forward(x, w, b, rows, in, out);
@@ -226,9 +227,9 @@ void test_linear(int rows, int in, int out) {
     // dW accumulates into what is there.
     vec want_dw, want_db;
     weft_test::linear_backward_weight(x, dy, rows, in, out, want_dw, want_db);
-    cu::device_buffer<float> dw{vec(std::size_t(in) * out, 1.0f)}, db{vec(std::size_t(out), 1.0f)};
+    gpu::device_buffer<float> dw{vec(std::size_t(in) * out, 1.0f)}, db{vec(std::size_t(out), 1.0f)};
     gemm.linear_backward_weight(dx_.data(), ddy.data(), dw.data(), rows, in, out, nullptr);
-    cu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, out, 1));
+    gpu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, out, 1));
     cu::bias_grad(ddy.data(), db.data(), partials.data(), rows, out, nullptr);
     for (float& v : want_dw) v += 1.0f;
     for (float& v : want_db) v += 1.0f;
@@ -242,7 +243,7 @@ void test_gelu() {
     vec x = random_vec(5000, 20, 3.0f), dy = random_vec(5000, 21);
     if constexpr (std::is_same_v<T, bf16>) x = round_bf16(x), dy = round_bf16(dy);
     auto dx_in = upload<T>(x), ddy = upload<T>(dy);
-    cu::device_buffer<T> y(x.size()), dx(x.size());
+    gpu::device_buffer<T> y(x.size()), dx(x.size());
     cu::gelu_forward(dx_in.data(), y.data(), x.size(), nullptr);
     cu::gelu_backward(dx_in.data(), ddy.data(), dx.data(), x.size(), nullptr);
     // The reference's tanh is Eigen's fast rational approximation, a few float steps off near
@@ -265,8 +266,8 @@ void test_layer_norm(int rows, int cols, float spread = 2.0f, float offset = 3.0
     if constexpr (std::is_same_v<T, bf16>)
         x = round_bf16(x), dy = round_bf16(dy), gamma = round_bf16(gamma), beta = round_bf16(beta);
     auto d_x = upload<T>(x), d_dy = upload<T>(dy), d_gamma = upload<T>(gamma), d_beta = upload<T>(beta);
-    cu::device_buffer<T> y(x.size()), dx(x.size());
-    cu::device_buffer<float> mean{std::size_t(rows)}, rstd{std::size_t(rows)};
+    gpu::device_buffer<T> y(x.size()), dx(x.size());
+    gpu::device_buffer<float> mean{std::size_t(rows)}, rstd{std::size_t(rows)};
     cu::layer_norm_forward(d_x.data(), d_gamma.data(), d_beta.data(), y.data(), mean.data(), rstd.data(), rows, cols,
                            1e-5f, nullptr);
     vec want_mean, want_rstd;
@@ -282,8 +283,8 @@ void test_layer_norm(int rows, int cols, float spread = 2.0f, float offset = 3.0
 
     vec want_dgamma, want_dbeta;
     weft_test::layer_norm_backward_weight(x, want_mean, want_rstd, dy, rows, cols, want_dgamma, want_dbeta);
-    cu::device_buffer<float> dgamma{vec(std::size_t(cols), 0.5f)}, dbeta{vec(std::size_t(cols), 0.5f)};
-    cu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, cols, 2));
+    gpu::device_buffer<float> dgamma{vec(std::size_t(cols), 0.5f)}, dbeta{vec(std::size_t(cols), 0.5f)};
+    gpu::device_buffer<float> partials(cu::column_sum_scratch_floats(rows, cols, 2));
     cu::layer_norm_backward_weight(d_x.data(), mean.data(), rstd.data(), d_dy.data(), dgamma.data(), dbeta.data(),
                                    partials.data(), rows, cols, nullptr);
     for (float& v : want_dgamma) v += 0.5f;
@@ -306,9 +307,9 @@ void test_cross_entropy(int rows, int classes, float offset = 0.0f) {
     std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
     for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
     auto d_logits = upload<T>(logits);
-    cu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
-    cu::device_buffer<float> losses{std::size_t(rows)}, loss{1};
-    cu::device_buffer<T> dlogits(logits.size());
+    gpu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
+    gpu::device_buffer<float> losses{std::size_t(rows)}, loss{1};
+    gpu::device_buffer<T> dlogits(logits.size());
     const float scale = 0.5f;
     cu::cross_entropy_forward_backward(d_logits.data(), d_labels.data(), losses.data(), dlogits.data(), rows, classes,
                                        scale, nullptr);
@@ -338,8 +339,8 @@ void test_mean(int n) {
     for (float& v : values) v = dist(gen);
     double sum = 0;
     for (float v : values) sum += v;
-    const cu::device_buffer<float> d_values{values};
-    cu::device_buffer<float> first{1}, again{1};
+    const gpu::device_buffer<float> d_values{values};
+    gpu::device_buffer<float> first{1}, again{1};
     cu::mean(d_values.data(), n, first.data(), nullptr);
     cu::mean(d_values.data(), n, again.data(), nullptr);
     expect_close("mean" + tag, download(first), vec{float(sum / n)}, 1e-5f, 0.0f);
@@ -359,12 +360,12 @@ void test_cross_entropy_special_values() {
     vec with_nan = round_bf16(random_vec(classes, 44, 3.0f));
     with_nan[classes - 1] = std::numeric_limits<float>::quiet_NaN();
     const std::vector<std::int32_t> label{500};
-    cu::device_buffer<std::int32_t> d_label{std::span<const std::int32_t>(label)};
+    gpu::device_buffer<std::int32_t> d_label{std::span<const std::int32_t>(label)};
     for (const bool nan_case : {false, true}) {
         const vec& logits = nan_case ? with_nan : masked;
         auto d_logits = upload<bf16>(logits);
-        cu::device_buffer<float> loss{1};
-        cu::device_buffer<bf16> dlogits(logits.size());
+        gpu::device_buffer<float> loss{1};
+        gpu::device_buffer<bf16> dlogits(logits.size());
         cu::cross_entropy_forward_backward(d_logits.data(), d_label.data(), loss.data(), dlogits.data(), 1, classes,
                                            1.0f, nullptr);
         const float got = download(loss)[0];
@@ -387,10 +388,10 @@ void test_cross_entropy_padded(int rows, int classes, int stride) {
         std::copy_n(logits.begin() + std::ptrdiff_t(r) * classes, classes, padded.begin() + std::ptrdiff_t(r) * stride);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
     for (int r = 0; r < rows; ++r) labels[std::size_t(r)] = (r * 7919) % classes;
-    cu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
+    gpu::device_buffer<std::int32_t> d_labels{std::span<const std::int32_t>(labels)};
     auto d_logits = upload<bf16>(logits), d_padded = upload<bf16>(padded);
-    cu::device_buffer<float> losses{std::size_t(rows)}, padded_losses{std::size_t(rows)};
-    cu::device_buffer<bf16> dlogits(logits.size()), padded_dlogits(padded.size());
+    gpu::device_buffer<float> losses{std::size_t(rows)}, padded_losses{std::size_t(rows)};
+    gpu::device_buffer<bf16> dlogits(logits.size()), padded_dlogits(padded.size());
     cu::cross_entropy_forward_backward(d_logits.data(), d_labels.data(), losses.data(), dlogits.data(), rows, classes,
                                        1.0f, nullptr);
     cu::cross_entropy_forward_backward(d_padded.data(), d_labels.data(), padded_losses.data(), padded_dlogits.data(),
@@ -424,9 +425,9 @@ void test_embedding(int sequences, int seq_len, int width, int vocab) {
     const vec wte = random_vec(std::size_t(vocab) * width, 60), wpe = random_vec(std::size_t(seq_len) * width, 61);
     vec dy = random_vec(std::size_t(rows) * width, 62);
     if constexpr (std::is_same_v<T, bf16>) dy = round_bf16(dy);
-    cu::device_buffer<std::int32_t> d_tokens{std::span<const std::int32_t>(tokens)};
-    cu::device_buffer<float> d_wte(wte), d_wpe(wpe);
-    cu::device_buffer<T> out(std::size_t(rows) * width);
+    gpu::device_buffer<std::int32_t> d_tokens{std::span<const std::int32_t>(tokens)};
+    gpu::device_buffer<float> d_wte(wte), d_wpe(wpe);
+    gpu::device_buffer<T> out(std::size_t(rows) * width);
     cu::embedding_forward(d_tokens.data(), d_wte.data(), d_wpe.data(), out.data(), sequences, seq_len, width, vocab,
                           nullptr);
     const vec want_out = weft_test::embedding_forward(tokens, wte, wpe, vocab, width, seq_len);
@@ -436,9 +437,9 @@ void test_embedding(int sequences, int seq_len, int width, int vocab) {
     vec want_dwte(wte.size(), 0.5f), want_dwpe(wpe.size(), 0.5f);
     weft_test::embedding_backward(tokens, dy, vocab, width, seq_len, want_dwte, want_dwpe);
     auto d_dy = upload<T>(dy);
-    cu::device_buffer<float> dwte{vec(wte.size(), 0.5f)}, dwpe{vec(wpe.size(), 0.5f)};
+    gpu::device_buffer<float> dwte{vec(wte.size(), 0.5f)}, dwpe{vec(wpe.size(), 0.5f)};
     const std::vector<std::int32_t> groups = weft::exec::group_rows_by_token(tokens, 0, vocab);
-    const cu::device_buffer<std::int32_t> d_groups{std::span<const std::int32_t>(groups)};
+    const gpu::device_buffer<std::int32_t> d_groups{std::span<const std::int32_t>(groups)};
     cu::embedding_backward(d_groups.data(), d_dy.data(), dwte.data(), dwpe.data(), sequences, seq_len, width, vocab,
                            nullptr);
     // The CPU's order (ascending rows per token, summed apart and then added): the same bits.
@@ -448,8 +449,8 @@ void test_embedding(int sequences, int seq_len, int width, int vocab) {
     // A rank's slice of the vocabulary (tensor parallelism): only its rows, the same sums.
     const int first_row = vocab / 3, held_rows = vocab / 3;
     const std::vector<std::int32_t> slice_groups = weft::exec::group_rows_by_token(tokens, first_row, held_rows);
-    const cu::device_buffer<std::int32_t> d_slice_groups{std::span<const std::int32_t>(slice_groups)};
-    cu::device_buffer<float> dwte_rows{vec(std::size_t(held_rows) * width, 0.5f)}, dwpe_again{vec(wpe.size(), 0.5f)};
+    const gpu::device_buffer<std::int32_t> d_slice_groups{std::span<const std::int32_t>(slice_groups)};
+    gpu::device_buffer<float> dwte_rows{vec(std::size_t(held_rows) * width, 0.5f)}, dwpe_again{vec(wpe.size(), 0.5f)};
     cu::embedding_backward_rows(d_slice_groups.data(), d_dy.data(), dwte_rows.data(), first_row, held_rows,
                                 dwpe_again.data(), sequences, seq_len, width, nullptr);
     const vec want_rows(want_dwte.begin() + std::ptrdiff_t(first_row) * width,
@@ -470,7 +471,7 @@ void test_embedding(int sequences, int seq_len, int width, int vocab) {
 
 void test_residual_add() {
     const vec a = random_vec(5000, 63), b = random_vec(5000, 64);
-    cu::device_buffer<float> d_a(a), d_b(b), out(a.size());
+    gpu::device_buffer<float> d_a(a), d_b(b), out(a.size());
     cu::residual_add(d_a.data(), d_b.data(), out.data(), a.size(), nullptr);
     vec want(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];
@@ -487,8 +488,8 @@ void test_attention(int batch, int seq, int heads, int head_dim) {
     vec qkv = random_vec(std::size_t(batch) * seq * 3 * C, 50), dout = random_vec(std::size_t(batch) * seq * C, 51);
     if constexpr (std::is_same_v<T, bf16>) qkv = round_bf16(qkv), dout = round_bf16(dout);
     auto d_qkv = upload<T>(qkv), d_dout = upload<T>(dout);
-    cu::device_buffer<T> out(std::size_t(batch) * seq * C), dqkv(qkv.size());
-    cu::device_buffer<float> lse(std::size_t(batch) * heads * seq), delta(lse.size());
+    gpu::device_buffer<T> out(std::size_t(batch) * seq * C), dqkv(qkv.size());
+    gpu::device_buffer<float> lse(std::size_t(batch) * heads * seq), delta(lse.size());
     cu::attention_forward(d_qkv.data(), out.data(), lse.data(), batch, seq, heads, head_dim, nullptr);
     const vec want_out = weft_test::attention_forward(qkv, batch, seq, heads, head_dim);
     expect_close("attention_forward" + tag, download(out), want_out, rtol<T>, rtol<T> * max_abs(want_out));
@@ -512,12 +513,12 @@ void test_flash_attention_mma(int batch, int seq, int heads, int head_dim) {
     const std::size_t rows = std::size_t(batch) * seq;
     const vec qkv = round_bf16(random_vec(rows * 3 * C, 52)), dout = round_bf16(random_vec(rows * C, 53));
     auto d_qkv = upload<bf16>(qkv), d_dout = upload<bf16>(dout);
-    cu::device_buffer<bf16> out(rows * C), wmma_out(rows * C), dqkv(qkv.size()), wmma_dqkv(qkv.size());
-    cu::device_buffer<float> lse(std::size_t(batch) * heads * seq), wmma_lse(lse.size()), delta(lse.size());
+    gpu::device_buffer<bf16> out(rows * C), wmma_out(rows * C), dqkv(qkv.size()), wmma_dqkv(qkv.size());
+    gpu::device_buffer<float> lse(std::size_t(batch) * heads * seq), wmma_lse(lse.size()), delta(lse.size());
     // NaN bytes: a row or column the kernels leave unwritten fails every comparison.
     for (auto* buffer : {&out, &dqkv})
-        cu::check(cudaMemset(buffer->data(), 0xff, buffer->size() * sizeof(bf16)), "cudaMemset");
-    cu::check(cudaMemset(lse.data(), 0xff, lse.size() * sizeof(float)), "cudaMemset");
+        gpu::check(cudaMemset(buffer->data(), 0xff, buffer->size() * sizeof(bf16)), "cudaMemset");
+    gpu::check(cudaMemset(lse.data(), 0xff, lse.size() * sizeof(float)), "cudaMemset");
 
     cu::flash_attention_mma_forward(d_qkv.data(), out.data(), lse.data(), batch, seq, heads, head_dim, nullptr);
     cu::flash_attention_forward(d_qkv.data(), wmma_out.data(), wmma_lse.data(), batch, seq, heads, head_dim, nullptr);
@@ -540,8 +541,8 @@ void test_flash_attention_mma(int batch, int seq, int heads, int head_dim) {
                  1e-2f * max_abs(want_dqkv));
 
     // A fixed order of every sum (no atomics): a second run repeats the first bit for bit.
-    cu::device_buffer<bf16> again_out(out.size()), again_dqkv(dqkv.size());
-    cu::device_buffer<float> again_lse(lse.size());
+    gpu::device_buffer<bf16> again_out(out.size()), again_dqkv(dqkv.size());
+    gpu::device_buffer<float> again_lse(lse.size());
     cu::flash_attention_mma_forward(d_qkv.data(), again_out.data(), again_lse.data(), batch, seq, heads, head_dim,
                                     nullptr);
     cu::flash_attention_mma_backward(d_qkv.data(), again_out.data(), d_dout.data(), again_lse.data(), delta.data(),
@@ -560,11 +561,11 @@ void test_adamw() {
     const double lr = 1e-2, weight_decay = 0.1;
     const vec want = weft_test::adamw(params, grads, rows, cols, lr, weight_decay);
 
-    cu::device_buffer<float> p(params), g(n), m(n), v(n);
-    cu::device_buffer<bf16> p16(n);
+    gpu::device_buffer<float> p(params), g(n), m(n), v(n);
+    gpu::device_buffer<bf16> p16(n);
     m.fill_zero();
     v.fill_zero();
-    cu::device_buffer<cu::adamw_state> state(1);
+    gpu::device_buffer<cu::adamw_state> state(1);
     cu::adamw_state_init(state.data(), lr, 0.9, 0.999, 1e-8, weight_decay);
     const std::vector<cu::adamw_range> ranges = {{0, std::size_t(rows) * cols, true},
                                                  {std::size_t(rows) * cols, std::size_t(cols), false}};
@@ -592,18 +593,18 @@ struct tiny_model {
                                  gamma = b3 + V, beta = gamma + C, total = beta + C;
 
     cu::gemm gemm;
-    cu::device_buffer<float> master{total}, grads{total}, m{total}, v{total};
-    cu::device_buffer<bf16> params{total};
-    cu::device_buffer<cu::adamw_state> state{1};
-    cu::device_buffer<bf16> x{std::size_t(N) * C}, ln{std::size_t(N) * C}, qkv{std::size_t(N) * 3 * C},
+    gpu::device_buffer<float> master{total}, grads{total}, m{total}, v{total};
+    gpu::device_buffer<bf16> params{total};
+    gpu::device_buffer<cu::adamw_state> state{1};
+    gpu::device_buffer<bf16> x{std::size_t(N) * C}, ln{std::size_t(N) * C}, qkv{std::size_t(N) * 3 * C},
         att{std::size_t(N) * C}, h{std::size_t(N) * F}, g{std::size_t(N) * F}, logits{std::size_t(N) * V},
         dlogits{std::size_t(N) * V}, dg{std::size_t(N) * F}, dh{std::size_t(N) * F}, datt{std::size_t(N) * C},
         dqkv{std::size_t(N) * 3 * C}, dln{std::size_t(N) * C}, dx{std::size_t(N) * C};
-    cu::device_buffer<float> mean{std::size_t(N)}, rstd{std::size_t(N)}, lse{std::size_t(N) * heads},
+    gpu::device_buffer<float> mean{std::size_t(N)}, rstd{std::size_t(N)}, lse{std::size_t(N) * heads},
         delta{std::size_t(N) * heads}, losses{std::size_t(N)}, loss{1};
     // The column sums' scratch (bias and LayerNorm weight gradients), one after another on the stream.
-    cu::device_buffer<float> partials{cu::column_sum_scratch_floats(N, std::max({V, F, 3 * C}), 2)};
-    cu::device_buffer<std::int32_t> labels{std::size_t(N)};
+    gpu::device_buffer<float> partials{cu::column_sum_scratch_floats(N, std::max({V, F, 3 * C}), 2)};
+    gpu::device_buffer<std::int32_t> labels{std::size_t(N)};
     std::vector<cu::adamw_range> ranges;
 
     tiny_model() {
@@ -619,7 +620,7 @@ struct tiny_model {
         for (int i = 0; i < N; ++i) host_labels[std::size_t(i)] = (i * 31 + 7) % V;
         labels.copy_from_host(host_labels);
         const vec host_x = random_vec(x.size(), 70);
-        cu::device_buffer<float> x32(host_x);
+        gpu::device_buffer<float> x32(host_x);
         cu::convert(x32.data(), x.data(), x.size(), nullptr);
     }
 
@@ -636,7 +637,7 @@ struct tiny_model {
         check_sync();
     }
 
-    static void check_sync() { cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+    static void check_sync() { gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
     void enqueue_step(cudaStream_t s) {
         const bf16* P = params.data();
@@ -682,7 +683,7 @@ struct tiny_model {
 
 void test_graph_replay() {
     constexpr int steps = 3;
-    cu::stream stream;
+    gpu::stream stream;
     tiny_model model;
 
     model.reset();
@@ -695,7 +696,7 @@ void test_graph_replay() {
     const auto eager = model.take(eager_losses);
 
     model.reset();
-    const cu::graph step = cu::graph::capture(stream, [&](cudaStream_t s) { model.enqueue_step(s); });
+    const gpu::graph step = gpu::graph::capture(stream, [&](cudaStream_t s) { model.enqueue_step(s); });
     expect(step.node_count() >= 25,
            "the captured step holds every kernel and GEMM (" + std::to_string(step.node_count()) + " nodes)");
     std::vector<float> replay_losses;

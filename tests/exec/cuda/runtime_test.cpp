@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
 namespace {
 
@@ -24,7 +24,7 @@ void expect(bool condition, const char* what) {
 }  // namespace
 
 int main() {
-    const auto [major, minor] = weft::cuda::runtime_version();
+    const auto [major, minor] = weft::gpu::runtime_version();
 #if defined(WEFT_HAS_NCCL)
     int nccl_version = 0;
     expect(ncclGetVersion(&nccl_version) == ncclSuccess && nccl_version > 0, "ncclGetVersion");
@@ -33,37 +33,37 @@ int main() {
     std::printf("CUDA runtime %d.%d, built without NCCL\n", major, minor);
 #endif
 
-    const int devices = weft::cuda::device_count();
+    const int devices = weft::gpu::device_count();
     if (devices == 0) {
         std::printf("no CUDA device: skipped\n");
         return 77;
     }
-    std::printf("device 0: %s\n", weft::cuda::device_name(0).c_str());
+    std::printf("device 0: %s\n", weft::gpu::device_name(0).c_str());
 
     // A round trip through device memory returns the data unchanged.
     std::vector<float> host(1 << 20);
     for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i) * 0.5f;
     void* device = nullptr;  // cuda_runtime_api.h's C form: the typed overload is cuda_runtime.h's
-    weft::cuda::check(cudaMalloc(&device, host.size() * sizeof(float)), "cudaMalloc");
-    weft::cuda::check(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+    weft::gpu::check(cudaMalloc(&device, host.size() * sizeof(float)), "cudaMalloc");
+    weft::gpu::check(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
                             "cudaMemcpy to device");
     std::vector<float> back(host.size());
-    weft::cuda::check(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+    weft::gpu::check(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
                             "cudaMemcpy to host");
-    weft::cuda::check(cudaFree(device), "cudaFree");
+    weft::gpu::check(cudaFree(device), "cudaFree");
     expect(back == host, "device round trip");
 
     // Errors name the call and CUDA's reason.
     bool threw = false;
     try {
-        weft::cuda::check(cudaErrorInvalidValue, "cudaFoo");
+        weft::gpu::check(cudaErrorInvalidValue, "cudaFoo");
     } catch (const weft::error& e) {
         threw = std::string(e.what()).find("cudaFoo failed: cudaErrorInvalidValue") != std::string::npos;
     }
     expect(threw, "check() names the call and the error");
     bool bad_device = false;
     try {
-        (void)weft::cuda::device_name(devices);
+        (void)weft::gpu::device_name(devices);
     } catch (const weft::error&) {
         bad_device = true;
     }

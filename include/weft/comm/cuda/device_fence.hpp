@@ -7,20 +7,20 @@
 
 #include <cuda_runtime_api.h>
 
-#include "weft/exec/cuda/capture_lock.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/runtime.hpp"
 
 namespace weft::comm::detail {
 
 // Whether `p` is device memory the host cannot read (managed memory it can).
-inline bool is_device_only(const void* p) { return cuda::memory_type(p) == cudaMemoryTypeDevice; }
+inline bool is_device_only(const void* p) { return gpu::memory_type(p) == cudaMemoryTypeDevice; }
 
 // Waits until the kernels queued on every stream of the device have finished, so that
 // something other than a stream may read or write their buffers. Not while another rank
-// thread captures an action's graph on this device (weft/exec/cuda/capture_lock.hpp).
+// thread captures an action's graph on this device (weft/gpu/capture_lock.hpp).
 inline void finish_device_work(const char* why) {
-    const cuda::device_wide_scope no_capture;
-    cuda::check(cudaDeviceSynchronize(), why);
+    const gpu::device_wide_scope no_capture;
+    gpu::check(cudaDeviceSynchronize(), why);
 }
 
 }  // namespace weft::comm::detail

@@ -26,7 +26,7 @@
 #include "weft/comm/cuda/device_fence.hpp"
 #include "weft/comm/message_matching.hpp"
 #include "weft/core/memory_space.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
 namespace weft::comm {
 
@@ -35,15 +35,15 @@ namespace detail {
 inline void copy_down(void* host, const void* device, std::size_t bytes) {
     if (bytes == 0) return;
     finish_device_work("cudaDeviceSynchronize (host_staged, before staging down)");  // whoever wrote `device`
-    cuda::check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (host_staged, device to host)");
+    gpu::check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (host_staged, device to host)");
 }
 
 inline void copy_up(void* device, const void* host, std::size_t bytes) {
     if (bytes == 0) return;
-    cuda::check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (host_staged, host to device)");
+    gpu::check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (host_staged, host to device)");
     // From pageable memory the copy may still be in flight when cudaMemcpy returns, ordered only
     // on the legacy stream: wait, so the kernels that read it next (on any stream) see it.
-    cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (host_staged, after staging up)");
+    gpu::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (host_staged, after staging up)");
 }
 
 }  // namespace detail

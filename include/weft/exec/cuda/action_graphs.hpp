@@ -42,14 +42,14 @@
 
 #include "weft/exec/action_key.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
-#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/exec/cuda/device_matrix.hpp"
-#include "weft/exec/cuda/graph.hpp"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/graph.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 class action_graphs {
 public:
@@ -107,22 +107,22 @@ private:
     struct pinned_buffer {
         void* host = nullptr;
         explicit pinned_buffer(std::size_t bytes) {
-            const device_wide_scope no_capture;  // capture_lock.hpp
-            check(cudaMallocHost(&host, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for a graph");
+            const gpu::device_wide_scope no_capture;  // capture_lock.hpp
+            gpu::check(cudaMallocHost(&host, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for a graph");
         }
         pinned_buffer(const pinned_buffer&) = delete;
         pinned_buffer& operator=(const pinned_buffer&) = delete;
         pinned_buffer(pinned_buffer&& other) noexcept : host(std::exchange(other.host, nullptr)) {}
         pinned_buffer& operator=(pinned_buffer&&) = delete;
         ~pinned_buffer() {
-            if (host != nullptr) free_pinned_memory(host);
+            if (host != nullptr) gpu::free_pinned_memory(host);
         }
     };
     struct entry {
         explicit entry(std::string action) : recording(std::move(action)) {}
         action_recording recording;
-        graph captured;                 // empty until the second call
-        std::optional<event> launched;  // behind the last launch: its upload buffers may be rewritten after
+        gpu::graph captured;                 // empty until the second call
+        std::optional<gpu::event> launched;  // behind the last launch: its upload buffers may be rewritten after
         std::vector<pinned_buffer> uploads;
         device_matrix input;  // the graph's copy of the action's input (outside the graph)
         bool measured = false;  // its eager call done; `captured` says whether the capture is
@@ -158,7 +158,7 @@ private:
             e.input = device_matrix(input.rows(), input.cols());
         }
         if (input.size() > 0)
-            check(cudaMemcpyAsync(e.input.data(), input.data(), input.size() * sizeof(device_matrix::value_type),
+            gpu::check(cudaMemcpyAsync(e.input.data(), input.data(), input.size() * sizeof(device_matrix::value_type),
                                   cudaMemcpyDeviceToDevice, stream),
                   "cudaMemcpyAsync (an action's input into its graph's buffer)");
     }
@@ -181,8 +181,8 @@ private:
         } else if (e.captured.empty()) {
             return recorded(e, call, limit, [&](auto& body) {
                 // No device-wide wait may run on another thread meanwhile (capture_lock.hpp).
-                const device_wide_scope no_device_waits;
-                e.captured = graph::capture(stream_, [&](cudaStream_t) {
+                const gpu::device_wide_scope no_device_waits;
+                e.captured = gpu::graph::capture(stream_, [&](cudaStream_t) {
                     const recording_scope scope(e.recording, recording_mode::capturing);
                     body();
                 });
@@ -261,7 +261,7 @@ private:
             if (on != nullptr)
                 static_cast<void>(cudaFreeAsync(deferred.pointer, on));
             else
-                free_device_memory(deferred.pointer);
+                gpu::free_device_memory(deferred.pointer);
         }
     }
 
@@ -271,4 +271,4 @@ private:
     std::size_t launches_ = 0;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -34,7 +34,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 enum class recording_mode {
     measuring,  // the eager warm-up call: uploads are counted, nothing else changes
@@ -322,4 +322,4 @@ template <class... Args>
     return recording != nullptr && recording->skip_work(what, args...);
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -20,7 +20,7 @@
 #include "weft/exec/cuda/kernels/residual_add.cuh"
 #include "weft/exec/cuda/kernels/vocab_parallel_loss.cuh"
 
-namespace weft::cuda::launch {
+namespace weft::exec::cuda_detail::launch {
 
 void to_bf16(const float* in, bf16* out, std::size_t n, cudaStream_t stream) {
     if (skip_recorded_work("to_bf16", in, out, n)) return;
@@ -46,19 +46,19 @@ void add(const bf16* a, const bf16* b, bf16* out, std::size_t n, cudaStream_t st
 void gelu_forward(const bf16* x, bf16* y, std::size_t n, cudaStream_t stream) {
     if (skip_recorded_work("gelu_forward", x, y, n)) return;
     const profile_scope timed("gelu_forward", stream);
-    weft::cuda::gelu_forward(x, y, n, stream);
+    weft::exec::cuda_detail::gelu_forward(x, y, n, stream);
 }
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, std::size_t n, cudaStream_t stream) {
     if (skip_recorded_work("gelu_backward", x, dy, dx, n)) return;
     const profile_scope timed("gelu_backward", stream);
-    weft::cuda::gelu_backward(x, dy, dx, n, stream);
+    weft::exec::cuda_detail::gelu_backward(x, dy, dx, n, stream);
 }
 
 void layer_norm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
                         int rows, int cols, float eps, cudaStream_t stream) {
     if (skip_recorded_work("layer_norm_forward", x, gamma, beta, y, mean, rstd, rows, cols, eps)) return;
     const profile_scope timed("layer_norm_forward", stream);
-    weft::cuda::layer_norm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
+    weft::exec::cuda_detail::layer_norm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
 }
 void residual_layer_norm_forward(const bf16* a, const bf16* b, bf16* sum, const float* gamma, const float* beta,
                                  bf16* y, float* mean, float* rstd, int rows, int cols, float eps,
@@ -66,26 +66,26 @@ void residual_layer_norm_forward(const bf16* a, const bf16* b, bf16* sum, const 
     if (skip_recorded_work("residual_layer_norm_forward", a, b, sum, gamma, beta, y, mean, rstd, rows, cols,
                            eps)) return;
     const profile_scope timed("residual_layer_norm_forward", stream);
-    weft::cuda::residual_layer_norm_forward(a, b, sum, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
+    weft::exec::cuda_detail::residual_layer_norm_forward(a, b, sum, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
 }
 void layer_norm_backward_input(const bf16* x, const float* mean, const float* rstd, const float* gamma, const bf16* dy,
                                bf16* dx, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("layer_norm_backward_input", x, mean, rstd, gamma, dy, dx, rows, cols)) return;
     const profile_scope timed("layer_norm_backward_input", stream);
-    weft::cuda::layer_norm_backward_input(x, mean, rstd, gamma, dy, dx, rows, cols, stream);
+    weft::exec::cuda_detail::layer_norm_backward_input(x, mean, rstd, gamma, dy, dx, rows, cols, stream);
 }
 void layer_norm_backward_weight(const bf16* x, const float* mean, const float* rstd, const bf16* dy, float* dgamma,
                                 float* dbeta, float* partials, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("layer_norm_backward_weight", x, mean, rstd, dy, dgamma, dbeta, partials, rows, cols))
         return;
     const profile_scope timed("layer_norm_backward_weight", stream);
-    weft::cuda::layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta, partials, rows, cols, stream);
+    weft::exec::cuda_detail::layer_norm_backward_weight(x, mean, rstd, dy, dgamma, dbeta, partials, rows, cols, stream);
 }
 
 void bias_grad(const bf16* dy, float* db, float* partials, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("bias_grad", dy, db, partials, rows, cols)) return;
     const profile_scope timed("bias_grad", stream);
-    weft::cuda::bias_grad(dy, db, partials, rows, cols, stream);
+    weft::exec::cuda_detail::bias_grad(dy, db, partials, rows, cols, stream);
 }
 
 void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses, bf16* dlogits, int rows, int classes,
@@ -97,57 +97,57 @@ void cross_entropy(const bf16* logits, const std::int32_t* labels, float* losses
 void mean(const float* values, int n, float* out, cudaStream_t stream) {
     if (skip_recorded_work("mean", values, n, out)) return;
     const profile_scope timed("mean", stream);
-    weft::cuda::mean(values, n, out, stream);
+    weft::exec::cuda_detail::mean(values, n, out, stream);
 }
 
 void row_max(const bf16* logits, float* max, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("row_max", logits, max, rows, cols)) return;
     const profile_scope timed("row_max", stream);
-    weft::cuda::row_max(logits, max, rows, cols, stream);
+    weft::exec::cuda_detail::row_max(logits, max, rows, cols, stream);
 }
 void softmax_partial_sums(const bf16* logits, const float* max, const std::int32_t* labels, int first_column,
                           float* sums, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("softmax_partial_sums", logits, max, labels, first_column, sums, rows, cols)) return;
     const profile_scope timed("softmax_partial_sums", stream);
-    weft::cuda::softmax_partial_sums(logits, max, labels, first_column, sums, rows, cols, stream);
+    weft::exec::cuda_detail::softmax_partial_sums(logits, max, labels, first_column, sums, rows, cols, stream);
 }
 void softmax_gradient(const bf16* logits, const float* max, const float* sums, const std::int32_t* labels,
                       int first_column, float row_scale, bf16* d, int rows, int cols, cudaStream_t stream) {
     if (skip_recorded_work("softmax_gradient", logits, max, sums, labels, first_column, row_scale, d, rows,
                            cols)) return;
     const profile_scope timed("softmax_gradient", stream);
-    weft::cuda::softmax_gradient(logits, max, sums, labels, first_column, row_scale, d, rows, cols, stream);
+    weft::exec::cuda_detail::softmax_gradient(logits, max, sums, labels, first_column, row_scale, d, rows, cols, stream);
 }
 void max_over_blocks(const float* all, int n, int blocks, float* max, cudaStream_t stream) {
     if (skip_recorded_work("max_over_blocks", all, n, blocks, max)) return;
     const profile_scope timed("max_over_blocks", stream);
-    weft::cuda::max_over_blocks(all, n, blocks, max, stream);
+    weft::exec::cuda_detail::max_over_blocks(all, n, blocks, max, stream);
 }
 void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream) {
     if (skip_recorded_work("loss_terms", sums, n, terms)) return;
     const profile_scope timed("loss_terms", stream);
-    weft::cuda::loss_terms(sums, n, terms, stream);
+    weft::exec::cuda_detail::loss_terms(sums, n, terms, stream);
 }
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, bf16* out, int sequences,
                        int seq_len, int width, int vocab, cudaStream_t stream) {
     if (skip_recorded_work("embedding_forward", tokens, wte, wpe, out, sequences, seq_len, width, vocab)) return;
     const profile_scope timed("embedding_forward", stream);
-    weft::cuda::embedding_forward(tokens, wte, wpe, out, sequences, seq_len, width, vocab, stream);
+    weft::exec::cuda_detail::embedding_forward(tokens, wte, wpe, out, sequences, seq_len, width, vocab, stream);
 }
 void vocab_slice_lookup(const std::int32_t* tokens, const float* wte_rows, int first_row, int held_rows, float* out,
                         int sequences, int seq_len, int width, cudaStream_t stream) {
     if (skip_recorded_work("vocab_slice_lookup", tokens, wte_rows, first_row, held_rows, out, sequences, seq_len,
                            width)) return;
     const profile_scope timed("vocab_slice_lookup", stream);
-    weft::cuda::vocab_slice_lookup(tokens, wte_rows, first_row, held_rows, out, sequences, seq_len, width, stream);
+    weft::exec::cuda_detail::vocab_slice_lookup(tokens, wte_rows, first_row, held_rows, out, sequences, seq_len, width, stream);
 }
 void embedding_backward_rows(const std::int32_t* token_groups, const bf16* dy, float* dwte_rows, int first_row,
                              int held_rows, float* dwpe, int sequences, int seq_len, int width, cudaStream_t stream) {
     if (skip_recorded_work("embedding_backward_rows", token_groups, dy, dwte_rows, first_row, held_rows, dwpe,
                            sequences, seq_len, width)) return;
     const profile_scope timed("embedding_backward_rows", stream);
-    weft::cuda::embedding_backward_rows(token_groups, dy, dwte_rows, first_row, held_rows, dwpe, sequences, seq_len,
+    weft::exec::cuda_detail::embedding_backward_rows(token_groups, dy, dwte_rows, first_row, held_rows, dwpe, sequences, seq_len,
                                         width, stream);
 }
 
@@ -190,7 +190,7 @@ void sgd_update(float* params, const float* grads, float* momentum_buffer, std::
     sgd_update_exact(params, grads, momentum_buffer, n, f, decays, stream);
 }
 int summary_blocks_per_segment(std::size_t longest_segment) {
-    return weft::cuda::summary_blocks_per_segment(longest_segment);
+    return weft::exec::cuda_detail::summary_blocks_per_segment(longest_segment);
 }
 void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,
                          int blocks_per_segment, double* partials, double* result, cudaStream_t stream) {
@@ -200,4 +200,4 @@ void summarize_gradients(const float* values, const gradient_segment* segments, 
     summarize_segments(values, segments, segment_count, blocks_per_segment, partials, result, stream);
 }
 
-}  // namespace weft::cuda::launch
+}  // namespace weft::exec::cuda_detail::launch

@@ -19,7 +19,7 @@
 #include "weft/optim/adamw_factors.hpp"
 #include "weft/optim/sgd_update.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // Which causal-attention kernels exec::cuda runs: wmma (kernels/flash_attention.cuh, the
 // default, run on an H200 before its latest grid changes) or mma
@@ -27,9 +27,9 @@ namespace weft::cuda {
 // a GPU; docs/cuda.md).
 enum class attention_kernel { wmma, mma };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail
 
-namespace weft::cuda::launch {
+namespace weft::exec::cuda_detail::launch {
 
 using bf16 = __nv_bfloat16;
 
@@ -108,4 +108,4 @@ void sgd_update(float* params, const float* grads, float* momentum_buffer, std::
 void summarize_gradients(const float* values, const gradient_segment* segments, int segment_count,
                          int blocks_per_segment, double* partials, double* result, cudaStream_t stream);
 
-}  // namespace weft::cuda::launch
+}  // namespace weft::exec::cuda_detail::launch

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // Rows one block sums for its columns; its partial sums go to scratch.
 inline constexpr int column_sum_chunk_rows = 256;
@@ -29,4 +29,4 @@ inline constexpr int column_sum_chunk_rows = 256;
 static_assert(column_sum_chunks(256) == 1 && column_sum_chunks(257) == 2 && column_sum_chunks(16384) == 64);
 static_assert(column_sum_scratch_floats(16384, 768, 2) == 64 * 768 * 2);
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -24,10 +24,10 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
-#include "weft/exec/cuda/runtime.hpp"
 #include "weft/exec/cuda/stream_memory.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 inline thread_local cudaStream_t allocation_stream_of_thread = nullptr;
@@ -60,7 +60,7 @@ public:
         if (size() == 0) return;
         const std::size_t bytes = size() * sizeof(value_type);
         if (skip_recorded_work("device_matrix copy", data_, other.data_, bytes)) return;
-        check(cudaMemcpyAsync(data_, other.data_, bytes, cudaMemcpyDeviceToDevice, stream_),
+        gpu::check(cudaMemcpyAsync(data_, other.data_, bytes, cudaMemcpyDeviceToDevice, stream_),
               "cudaMemcpyAsync (device_matrix copy)");
     }
     device_matrix& operator=(const device_matrix& other) {
@@ -127,4 +127,4 @@ private:
     bool owns_ = true;               // false for a view()
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -20,16 +20,16 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/action_recording.hpp"
-#include "weft/exec/cuda/device_buffer.hpp"
 #include "weft/exec/cuda/operation_profile.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/device_buffer.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 using bf16 = __nv_bfloat16;
 
 // Throws weft::error("<what> failed: cuBLAS status <n>") unless `status` is success.
-inline void check(cublasStatus_t status, std::string_view what) {
+inline void check_cublas(cublasStatus_t status, std::string_view what) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
     throw error(std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)) + " (" +
                 cublasLtGetStatusString(status) + ")");
@@ -48,7 +48,7 @@ public:
     static constexpr std::size_t default_workspace_bytes = std::size_t(32) << 20;
 
     explicit gemm(std::size_t workspace_bytes = default_workspace_bytes) : workspace_(workspace_bytes) {
-        check(cublasLtCreate(&handle_), "cublasLtCreate");
+        check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
     }
     gemm(const gemm&) = delete;
     gemm& operator=(const gemm&) = delete;
@@ -135,33 +135,33 @@ public:
         }
 
         detail_handles h;
-        check(cublasLtMatmulDescCreate(&h.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-        check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+        check_cublas(cublasLtMatmulDescCreate(&h.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
               "cublasLtMatmulDescSetAttribute(TRANSA)");
-        check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+        check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
               "cublasLtMatmulDescSetAttribute(TRANSB)");
         if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+            check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE)");
         if (bias != nullptr)
-            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+            check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                   "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
         if (gelu_input != nullptr) {
             const std::int64_t gelu_ld = std::int64_t(lt_m);  // the output's: [m, n] row-major
-            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_input,
+            check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu_input,
                                                  sizeof(gelu_input)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
-            check(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &gelu_ld, sizeof(gelu_ld)),
+            check_cublas(cublasLtMatmulDescSetAttribute(h.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &gelu_ld, sizeof(gelu_ld)),
                   "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
         }
         // Stored (pre-op) shapes, column-major.
-        check(cublasLtMatrixLayoutCreate(&h.a, CUDA_R_16BF, b_t ? lt_k : lt_m, b_t ? lt_m : lt_k,
+        check_cublas(cublasLtMatrixLayoutCreate(&h.a, CUDA_R_16BF, b_t ? lt_k : lt_m, b_t ? lt_m : lt_k,
                                          std::int64_t(b_t ? lt_k : lt_m)),
               "cublasLtMatrixLayoutCreate(A)");
-        check(cublasLtMatrixLayoutCreate(&h.b, CUDA_R_16BF, a_t ? lt_n : lt_k, a_t ? lt_k : lt_n,
+        check_cublas(cublasLtMatrixLayoutCreate(&h.b, CUDA_R_16BF, a_t ? lt_n : lt_k, a_t ? lt_k : lt_n,
                                          std::int64_t(a_t ? lt_n : lt_k)),
               "cublasLtMatrixLayoutCreate(B)");
-        check(cublasLtMatrixLayoutCreate(&h.c, out_type, lt_m, lt_n, std::int64_t(lt_m)),
+        check_cublas(cublasLtMatrixLayoutCreate(&h.c, out_type, lt_m, lt_n, std::int64_t(lt_m)),
               "cublasLtMatrixLayoutCreate(C)");
 
         auto found = algorithms_.find(key);
@@ -183,7 +183,7 @@ public:
             found->second.reset();
             return false;
         }
-        check(status, "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" +
+        check_cublas(status, "cublasLtMatmul(m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" +
                           std::to_string(k) + ")");
         return true;
     }
@@ -272,13 +272,13 @@ private:
     std::optional<cublasLtMatmulAlgo_t> choose_algorithm(const detail_handles& h,
                                                          const std::array<std::uint32_t, 4>& alignments) {
         cublasLtMatmulPreference_t preference = nullptr;
-        check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+        check_cublas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
         struct preference_guard {
             cublasLtMatmulPreference_t p;
             ~preference_guard() { static_cast<void>(cublasLtMatmulPreferenceDestroy(p)); }
         } guard{preference};
         const std::size_t workspace = workspace_.bytes();
-        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+        check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                    sizeof(workspace)),
               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
         const std::array<cublasLtMatmulPreferenceAttributes_t, 4> which = {
@@ -286,7 +286,7 @@ private:
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (std::size_t i = 0; i < which.size(); ++i) {
             const std::uint32_t value = i < 3 ? alignments[i] : alignments[2];
-            check(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &value, sizeof(value)),
+            check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &value, sizeof(value)),
                   "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
         }
         cublasLtMatmulHeuristicResult_t result{};
@@ -294,7 +294,7 @@ private:
         const cublasStatus_t status =
             cublasLtMatmulAlgoGetHeuristic(handle_, h.op, h.a, h.b, h.c, h.c, preference, 1, &result, &returned);
         if (status == CUBLAS_STATUS_NOT_SUPPORTED) return std::nullopt;
-        check(status, "cublasLtMatmulAlgoGetHeuristic");
+        check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
         if (returned == 0) return std::nullopt;
         return result.algo;
     }
@@ -305,8 +305,8 @@ private:
     }
 
     cublasLtHandle_t handle_ = nullptr;
-    device_buffer<std::byte> workspace_;
+    gpu::device_buffer<std::byte> workspace_;
     std::map<key_type, std::optional<cublasLtMatmulAlgo_t>> algorithms_;  // none: cuBLASLt has none
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

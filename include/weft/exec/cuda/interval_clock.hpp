@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 class interval_clock {
 public:
@@ -67,9 +67,9 @@ public:
 
 private:
     cudaStream_t stream_;
-    std::vector<event> starts_, ends_;
+    std::vector<gpu::event> starts_, ends_;
     std::size_t used_ = 0;
     bool open_ = false;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

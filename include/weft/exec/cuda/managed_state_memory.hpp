@@ -7,7 +7,7 @@
 // Freed buffers are kept in a pool for the next allocation of their size (core/block_pool.hpp):
 // ZeRO's per-step buffers then cost a zeroing on the GPU, not an allocation and a wait for
 // the whole device. A buffer may be freed while queued kernels still use it: the pool fences
-// it with events on weft's compute streams (stream_registry.hpp, which says why a collective's
+// it with events on weft's compute streams (gpu::stream_registry.hpp, which says why a collective's
 // use is covered too) and waits for them only when it hands the buffer out again.
 #pragma once
 
@@ -17,13 +17,13 @@
 #include <string>
 
 #include "weft/core/block_pool.hpp"
-#include "weft/exec/cuda/capture_lock.hpp"
 #include "weft/core/state_memory.hpp"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream_registry.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream_registry.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -31,18 +31,18 @@ namespace detail {
 // before the host or another stream may touch the buffer: a wait for this memset on the
 // legacy default stream only, not for the device (weft's streams are non-blocking, so
 // nothing else is waited for; a wait for the device could wait for a receive posted ahead,
-// see stream_registry.hpp). The caller has waited for the kernels that wrote the buffer
+// see gpu::stream_registry.hpp). The caller has waited for the kernels that wrote the buffer
 // (the engine synchronizes its backend before the step, the pool waits for a freed
 // buffer's fence).
 inline void managed_zero(void* pointer, std::size_t bytes) {
-    check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
+    gpu::check(cudaMemsetAsync(pointer, 0, bytes, nullptr), "cudaMemsetAsync (training state)");
+    gpu::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after zeroing training state)");
 }
 
 inline void* managed_allocate_new(std::size_t bytes) {
-    const device_wide_scope no_capture;  // capture_lock.hpp
+    const gpu::device_wide_scope no_capture;  // capture_lock.hpp
     void* pointer = nullptr;
-    check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
+    gpu::check(cudaMallocManaged(&pointer, bytes, cudaMemAttachGlobal),
           "cudaMallocManaged(" + std::to_string(bytes) + " bytes) for training state");
     try {
         managed_zero(pointer, bytes);
@@ -55,15 +55,15 @@ inline void* managed_allocate_new(std::size_t bytes) {
 
 // On the GPU, as managed_zero: the caller has waited for the kernels that wrote `from`.
 inline void managed_copy(void* to, const void* from, std::size_t bytes) {
-    check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, nullptr), "cudaMemcpyAsync (training state)");
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after copying training state)");
+    gpu::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, nullptr), "cudaMemcpyAsync (training state)");
+    gpu::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (after copying training state)");
 }
 
 // cudaFree waits for the device's work first, so a buffer queued work still uses may go.
 // (Only past the pool's capacity, at a layout switch and at exit.)
 inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
     // Nothing to report to from here; the driver reclaims the memory at exit either way.
-    free_device_memory(pointer);  // under the capture lock
+    gpu::free_device_memory(pointer);  // under the capture lock
 }
 
 // The pool's fences: events after the work so far on every stream weft made. Null (no
@@ -71,22 +71,22 @@ inline void managed_free(void* pointer, std::size_t /*bytes*/) noexcept {
 // Not while a stream is captured (capture_lock.hpp): its event would be part of the capture.
 inline void* managed_fence() noexcept {
     try {
-        const device_wide_scope no_capture;
-        return stream_fence::record();
+        const gpu::device_wide_scope no_capture;
+        return gpu::stream_fence::record();
     } catch (...) {  // the lock's system_error: then no fence, and the buffer goes through cudaFree
         return nullptr;
     }
 }
-inline bool managed_fence_passed(void* fence) noexcept { return static_cast<stream_fence*>(fence)->passed(); }
+inline bool managed_fence_passed(void* fence) noexcept { return static_cast<gpu::stream_fence*>(fence)->passed(); }
 // Within the wait limit of the thread's backend (weft/exec/cuda/wait_limit.hpp): the work a
 // fence follows may wait for a message that never comes.
 inline void managed_fence_wait(void* fence) {
-    const auto* f = static_cast<const stream_fence*>(fence);
+    const auto* f = static_cast<const gpu::stream_fence*>(fence);
     detail::wait_for_device(thread_wait_limit(), [f] { return f->query(); },
                             "a wait for a freed training-state buffer's work");
 }
 inline void managed_fence_drop(void* fence) noexcept {
-    delete static_cast<stream_fence*>(fence);  // NOLINT(cppcoreguidelines-owning-memory): made by managed_fence
+    delete static_cast<gpu::stream_fence*>(fence);  // NOLINT(cppcoreguidelines-owning-memory): made by managed_fence
 }
 
 // Eight buffers: the reduced-gradient ranges and gathered parameters of a rank thread's
@@ -120,4 +120,4 @@ inline void managed_deallocate(void* pointer, std::size_t bytes) noexcept {
     return managed;
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

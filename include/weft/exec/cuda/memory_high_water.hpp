@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <string>
 
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 struct memory_high_water {
     std::size_t stream_pool_bytes = 0;  // the current pool's most bytes in use at once
@@ -27,14 +27,14 @@ struct memory_high_water {
 [[nodiscard]] inline memory_high_water memory_high_water_of(int device) {
     const std::string where = " of GPU " + std::to_string(device);
     cudaMemPool_t pool = nullptr;
-    check(cudaDeviceGetMemPool(&pool, device), "cudaDeviceGetMemPool" + where);  // what cudaMallocAsync uses
+    gpu::check(cudaDeviceGetMemPool(&pool, device), "cudaDeviceGetMemPool" + where);  // what cudaMallocAsync uses
     std::uint64_t pool_high = 0, graph_high = 0;  // cuuint64_t, as both attributes are
-    check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &pool_high),
+    gpu::check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &pool_high),
           "cudaMemPoolGetAttribute(cudaMemPoolAttrUsedMemHigh)" + where);
-    check(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_high),
+    gpu::check(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &graph_high),
           "cudaDeviceGetGraphMemAttribute(cudaGraphMemAttrUsedMemHigh)" + where);
     return {.stream_pool_bytes = static_cast<std::size_t>(pool_high),
             .graph_bytes = static_cast<std::size_t>(graph_high)};
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

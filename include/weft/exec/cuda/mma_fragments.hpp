@@ -18,7 +18,7 @@
 #define WEFT_MMA_FRAGMENT_FUNCTION constexpr
 #endif
 
-namespace weft::cuda::mma_fragments {
+namespace weft::exec::cuda_detail::mma_fragments {
 
 // An element's place in its matrix (or, for an address, the first element of the 8 that one
 // lane's address covers).
@@ -114,6 +114,6 @@ constexpr bool rows_live_in_lane_quads() {
 }
 static_assert(rows_live_in_lane_quads());
 
-}  // namespace weft::cuda::mma_fragments
+}  // namespace weft::exec::cuda_detail::mma_fragments
 
 #undef WEFT_MMA_FRAGMENT_FUNCTION

@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/exec/operation_times.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 class operation_profile {
 public:
@@ -61,7 +61,7 @@ private:
     friend class profile_scope;
     struct interval {
         std::string name;
-        event start, end;
+        gpu::event start, end;
     };
     void add(interval i) {
         const std::lock_guard lock(mutex_);
@@ -81,7 +81,7 @@ public:
         if (!operation_profile::process().enabled()) return;
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return;
-        open_.emplace(operation_profile::interval{std::string(name), event(), event()});
+        open_.emplace(operation_profile::interval{std::string(name), gpu::event(), gpu::event()});
         open_->start.record(stream);
     }
     profile_scope(const profile_scope&) = delete;
@@ -104,4 +104,4 @@ private:
     std::optional<operation_profile::interval> open_;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

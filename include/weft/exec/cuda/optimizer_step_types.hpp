@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // A piece [first, last) of the owned gradients (relative to their first element), counted in
 // the norm or not. A summary's pieces cover the owned gradients in order.
@@ -15,4 +15,4 @@ struct gradient_segment {
     int counted;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // TFLOP/s for a device name as cudaGetDeviceProperties reports it ("NVIDIA H200", ...); 0
 // when unknown. More specific names come first (an "H100 PCIe" is not an SXM H100).
@@ -30,6 +30,6 @@ namespace weft::cuda {
     return 0.0;
 }
 
-[[nodiscard]] inline double bf16_peak_tflops(int device) { return bf16_peak_tflops(device_name(device)); }
+[[nodiscard]] inline double bf16_peak_tflops(int device) { return bf16_peak_tflops(gpu::device_name(device)); }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -9,27 +9,27 @@
 #include <cstddef>
 #include <string>
 
-#include "weft/exec/cuda/capture_lock.hpp"
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream.hpp"
 #include "weft/exec/cuda/wait_limit.hpp"
 #include "weft/exec/staging_ring.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 struct pinned_upload_platform {
     cudaStream_t stream = nullptr;  // the backend's: copies queue behind its kernels
-    using fence = event;
+    using fence = gpu::event;
 
     [[nodiscard]] void* allocate(std::size_t bytes) {
-        const device_wide_scope no_capture;  // capture_lock.hpp
+        const gpu::device_wide_scope no_capture;  // capture_lock.hpp
         void* buffer = nullptr;
-        check(cudaMallocHost(&buffer, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for uploads");
+        gpu::check(cudaMallocHost(&buffer, bytes), "cudaMallocHost(" + std::to_string(bytes) + " bytes) for uploads");
         return buffer;
     }
-    void deallocate(void* buffer) noexcept { free_pinned_memory(buffer); }
+    void deallocate(void* buffer) noexcept { gpu::free_pinned_memory(buffer); }
     void copy_async(void* to, const void* staged, std::size_t bytes) {
-        check(cudaMemcpyAsync(to, staged, bytes, cudaMemcpyHostToDevice, stream),
+        gpu::check(cudaMemcpyAsync(to, staged, bytes, cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (staged host values to the device)");
     }
     void record(fence& f) { f.record(stream); }
@@ -39,4 +39,4 @@ struct pinned_upload_platform {
 
 using pinned_uploads = exec::staging_ring<pinned_upload_platform>;
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -50,7 +50,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::cuda::simt {
+namespace weft::exec::cuda_detail::simt {
 
 struct index3 {
     unsigned int x = 0, y = 0, z = 0;
@@ -189,20 +189,20 @@ inline const std::array<block_state::slot, warp_size>& exchange_in_warp(const bl
     return current_block().exchange(detail::thread_rank / warp_size, lane(), mine);
 }
 
-}  // namespace weft::cuda::simt
+}  // namespace weft::exec::cuda_detail::simt
 
 // CUDA's built-in variables and functions under their own names, so that device code compiles
 // unchanged: only where no CUDA compiler defines them (device_or_emulated.cuh includes this
 // header only then).
-inline thread_local weft::cuda::simt::index3 threadIdx, blockIdx, gridDim, blockDim;
+inline thread_local weft::exec::cuda_detail::simt::index3 threadIdx, blockIdx, gridDim, blockDim;
 
 inline void __syncthreads() {
-    weft::cuda::simt::current_block().synchronize_block();
+    weft::exec::cuda_detail::simt::current_block().synchronize_block();
 }
 
 // The warp's lanes wait for each other (full mask): what each wrote before is seen by all after.
 inline void __syncwarp(unsigned int /*mask*/ = 0xffffffffu) {
-    static_cast<void>(weft::cuda::simt::exchange_in_warp({}));
+    static_cast<void>(weft::exec::cuda_detail::simt::exchange_in_warp({}));
 }
 
 // math_constants.h spells CUDART_INF_F and its kin with this device intrinsic.
@@ -212,10 +212,10 @@ inline float __int_as_float(int bits) {
 
 // The value of lane (this lane ^ lane_mask); every lane of the warp takes part (full mask).
 inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) {
-    weft::cuda::simt::block_state::slot mine;
+    weft::exec::cuda_detail::simt::block_state::slot mine;
     mine.value = value;
-    const auto& all = weft::cuda::simt::exchange_in_warp(mine);
-    return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].value;
+    const auto& all = weft::exec::cuda_detail::simt::exchange_in_warp(mine);
+    return all[std::size_t(weft::exec::cuda_detail::simt::lane() ^ lane_mask)].value;
 }
 
 // CUDA's reciprocal square root. The GPU's is within 2 ulp; this one rounds twice (the square
@@ -225,10 +225,10 @@ inline float rsqrtf(float x) {
 }
 
 inline double __shfl_xor_sync(unsigned int /*mask*/, double value, int lane_mask) {
-    weft::cuda::simt::block_state::slot mine;
+    weft::exec::cuda_detail::simt::block_state::slot mine;
     mine.wide = value;
-    const auto& all = weft::cuda::simt::exchange_in_warp(mine);
-    return all[std::size_t(weft::cuda::simt::lane() ^ lane_mask)].wide;
+    const auto& all = weft::exec::cuda_detail::simt::exchange_in_warp(mine);
+    return all[std::size_t(weft::exec::cuda_detail::simt::lane() ^ lane_mask)].wide;
 }
 
 // CUDA's IEEE-rounded single operations (round to nearest even), which nvcc never fuses into
@@ -258,7 +258,7 @@ inline int max(int a, int b) {
     return a < b ? b : a;
 }
 
-namespace weft::cuda::simt {
+namespace weft::exec::cuda_detail::simt {
 
 [[nodiscard]] inline unsigned char* dynamic_shared_memory() {
     return current_block().shared_memory();
@@ -431,4 +431,4 @@ inline void launch(index3 grid, int threads, std::size_t shared_bytes, const std
     launch(grid, index3{unsigned(threads), 1, 1}, shared_bytes, kernel);
 }
 
-}  // namespace weft::cuda::simt
+}  // namespace weft::exec::cuda_detail::simt

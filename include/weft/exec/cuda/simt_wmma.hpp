@@ -43,7 +43,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned
     using frag = fragment<Use, M, N, K, T, Layout>;
     for (int r = 0; r < frag::rows; ++r)
         for (int c = 0; c < frag::cols; ++c)
-            f.x[r * frag::cols + c] = weft::cuda::detail::to_float(std::is_same_v<Layout, col_major>
+            f.x[r * frag::cols + c] = weft::exec::cuda_detail::detail::to_float(std::is_same_v<Layout, col_major>
                                                                        ? p[std::size_t(c) * ldm + std::size_t(r)]
                                                                        : p[std::size_t(r) * ldm + std::size_t(c)]);
 }
@@ -70,8 +70,8 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a,
 // The accumulator to p: element i written by lane i % 32, then the warp waits for all.
 template <int M, int N, int K>
 void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned int ldm, layout_t layout) {
-    const int lane = weft::cuda::simt::lane();
-    for (int e = lane; e < M * N; e += weft::cuda::simt::warp_size) {
+    const int lane = weft::exec::cuda_detail::simt::lane();
+    for (int e = lane; e < M * N; e += weft::exec::cuda_detail::simt::warp_size) {
         const int r = e / N, c = e % N;
         p[layout == mem_col_major ? std::size_t(c) * ldm + std::size_t(r) : std::size_t(r) * ldm + std::size_t(c)] =
             f.x[e];

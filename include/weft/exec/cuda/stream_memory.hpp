@@ -16,10 +16,10 @@
 #include <string>
 
 #include "weft/exec/cuda/action_recording.hpp"
-#include "weft/exec/cuda/capture_lock.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 struct stream_allocation {
     void* pointer = nullptr;
@@ -32,10 +32,10 @@ struct stream_allocation {
         return {recording->replayed_allocation(bytes), true};
     void* pointer = nullptr;
     if (stream != nullptr) {
-        check(cudaMallocAsync(&pointer, bytes, stream), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
+        gpu::check(cudaMallocAsync(&pointer, bytes, stream), "cudaMallocAsync(" + std::to_string(bytes) + " bytes)");
     } else {
-        const device_wide_scope no_capture;  // cudaMalloc may wait for the device: capture_lock.hpp
-        check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
+        const gpu::device_wide_scope no_capture;  // cudaMalloc may wait for the device: capture_lock.hpp
+        gpu::check(cudaMalloc(&pointer, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes)");
     }
     const bool captured = recording != nullptr && recording->mode() == recording_mode::capturing;
     if (captured) recording->note_allocation(pointer, bytes);
@@ -69,7 +69,7 @@ inline void free_on_stream(const stream_allocation& memory, cudaStream_t stream)
     if (stream != nullptr)
         static_cast<void>(cudaFreeAsync(memory.pointer, stream));
     else
-        free_device_memory(memory.pointer);
+        gpu::free_device_memory(memory.pointer);
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

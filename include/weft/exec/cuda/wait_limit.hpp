@@ -25,9 +25,9 @@
 #include "weft/comm/abort_on_timeout.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/core/poll_until.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 struct wait_limit {
     comm::timeout_duration limit = comm::no_timeout;
@@ -58,7 +58,7 @@ void wait_for_device(const wait_limit& limit, Query&& query, const std::string& 
         [&] {
             const cudaError_t status = query();
             if (status == cudaErrorNotReady) return false;
-            check(status, what);
+            gpu::check(status, what);
             return true;
         },
         comm::deadline_after(limit.limit));
@@ -78,7 +78,7 @@ void wait_for_device(const wait_limit& limit, Query&& query, const std::string& 
 // Waits for everything queued on `stream`, within the limit.
 inline void synchronize(cudaStream_t stream, const wait_limit& limit, const std::string& what) {
     if (limit.limit == comm::no_timeout) {
-        check(cudaStreamSynchronize(stream), what);
+        gpu::check(cudaStreamSynchronize(stream), what);
         return;
     }
     detail::wait_for_device(limit, [stream] { return cudaStreamQuery(stream); }, what);
@@ -87,10 +87,10 @@ inline void synchronize(cudaStream_t stream, const wait_limit& limit, const std:
 // Waits for the work before `event` was recorded, within the limit.
 inline void synchronize(cudaEvent_t event, const wait_limit& limit, const std::string& what) {
     if (limit.limit == comm::no_timeout) {
-        check(cudaEventSynchronize(event), what);
+        gpu::check(cudaEventSynchronize(event), what);
         return;
     }
     detail::wait_for_device(limit, [event] { return cudaEventQuery(event); }, what);
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -45,8 +45,8 @@
 #include "weft/models/gpt.hpp"
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
-#include "weft/swarm/protocol.hpp"
 #include "weft/swarm/owed_calls.hpp"
+#include "weft/swarm/protocol.hpp"
 #include "weft/swarm/rebalancer.hpp"
 #include "weft/swarm/router.hpp"
 #include "weft/swarm/stage_service.hpp"
@@ -893,7 +893,7 @@ private:
     trainer_options options_;
     std::vector<nn::unit_range> units_;
     std::vector<models::tied_parameter> tied_ = models::gpt::tied_parameters(options_.model);
-    std::vector<nn::parameter_registry> registries_;
+    std::vector<weft::parameter_registry> registries_;
     std::vector<std::vector<train::flat_run>> norm_runs_;  // what each stage counts in the norm
     zmq::context_t context_;
     zmq::socket_t router_socket_;

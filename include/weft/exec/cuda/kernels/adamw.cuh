@@ -14,10 +14,10 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/adamw_kernels.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 #include "weft/optim/adamw_factors.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // The hyperparameters: optim::adamw_options (torch.optim.AdamW's defaults), whose header has
 // no Eigen, so nvcc compiles it here.
@@ -55,10 +55,10 @@ inline void adamw_state_init(adamw_state* state, double lr, double beta1, double
     host.beta2 = beta2;
     host.eps = eps;
     host.weight_decay = weight_decay;
-    check(cudaMemcpy(state, &host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy adamw_state");
+    gpu::check(cudaMemcpy(state, &host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy adamw_state");
     // A pageable-source cudaMemcpy may return before its DMA lands (it is ordered only on
     // the default stream); a step enqueued next on a non-blocking stream must see the state.
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy adamw_state");
+    gpu::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy adamw_state");
 }
 
 // Stream-ordered (capturable): replaces the hyperparameters, keeping the step counter, for
@@ -68,7 +68,7 @@ inline void adamw_set_hyperparameters(adamw_state* state, double lr, double beta
     detail::require_adamw_hyperparameters(lr, beta1, beta2, eps, weight_decay);
     require(state != nullptr, "adamw_set_hyperparameters: state", "a null pointer", "must be a device pointer");
     detail::adamw_set_hyperparameters_kernel<<<1, 1, 0, stream>>>(state, lr, beta1, beta2, eps, weight_decay);
-    check(cudaGetLastError(), "adamw_set_hyperparameters kernel launch");
+    gpu::check(cudaGetLastError(), "adamw_set_hyperparameters kernel launch");
 }
 
 inline void adamw_set_hyperparameters(adamw_state* state, const adamw_hyperparameters& h, cudaStream_t stream) {
@@ -78,7 +78,7 @@ inline void adamw_set_hyperparameters(adamw_state* state, const adamw_hyperparam
 // Advances the step counter and the derived scalars (one thread; capturable).
 inline void adamw_begin_step(adamw_state* state, cudaStream_t stream) {
     detail::adamw_begin_step_kernel<<<1, 1, 0, stream>>>(state);
-    check(cudaGetLastError(), "adamw_begin_step kernel launch");
+    gpu::check(cudaGetLastError(), "adamw_begin_step kernel launch");
 }
 
 // One AdamW update of params[0, n) from grads, moments m and v (zero before step 1);
@@ -89,7 +89,7 @@ inline void adamw_update(float* params, const float* grads, float* m, float* v, 
     constexpr unsigned int threads = 256;
     detail::adamw_update_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(
         params, grads, m, v, params_bf16, n, decays, state);
-    check(cudaGetLastError(), "adamw_update kernel launch");
+    gpu::check(cudaGetLastError(), "adamw_update kernel launch");
 }
 
 // The update over flat buffers split into decaying and non-decaying ranges.
@@ -100,4 +100,4 @@ inline void adamw_update(float* params, const float* grads, float* m, float* v, 
                      params_bf16 != nullptr ? params_bf16 + r.offset : nullptr, r.size, r.decays, state, stream);
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -13,7 +13,7 @@
 #include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step_kernels.cuh"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // Hyperparameters and derived per-step scalars, kept in device memory. Set the
 // hyperparameters with adamw_state_init (or write lr between steps); adamw_begin_step
@@ -65,4 +65,4 @@ WEFT_END_INLINE_KERNELS
 
 }  // namespace detail
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

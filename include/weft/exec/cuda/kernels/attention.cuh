@@ -18,9 +18,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -223,7 +223,7 @@ void attention_forward(const T* qkv, T* out, float* lse, int batch, int seq, int
     const std::size_t shared = (std::size_t(seq) + detail::attention_warps * head_dim) * sizeof(float);
     detail::attention_forward_kernel<<<dim3(seq, heads, batch), detail::attention_threads, shared, stream>>>(
         qkv, out, lse, shape, 1.0f / sqrtf(float(head_dim)));
-    check(cudaGetLastError(), "attention_forward kernel launch");
+    gpu::check(cudaGetLastError(), "attention_forward kernel launch");
 }
 
 // dqkv (same layout as qkv) is written whole; delta [batch, heads, seq] is scratch.
@@ -237,10 +237,10 @@ void attention_backward(const T* qkv, const T* out, const T* dout, const float* 
     const dim3 grid(seq, heads, batch);
     detail::attention_backward_query_kernel<<<grid, detail::attention_threads, shared, stream>>>(
         qkv, out, dout, lse, delta, dqkv, shape, scale);
-    check(cudaGetLastError(), "attention_backward (queries) kernel launch");
+    gpu::check(cudaGetLastError(), "attention_backward (queries) kernel launch");
     detail::attention_backward_key_value_kernel<<<grid, detail::attention_threads, shared, stream>>>(
         qkv, dout, lse, delta, dqkv, shape, scale);
-    check(cudaGetLastError(), "attention_backward (keys, values) kernel launch");
+    gpu::check(cudaGetLastError(), "attention_backward (keys, values) kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -11,7 +11,7 @@
 #include "weft/exec/cuda/kernels/column_sums.cuh"
 #include "weft/exec/cuda/kernels/convert.cuh"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -32,4 +32,4 @@ void bias_grad(const T* dy, float* db, float* partials, int rows, int cols, cuda
                            stream, "bias_grad");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -13,9 +13,9 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/column_sums_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 // Queues both passes. `partials` holds column_sum_scratch_floats(rows, cols, Sums) floats;
 // rows and cols are positive (the callers check them, naming their own parameters). `what`,
@@ -35,11 +35,11 @@ void column_sums(Terms terms, float* partials, column_outputs<Sums> out, int row
     column_partials_kernel<Sums>
         <<<dim3(chunks, unsigned(tiles)), dim3(column_sum_columns, column_sum_warps), 0, stream>>>(terms, partials,
                                                                                                    rows, cols);
-    check(cudaGetLastError(), "column_partials_kernel launch");
+    gpu::check(cudaGetLastError(), "column_partials_kernel launch");
     constexpr int threads = 256;
     add_column_partials_kernel<Sums>
         <<<unsigned((cols + threads - 1) / threads), threads, 0, stream>>>(partials, int(chunks), cols, out);
-    check(cudaGetLastError(), "add_column_partials_kernel launch");
+    gpu::check(cudaGetLastError(), "add_column_partials_kernel launch");
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

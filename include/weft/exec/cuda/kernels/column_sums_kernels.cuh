@@ -9,7 +9,7 @@
 #include "weft/exec/cuda/column_sums_layout.hpp"
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 constexpr int column_sum_columns = 32;       // a block's columns, one per lane: a warp reads 32 neighbours of a row
 constexpr int column_sum_warps = 8;          // each warp of a block takes every 8th row of the chunk
@@ -58,4 +58,4 @@ __global__ void add_column_partials_kernel(const float* partials, int chunks, in
     }
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

@@ -11,9 +11,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert_kernels.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -32,7 +32,7 @@ void convert(const From* in, To* out, std::size_t n, cudaStream_t stream) {
     require(in != nullptr && out != nullptr, "convert: in, out", "a null pointer", "must be device pointers");
     constexpr unsigned int threads = 256;
     detail::convert_kernel<From, To><<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, out, n);
-    check(cudaGetLastError(), "convert kernel launch");
+    gpu::check(cudaGetLastError(), "convert kernel launch");
 }
 
 // out[i] = in[i] + addend[i % period], added in fp32 and then rounded to To. Over row-major
@@ -50,7 +50,7 @@ void convert_adding_periodic(const float* in, const float* addend, std::size_t p
     constexpr unsigned int threads = 256;
     detail::convert_adding_periodic_kernel<To>
         <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(in, addend, period, out, n);
-    check(cudaGetLastError(), "convert_adding_periodic kernel launch");
+    gpu::check(cudaGetLastError(), "convert_adding_periodic kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

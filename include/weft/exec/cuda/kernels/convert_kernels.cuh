@@ -9,7 +9,7 @@
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 template <class From, class To>
 __global__ void convert_kernel(const From* in, To* out, std::size_t n) {
@@ -26,4 +26,4 @@ __global__ void convert_adding_periodic_kernel(const float* in, const float* add
         out[i] = from_float<To>(in[i] + addend[i % period]);
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

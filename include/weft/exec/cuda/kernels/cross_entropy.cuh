@@ -13,9 +13,9 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/cross_entropy_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // losses[r] = -log softmax(logits[r])[labels[r]]; when dlogits is not null it is
 // written with scale * d(mean loss)/d(logits). A label outside [0, classes) yields NaN.
@@ -39,7 +39,7 @@ void cross_entropy_forward_backward(const T* logits, const std::int32_t* labels,
     else
         detail::cross_entropy_kernel<false><<<rows, detail::cross_entropy_threads, 0, stream>>>(
             logits, labels, losses, dlogits, classes, stride, scale / float(rows));
-    check(cudaGetLastError(), "cross_entropy kernel launch");
+    gpu::check(cudaGetLastError(), "cross_entropy kernel launch");
 }
 
 // Unpadded rows (stride = classes).
@@ -53,7 +53,7 @@ void cross_entropy_forward_backward(const T* logits, const std::int32_t* labels,
 inline void mean(const float* values, int n, float* out, cudaStream_t stream) {
     require(n > 0, "mean: n", n, "must be positive");
     detail::mean_kernel<<<1, detail::mean_threads, 0, stream>>>(values, n, out);
-    check(cudaGetLastError(), "mean kernel launch");
+    gpu::check(cudaGetLastError(), "mean kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -15,7 +15,7 @@
 #include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 constexpr unsigned int cross_entropy_threads = 256;
 
@@ -130,4 +130,4 @@ __global__ inline void __launch_bounds__(mean_threads) mean_kernel(const float* 
 
 WEFT_END_INLINE_KERNELS
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

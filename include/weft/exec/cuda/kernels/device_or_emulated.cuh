@@ -19,7 +19,7 @@
 #include <vector_functions.h>  // make_uint4 and its kin, which nvcc includes of itself
 
 #include "weft/exec/cuda/simt_emulation.hpp"
-#define WEFT_DYNAMIC_SHARED_MEMORY(name) unsigned char* const name = ::weft::cuda::simt::dynamic_shared_memory()
+#define WEFT_DYNAMIC_SHARED_MEMORY(name) unsigned char* const name = ::weft::exec::cuda_detail::simt::dynamic_shared_memory()
 #define WEFT_BEGIN_INLINE_KERNELS
 #define WEFT_END_INLINE_KERNELS
 // A kernel's __shared__ variable is one per block: here a static, one for all the host threads

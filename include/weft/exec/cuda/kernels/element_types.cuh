@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 using bf16 = __nv_bfloat16;
 
@@ -32,4 +32,4 @@ __host__ __device__ inline T from_float(float v) {
 
 }  // namespace detail
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

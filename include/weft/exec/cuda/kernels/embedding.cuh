@@ -22,9 +22,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/embedding_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -55,7 +55,7 @@ void embedding_forward(const std::int32_t* tokens, const P* wte, const P* wpe, T
     constexpr unsigned int threads = 256;
     detail::embedding_forward_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(
         tokens, wte, wpe, out, sequences * seq_len, seq_len, width, vocab);
-    check(cudaGetLastError(), "embedding_forward kernel launch");
+    gpu::check(cudaGetLastError(), "embedding_forward kernel launch");
 }
 
 // out [sequences * seq_len, width] (fp32): row n is wte_rows[tokens[n] - first_row] where
@@ -72,7 +72,7 @@ void vocab_slice_lookup(const std::int32_t* tokens, const P* wte_rows, int first
     constexpr unsigned int threads = 256;
     detail::vocab_slice_lookup_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(
         tokens, wte_rows, first_row, held_rows, out, sequences * seq_len, width);
-    check(cudaGetLastError(), "vocab_slice_lookup kernel launch");
+    gpu::check(cudaGetLastError(), "vocab_slice_lookup kernel launch");
 }
 
 // dwte_rows [held_rows, width] += per-token sums of the dy rows whose token is in
@@ -92,14 +92,14 @@ void embedding_backward_rows(const std::int32_t* token_groups, const T* dy, floa
     const std::size_t positions = std::size_t(seq_len) * std::size_t(width);
     detail::embedding_backward_position_kernel<<<detail::elementwise_blocks(positions, threads), threads, 0, stream>>>(
         dy, dwpe, sequences, seq_len, width);
-    check(cudaGetLastError(), "embedding_backward (positions) kernel launch");
+    gpu::check(cudaGetLastError(), "embedding_backward (positions) kernel launch");
     if (held_rows == 0) return;
     const int tokens = sequences * seq_len;  // a row of blocks per token: the most groups there can be
     const dim3 grid(unsigned(tokens), unsigned((width + detail::embedding_token_threads - 1) /
                                                detail::embedding_token_threads));
     detail::embedding_backward_token_kernel<<<grid, detail::embedding_token_threads, 0, stream>>>(
         token_groups, tokens, dy, dwte_rows, first_row, width);
-    check(cudaGetLastError(), "embedding_backward (tokens) kernel launch");
+    gpu::check(cudaGetLastError(), "embedding_backward (tokens) kernel launch");
 }
 
 // dwte [vocab, width] += per-token sums of dy rows, dwpe [seq_len, width] += per-position
@@ -112,4 +112,4 @@ void embedding_backward(const std::int32_t* token_groups, const T* dy, float* dw
     embedding_backward_rows(token_groups, dy, dwte, 0, vocab, dwpe, sequences, seq_len, width, stream);
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -13,7 +13,7 @@
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 // A token outside [0, vocab) cannot throw from the device: its row becomes NaN (and the
 // backward never matches it), which no training run mistakes for a result.
@@ -86,4 +86,4 @@ __global__ void embedding_backward_token_kernel(const std::int32_t* token_groups
     dwte_rows[std::size_t(group_token[g] - first_row) * std::size_t(width) + c] += sum;
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

@@ -14,9 +14,9 @@
 
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/flash_attention_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace flash {
 
@@ -63,13 +63,13 @@ inline void launch_delta(const bf16* out, const bf16* dout, float* delta, int ba
     const std::size_t delta_blocks = (rows * heads * 32 + delta_threads - 1) / delta_threads;
     delta_kernel<bf16>
         <<<unsigned(delta_blocks), delta_threads, 0, stream>>>(out, dout, delta, int(rows), seq, heads, head_dim);
-    check(cudaGetLastError(), "flash attention delta kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention delta kernel launch");
 }
 
 // More than the default 48 KiB of shared memory per block is opt-in, per kernel.
 template <class Kernel>
 void allow_shared_bytes(Kernel kernel, std::size_t bytes, const char* what) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+    gpu::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
           std::string("cudaFuncSetAttribute (") + what + " shared memory)");
 }
 
@@ -79,7 +79,7 @@ void forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int hea
     allow_shared_bytes(forward_kernel<D>, bytes, "flash attention forward");
     const dim3 grid(heads, batch, (seq + tile - 1) / tile);
     forward_kernel<D><<<grid, threads, bytes, stream>>>(qkv, out, lse, seq, heads, 1.0f / sqrtf(float(D)));
-    check(cudaGetLastError(), "flash attention forward kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention forward kernel launch");
 }
 
 template <int D>
@@ -90,11 +90,11 @@ void backward(const bf16* qkv, const bf16* dout, const float* lse, const float* 
     constexpr std::size_t kv_bytes = key_value_shared_bytes<D>();
     allow_shared_bytes(backward_key_value_kernel<D>, kv_bytes, "flash attention backward (keys, values)");
     backward_key_value_kernel<D><<<grid, threads, kv_bytes, stream>>>(qkv, dout, lse, delta, dqkv, seq, heads, scale);
-    check(cudaGetLastError(), "flash attention backward (keys, values) kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention backward (keys, values) kernel launch");
     constexpr std::size_t q_bytes = query_shared_bytes<D>();
     allow_shared_bytes(backward_query_kernel<D>, q_bytes, "flash attention backward (queries)");
     backward_query_kernel<D><<<grid, threads, q_bytes, stream>>>(qkv, dout, lse, delta, dqkv, seq, heads, scale);
-    check(cudaGetLastError(), "flash attention backward (queries) kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention backward (queries) kernel launch");
 }
 
 }  // namespace flash
@@ -117,4 +117,4 @@ inline void flash_attention_backward(const bf16* qkv, const bf16* out, const bf1
     });
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

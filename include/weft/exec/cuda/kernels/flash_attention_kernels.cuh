@@ -45,7 +45,7 @@
 #include "weft/exec/cuda/simt_wmma.hpp"
 #endif
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace flash {
 
@@ -417,4 +417,4 @@ __global__ void __launch_bounds__(threads)
 
 }  // namespace flash
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

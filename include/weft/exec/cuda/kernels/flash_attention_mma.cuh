@@ -14,7 +14,7 @@
 #include "weft/exec/cuda/kernels/flash_attention.cuh"
 #include "weft/exec/cuda/kernels/flash_attention_mma_kernels.cuh"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace flash_mma {
 
@@ -24,7 +24,7 @@ void forward(const bf16* qkv, bf16* out, float* lse, int batch, int seq, int hea
     flash::allow_shared_bytes(forward_kernel<D>, bytes, "flash attention (mma) forward");
     const dim3 grid(heads, batch, (seq + tile - 1) / tile);
     forward_kernel<D><<<grid, threads, bytes, stream>>>(qkv, out, lse, seq, heads, log2e / sqrtf(float(D)));
-    check(cudaGetLastError(), "flash attention (mma) forward kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention (mma) forward kernel launch");
 }
 
 template <int D>
@@ -36,12 +36,12 @@ void backward(const bf16* qkv, const bf16* dout, const float* lse, const float* 
     flash::allow_shared_bytes(backward_key_value_kernel<D>, kv_bytes, "flash attention (mma) backward (keys, values)");
     backward_key_value_kernel<D>
         <<<grid, threads, kv_bytes, stream>>>(qkv, dout, lse, delta, dqkv, seq, heads, scale, scale_log2);
-    check(cudaGetLastError(), "flash attention (mma) backward (keys, values) kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention (mma) backward (keys, values) kernel launch");
     constexpr std::size_t q_bytes = query_shared_bytes<D>();
     flash::allow_shared_bytes(backward_query_kernel<D>, q_bytes, "flash attention (mma) backward (queries)");
     backward_query_kernel<D>
         <<<grid, threads, q_bytes, stream>>>(qkv, dout, lse, delta, dqkv, seq, heads, scale, scale_log2);
-    check(cudaGetLastError(), "flash attention (mma) backward (queries) kernel launch");
+    gpu::check(cudaGetLastError(), "flash attention (mma) backward (queries) kernel launch");
 }
 
 }  // namespace flash_mma
@@ -63,4 +63,4 @@ inline void flash_attention_mma_backward(const bf16* qkv, const bf16* out, const
         head_dim, [&]<int D>() { flash_mma::backward<D>(qkv, dout, lse, delta, dqkv, batch, seq, heads, stream); });
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -38,7 +38,7 @@
 #include "weft/exec/cuda/kernels/flash_tiles.cuh"
 #include "weft/exec/cuda/mma_fragments.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace flash_mma {
 
@@ -561,4 +561,4 @@ __global__ void __launch_bounds__(threads)
 
 }  // namespace flash_mma
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

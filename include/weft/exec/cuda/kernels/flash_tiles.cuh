@@ -8,7 +8,7 @@
 
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 
-namespace weft::cuda::flash {
+namespace weft::exec::cuda_detail::flash {
 
 constexpr int tile = 64;  // query rows or keys per block tile
 constexpr int warps = 4;  // each owns 16 rows of the tile
@@ -35,4 +35,4 @@ struct head_view {
     return int(gridDim.z - 1 - blockIdx.z);
 }
 
-}  // namespace weft::cuda::flash
+}  // namespace weft::exec::cuda_detail::flash

@@ -9,16 +9,16 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/gelu_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 template <class T>
 void gelu_forward(const T* x, T* y, std::size_t n, cudaStream_t stream) {
     if (n == 0) return;
     constexpr unsigned int threads = 256;
     detail::gelu_forward_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(x, y, n);
-    check(cudaGetLastError(), "gelu_forward kernel launch");
+    gpu::check(cudaGetLastError(), "gelu_forward kernel launch");
 }
 
 // dx = dy * gelu'(x); x is the forward's input.
@@ -27,7 +27,7 @@ void gelu_backward(const T* x, const T* dy, T* dx, std::size_t n, cudaStream_t s
     if (n == 0) return;
     constexpr unsigned int threads = 256;
     detail::gelu_backward_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(x, dy, dx, n);
-    check(cudaGetLastError(), "gelu_backward kernel launch");
+    gpu::check(cudaGetLastError(), "gelu_backward kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

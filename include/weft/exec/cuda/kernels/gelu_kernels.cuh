@@ -9,7 +9,7 @@
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 constexpr float gelu_k = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float gelu_c = 0.044715f;
@@ -34,4 +34,4 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::size_t
     }
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

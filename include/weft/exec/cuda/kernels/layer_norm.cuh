@@ -12,9 +12,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/column_sums.cuh"
 #include "weft/exec/cuda/kernels/layer_norm_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -34,7 +34,7 @@ void layer_norm_forward(const T* x, const P* gamma, const P* beta, T* y, float* 
     const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
     detail::layer_norm_forward_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
         x, gamma, beta, y, mean, rstd, rows, cols, eps);
-    check(cudaGetLastError(), "layer_norm_forward kernel launch");
+    gpu::check(cudaGetLastError(), "layer_norm_forward kernel launch");
 }
 
 // sum = a + b, then y = layer_norm_forward(sum): the residual connection and the LayerNorm
@@ -47,7 +47,7 @@ void residual_layer_norm_forward(const T* a, const T* b, T* sum, const P* gamma,
     const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
     detail::residual_layer_norm_forward_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
         a, b, sum, gamma, beta, y, mean, rstd, rows, cols, eps);
-    check(cudaGetLastError(), "residual_layer_norm_forward kernel launch");
+    gpu::check(cudaGetLastError(), "residual_layer_norm_forward kernel launch");
 }
 
 // dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy * gamma (written, not accumulated).
@@ -58,7 +58,7 @@ void layer_norm_backward_input(const T* x, const float* mean, const float* rstd,
     const unsigned int blocks = (rows + detail::layer_norm_rows_per_block - 1) / detail::layer_norm_rows_per_block;
     detail::layer_norm_backward_input_kernel<<<blocks, 32 * detail::layer_norm_rows_per_block, 0, stream>>>(
         x, mean, rstd, gamma, dy, dx, rows, cols);
-    check(cudaGetLastError(), "layer_norm_backward_input kernel launch");
+    gpu::check(cudaGetLastError(), "layer_norm_backward_input kernel launch");
 }
 
 // dgamma += sum over rows of dy * xhat, dbeta += sum over rows of dy (fp32 accumulators).
@@ -72,4 +72,4 @@ void layer_norm_backward_weight(const T* x, const float* mean, const float* rstd
                            "layer_norm_backward_weight");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

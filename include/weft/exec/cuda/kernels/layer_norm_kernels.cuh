@@ -11,7 +11,7 @@
 #include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 constexpr int layer_norm_rows_per_block = 8;  // one warp per row
 
@@ -106,4 +106,4 @@ struct layer_norm_weight_terms {
     }
 };
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

@@ -20,10 +20,10 @@
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/optimizer_step_kernels.cuh"
 #include "weft/exec/cuda/optimizer_step_types.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 #include "weft/optim/sgd_update.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // Stream-ordered: values [0, n) *= factor, each product IEEE-rounded as the host's.
 template <class Scalar>
@@ -32,7 +32,7 @@ void scale_exact(Scalar* values, std::size_t n, Scalar factor, cudaStream_t stre
     require(values != nullptr, "scale_exact: values", "a null pointer", "must be a device or managed pointer");
     constexpr unsigned int threads = 256;
     detail::scale_kernel<Scalar><<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(values, n, factor);
-    check(cudaGetLastError(), "scale_exact kernel launch");
+    gpu::check(cudaGetLastError(), "scale_exact kernel launch");
 }
 
 // Stream-ordered: params, m and v [0, n) updated from grads (optim::adamw_update_on_host).
@@ -45,7 +45,7 @@ void adamw_update_exact(Scalar* params, const Scalar* grads, Scalar* m, Scalar* 
     constexpr unsigned int threads = 256;
     detail::adamw_exact_kernel<Scalar>
         <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(params, grads, m, v, n, f, decays);
-    check(cudaGetLastError(), "adamw_update_exact kernel launch");
+    gpu::check(cudaGetLastError(), "adamw_update_exact kernel launch");
 }
 
 // Stream-ordered: params (and the momentum buffer, where f.use_momentum) [0, n) updated from
@@ -60,7 +60,7 @@ void sgd_update_exact(Scalar* params, const Scalar* grads, Scalar* buffer, std::
     constexpr unsigned int threads = 256;
     detail::sgd_exact_kernel<Scalar>
         <<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(params, grads, buffer, n, f, decays);
-    check(cudaGetLastError(), "sgd_update_exact kernel launch");
+    gpu::check(cudaGetLastError(), "sgd_update_exact kernel launch");
 }
 
 // Blocks per segment for a summary whose longest segment has this many elements (1 to 64).
@@ -81,11 +81,11 @@ void summarize_segments(const Scalar* values, const gradient_segment* segments, 
             blocks_per_segment, "must be in [1, 64]");
     const dim3 grid{static_cast<unsigned>(blocks_per_segment), static_cast<unsigned>(segment_count)};
     detail::segment_squares_kernel<Scalar><<<grid, detail::summary_threads, 0, stream>>>(values, segments, partials);
-    check(cudaGetLastError(), "segment_squares kernel launch");
+    gpu::check(cudaGetLastError(), "segment_squares kernel launch");
     detail::summary_total_kernel<Scalar><<<1, detail::summary_threads, 0, stream>>>(
         partials, segments, blocks_per_segment, std::size_t(segment_count) * std::size_t(blocks_per_segment),
         result);
-    check(cudaGetLastError(), "summary_total kernel launch");
+    gpu::check(cudaGetLastError(), "summary_total kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

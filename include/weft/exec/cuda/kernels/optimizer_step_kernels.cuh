@@ -14,7 +14,7 @@
 #include "weft/optim/adamw_factors.hpp"
 #include "weft/optim/sgd_update.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // One step's scalars, as optim::adamw forms them on the host.
 using adamw_step_factors = optim::adamw_factors<float>;
@@ -144,4 +144,4 @@ __global__ void summary_total_kernel(const double* partials, const gradient_segm
 
 }  // namespace detail
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -7,7 +7,7 @@
 
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 // After the xor butterfly every lane holds the same value (a + b == b + a exactly).
 __device__ inline float warp_sum(float v) {
@@ -42,4 +42,4 @@ __device__ inline float block_reduce(float v, float* scratch) {
 __device__ inline float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
 __device__ inline float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

@@ -10,9 +10,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/residual_add_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 // out[i] = a[i] + b[i] for i in [0, n). out may be a or b: every element is read and
 // written by the same thread.
@@ -23,7 +23,7 @@ void residual_add(const T* a, const T* b, T* out, std::size_t n, cudaStream_t st
             "must be device pointers");
     constexpr unsigned int threads = 256;
     detail::residual_add_kernel<<<detail::elementwise_blocks(n, threads), threads, 0, stream>>>(a, b, out, n);
-    check(cudaGetLastError(), "residual_add kernel launch");
+    gpu::check(cudaGetLastError(), "residual_add kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

@@ -9,7 +9,7 @@
 #include "weft/exec/cuda/kernels/device_or_emulated.cuh"
 #include "weft/exec/cuda/kernels/element_types.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 template <class T>
 __global__ void residual_add_kernel(const T* a, const T* b, T* out, std::size_t n) {
@@ -18,4 +18,4 @@ __global__ void residual_add_kernel(const T* a, const T* b, T* out, std::size_t 
         out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

@@ -17,9 +17,9 @@
 #include "weft/core/error.hpp"
 #include "weft/exec/cuda/kernels/convert.cuh"
 #include "weft/exec/cuda/kernels/vocab_parallel_loss_kernels.cuh"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::exec::cuda_detail {
 
 namespace detail {
 
@@ -35,7 +35,7 @@ template <class T>
 void row_max(const T* logits, float* max, int rows, int cols, cudaStream_t stream) {
     detail::check_rows(rows, cols, "row_max");
     detail::row_max_kernel<T><<<rows, detail::vocab_loss_threads, 0, stream>>>(logits, max, cols);
-    check(cudaGetLastError(), "row_max kernel launch");
+    gpu::check(cudaGetLastError(), "row_max kernel launch");
 }
 
 // sums[r] = sum of exp(logit - max[r]) over row r; sums[rows + r] = row r's label's logit less
@@ -46,7 +46,7 @@ void softmax_partial_sums(const T* logits, const float* max, const std::int32_t*
     detail::check_rows(rows, cols, "softmax_partial_sums");
     detail::softmax_partial_sums_kernel<T><<<rows, detail::vocab_loss_threads, 0, stream>>>(
         logits, max, labels, first_column, cols, rows, sums);
-    check(cudaGetLastError(), "softmax_partial_sums kernel launch");
+    gpu::check(cudaGetLastError(), "softmax_partial_sums kernel launch");
 }
 
 // d = exp(logit - max) * (row_scale / sums[r]), less row_scale at the label's column.
@@ -56,7 +56,7 @@ void softmax_gradient(const T* logits, const float* max, const float* sums, cons
     detail::check_rows(rows, cols, "softmax_gradient");
     detail::softmax_gradient_kernel<T><<<rows, detail::vocab_loss_threads, 0, stream>>>(
         logits, max, sums, labels, first_column, cols, row_scale, d);
-    check(cudaGetLastError(), "softmax_gradient kernel launch");
+    gpu::check(cudaGetLastError(), "softmax_gradient kernel launch");
 }
 
 // max[r] = the largest of all[q * n + r] over q in [0, blocks).
@@ -64,14 +64,14 @@ inline void max_over_blocks(const float* all, int n, int blocks, float* max, cud
     detail::check_rows(n, blocks, "max_over_blocks");
     detail::max_over_blocks_kernel<<<detail::elementwise_blocks(std::size_t(n), 256), 256, 0, stream>>>(all, n, blocks,
                                                                                                        max);
-    check(cudaGetLastError(), "max_over_blocks kernel launch");
+    gpu::check(cudaGetLastError(), "max_over_blocks kernel launch");
 }
 
 // terms[r] = log(sums[r]) - sums[n + r]: each row's loss, whose mean is the loss.
 inline void loss_terms(const float* sums, int n, float* terms, cudaStream_t stream) {
     detail::check_rows(n, 1, "loss_terms");
     detail::loss_terms_kernel<<<detail::elementwise_blocks(std::size_t(n), 256), 256, 0, stream>>>(sums, n, terms);
-    check(cudaGetLastError(), "loss_terms kernel launch");
+    gpu::check(cudaGetLastError(), "loss_terms kernel launch");
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::exec::cuda_detail

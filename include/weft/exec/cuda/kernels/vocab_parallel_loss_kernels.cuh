@@ -13,7 +13,7 @@
 #include "weft/exec/cuda/kernels/element_types.cuh"
 #include "weft/exec/cuda/kernels/reduce.cuh"
 
-namespace weft::cuda::detail {
+namespace weft::exec::cuda_detail::detail {
 
 constexpr unsigned int vocab_loss_threads = 256;
 
@@ -83,4 +83,4 @@ __global__ inline void loss_terms_kernel(const float* sums, int n, float* terms)
 
 WEFT_END_INLINE_KERNELS
 
-}  // namespace weft::cuda::detail
+}  // namespace weft::exec::cuda_detail::detail

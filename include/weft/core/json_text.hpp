@@ -1,4 +1,4 @@
-// Hand-written JSON text for the renderers (sched/ takes no third-party dependency):
+// Hand-written JSON text for the renderers and logs (sched/ takes no third-party dependency):
 // numbers in their shortest round-trip form and strings with JSON escapes.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <system_error>
 
-namespace weft::sched::detail {
+namespace weft::detail {
 
 // Shortest text that reads back as the same double ("33", "0.2727272727272727").
 // JSON has no inf or nan; they become null rather than an unparseable file.
@@ -71,4 +71,4 @@ namespace weft::sched::detail {
     return out;
 }
 
-}  // namespace weft::sched::detail
+}  // namespace weft::detail

@@ -8,24 +8,35 @@
 
 #include <utility>
 
-#include "weft/exec/cuda/runtime.hpp"
-#include "weft/exec/cuda/stream_registry.hpp"
+#include "weft/gpu/runtime.hpp"
+#include "weft/gpu/stream_registry.hpp"
 
-namespace weft::cuda {
+namespace weft::gpu {
+
+// Asks for a stream that is left out of the registry's fences (a communicator's: see
+// stream_registry.hpp for why it must not be fenced).
+struct unfenced_t {
+    explicit unfenced_t() = default;
+};
+inline constexpr unfenced_t unfenced{};
 
 class stream {
 public:
-    stream() {
+    stream() : fenced_(true) {
         check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
         stream_registry::instance().add(handle_);
     }
+    explicit stream(unfenced_t) : fenced_(false) {
+        check(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    }
     stream(const stream&) = delete;
     stream& operator=(const stream&) = delete;
-    stream(stream&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    stream(stream&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)), fenced_(other.fenced_) {}
     stream& operator=(stream&& other) noexcept {
         if (this != &other) {
             release();
             handle_ = std::exchange(other.handle_, nullptr);
+            fenced_ = other.fenced_;
         }
         return *this;
     }
@@ -38,12 +49,13 @@ public:
 private:
     void release() noexcept {
         if (handle_ != nullptr) {
-            stream_registry::instance().remove(handle_);
+            if (fenced_) stream_registry::instance().remove(handle_);
             static_cast<void>(cudaStreamDestroy(handle_));
         }
         handle_ = nullptr;
     }
     cudaStream_t handle_ = nullptr;
+    bool fenced_ = true;  // in the registry
 };
 
 class event {
@@ -79,4 +91,4 @@ private:
     cudaEvent_t handle_ = nullptr;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu

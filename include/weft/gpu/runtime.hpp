@@ -11,7 +11,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::cuda {
+namespace weft::gpu {
 
 // Throws weft::error("<what> failed: <CUDA's name and text>") unless `status` is success.
 inline void check(cudaError_t status, std::string_view what) {
@@ -63,4 +63,4 @@ inline void check(cudaError_t status, std::string_view what) {
     return {version / 1000, (version % 1000) / 10};
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu

@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <utility>
 
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::gpu {
 
 class graph {
 public:
@@ -77,4 +77,4 @@ private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu

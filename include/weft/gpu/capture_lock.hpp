@@ -14,7 +14,7 @@
 
 #include <mutex>
 
-namespace weft::cuda {
+namespace weft::gpu {
 
 [[nodiscard]] inline std::recursive_mutex& capture_lock() {
     static std::recursive_mutex lock;
@@ -48,4 +48,4 @@ inline void free_pinned_memory(void* pointer) noexcept {
     }
 }
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu

@@ -1,10 +1,11 @@
-// XML escaping for the hand-written SVG renderers (sched's schedule pictures, io's line charts).
+// XML escaping for the hand-written SVG renderers (sched's schedule pictures, io's line charts):
+// in core, below both, so that neither includes the other.
 #pragma once
 
 #include <string>
 #include <string_view>
 
-namespace weft::io::detail {
+namespace weft::detail {
 
 // Text safe inside an element or a double-quoted attribute: & < > " become entities.
 [[nodiscard]] inline std::string xml_text(std::string_view text) {
@@ -31,4 +32,4 @@ namespace weft::io::detail {
     return out;
 }
 
-}  // namespace weft::io::detail
+}  // namespace weft::detail

@@ -18,7 +18,7 @@
 
 #include "weft/core/error.hpp"
 
-namespace weft::nn {
+namespace weft {
 
 // [first, last) of one index range.
 struct index_range {
@@ -193,4 +193,4 @@ private:
     std::size_t total_size_ = 0;
 };
 
-}  // namespace weft::nn
+}  // namespace weft

@@ -17,7 +17,7 @@
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/shard/stage_tensors.hpp"
 
-namespace weft::train {
+namespace weft::shard {
 
 // What a resumed run needs, besides tensors and optimizer state, to continue exactly where
 // this one stopped.
@@ -36,7 +36,7 @@ template <class Scalar>
 struct stage_state {
     int index = 0;         // global stage index in the program
     nn::unit_range units;  // the model units it holds
-    shard::stage_tensors<Scalar> tensors;
+    stage_tensors<Scalar> tensors;
     optim::any_optimizer<Scalar> optimizer;
 };
 
@@ -100,10 +100,10 @@ template <class Model, class Backend>
                 return stage_type::initial_tensors(model, p.units);
             }
         }();
-        state.stages.push_back({p.index, p.units, shard::stage_tensors<scalar>(std::move(tensors)),
+        state.stages.push_back({p.index, p.units, stage_tensors<scalar>(std::move(tensors)),
                                 optim::any_optimizer<scalar>(optimizer)});
     }
     return state;
 }
 
-}  // namespace weft::train
+}  // namespace weft::shard

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/exec/cuda/capture_lock.hpp"
-#include "weft/exec/cuda/runtime.hpp"
+#include "weft/gpu/capture_lock.hpp"
+#include "weft/gpu/runtime.hpp"
 
-namespace weft::cuda {
+namespace weft::gpu {
 
 template <class T>
 class device_buffer {
@@ -64,7 +64,7 @@ public:
             check(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy to device");
             // From pageable memory cudaMemcpy returns once the data is staged, possibly before
             // the DMA into data_ is done; that DMA is ordered only on the default stream, so a
-            // kernel on a non-blocking weft::cuda::stream could read stale bytes. Wait.
+            // kernel on a non-blocking weft::gpu::stream could read stale bytes. Wait.
             check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after cudaMemcpy to device");
         }
     }
@@ -114,4 +114,4 @@ private:
     std::size_t size_ = 0;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu

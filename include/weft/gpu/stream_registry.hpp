@@ -1,5 +1,5 @@
 // The compute streams weft has made in this process, so that a fence can mark every use of a
-// state buffer so far: the backends' streams (weft::cuda::stream registers itself for its
+// state buffer so far: the backends' streams (weft::gpu::stream registers itself for its
 // lifetime) carry the kernels and cuBLAS calls that read and write the training state, and
 // the legacy default stream the state memory's own zeroing and copies. The state memory's
 // pool (core/block_pool.hpp) fences a freed buffer this way instead of waiting for the whole
@@ -21,7 +21,7 @@
 #include <new>
 #include <vector>
 
-namespace weft::cuda {
+namespace weft::gpu {
 
 class stream_registry {
 public:
@@ -136,4 +136,4 @@ private:
     std::vector<cudaEvent_t> events_;
 };
 
-}  // namespace weft::cuda
+}  // namespace weft::gpu
