@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/comm/blocking_collectives.hpp"
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/core/memory_space.hpp"
@@ -350,7 +351,7 @@ inline void local_complete(local_round& round, const local_group& group) {
 
 }  // namespace detail
 
-class local {
+class local : public blocking_collectives<local> {
 public:
     // What it moves: threads of one process exchange host memory.
     using memory_space = weft::host_space;
@@ -535,20 +536,12 @@ public:
         return r;
     }
 
-    // Every rank gets the sum taken in rank order 0..n-1, bit for bit the same.
-    void allreduce_sum(std::span<float> values) { iallreduce_sum(values).wait(); }
-    void allreduce_sum(std::span<double> values) { iallreduce_sum(values).wait(); }
-    // all[r*n, (r+1)*n) = rank r's `mine` (n = mine.size()).
-    void allgather(std::span<const float> mine, std::span<float> all) { iallgather(mine, all).wait(); }
-    void allgather(std::span<const double> mine, std::span<double> all) { iallgather(mine, all).wait(); }
-    // mine = the rank-order sum of every rank's block rank() of `all`.
-    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) { ireduce_scatter_sum(all, mine).wait(); }
-    void reduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
-        ireduce_scatter_sum(all, mine).wait();
-    }
-
-    // Non-blocking forms: the buffers belong to the operation until wait(). Every rank
-    // starts its collectives, blocking or not, in the same order.
+    // The collectives, blocking (allreduce_sum, allgather, reduce_scatter_sum: start, then
+    // wait; blocking_collectives.hpp) or not: the buffers belong to the operation until wait().
+    // Every rank starts its collectives, blocking or not, in the same order. An allreduce gives
+    // every rank the sum taken in rank order 0..n-1, bit for bit the same; an allgather puts
+    // rank r's `mine` at all[r*n, (r+1)*n) (n = mine.size()); a reduce-scatter gives `mine`
+    // the rank-order sum of every rank's block rank() of `all`.
     [[nodiscard]] request iallreduce_sum(std::span<float> values) {
         return start_allreduce(values, detail::local_op::allreduce_float);
     }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "weft/comm/abort_on_timeout.hpp"
+#include "weft/comm/blocking_collectives.hpp"
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/message_matching.hpp"
 #include "weft/comm/timeout.hpp"
@@ -412,7 +413,7 @@ public:
 // but per peer, the receives must be posted in the order of the sends. isend/irecv are
 // batched and enqueued as one NCCL group at the next wait(), synchronize(), collective,
 // split or flush(): post both sides of an exchange before waiting on either.
-class nccl {
+class nccl : public blocking_collectives<nccl> {
 public:
     // What it moves: every buffer is device memory on this rank's GPU.
     using memory_space = weft::device_space;
@@ -565,22 +566,14 @@ public:
         return post(false, buffer.data(), buffer.size(), source, tag);
     }
 
-    // ncclAllReduce in place. Summation order is NCCL's (ring or tree), so unlike
-    // comm::local the result may differ from rank order in the last bits.
-    void allreduce_sum(std::span<float> values) { iallreduce_sum(values).wait(); }
-    void allreduce_sum(std::span<double> values) { iallreduce_sum(values).wait(); }
-    // ncclAllGather: all[r*n, (r+1)*n) = rank r's `mine`. In place when mine is that block.
-    void allgather(std::span<const float> mine, std::span<float> all) { iallgather(mine, all).wait(); }
-    void allgather(std::span<const double> mine, std::span<double> all) { iallgather(mine, all).wait(); }
-    // ncclReduceScatter: mine = the sum over ranks of their block rank() of `all`.
-    void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) { ireduce_scatter_sum(all, mine).wait(); }
-    void reduce_scatter_sum(std::span<const double> all, std::span<double> mine) {
-        ireduce_scatter_sum(all, mine).wait();
-    }
-
-    // Non-blocking forms: the buffers belong to the operation until wait() (the compute
-    // stream must not touch them before) or synchronize(). Lengths are checked on this rank
-    // only: agreeing across ranks, as weft::mpi does, would cost a host round trip per call.
+    // The collectives, blocking (allreduce_sum, allgather, reduce_scatter_sum: start, then
+    // wait; blocking_collectives.hpp) or not: ncclAllReduce in place, whose summation order is
+    // NCCL's (ring or tree), so unlike comm::local the result may differ from rank order in
+    // the last bits; ncclAllGather, all[r*n, (r+1)*n) = rank r's `mine`, in place when mine is
+    // that block; ncclReduceScatter, mine = the sum over ranks of their block rank() of `all`.
+    // The buffers belong to the operation until wait() (the compute stream must not touch
+    // them before) or synchronize(). Lengths are checked on this rank only: agreeing across
+    // ranks, as weft::mpi does, would cost a host round trip per call.
     [[nodiscard]] request iallreduce_sum(std::span<float> values) { return start_allreduce(values, "allreduce_sum(float)"); }
     [[nodiscard]] request iallreduce_sum(std::span<double> values) { return start_allreduce(values, "allreduce_sum(double)"); }
     [[nodiscard]] request iallgather(std::span<const float> mine, std::span<float> all) {
