@@ -1,0 +1,67 @@
+# Checks the docs' relative links: every [text](target) in README.md and docs/*.md whose
+# target is not a URL must name a file or folder that exists, relative to the page. Links in
+# code (fenced blocks and `inline code`) are not links and are skipped. Anchors (#...) are
+# not checked, only the file before them.
+#
+#   cmake -DROOT=<folder holding README.md and docs/> -P links.cmake
+cmake_minimum_required(VERSION 3.25)
+if(NOT DEFINED ROOT)
+    message(FATAL_ERROR "links.cmake: -DROOT=... is missing")
+endif()
+get_filename_component(ROOT "${ROOT}" ABSOLUTE)
+
+file(GLOB pages "${ROOT}/docs/*.md")
+if(EXISTS "${ROOT}/README.md")
+    list(PREPEND pages "${ROOT}/README.md")
+endif()
+if(NOT pages)
+    message(FATAL_ERROR "${ROOT}: no README.md and no docs/*.md to check")
+endif()
+
+set(problems "")
+set(checked 0)
+foreach(page IN LISTS pages)
+    file(READ "${page}" text)
+    # CMake lists split at ';' and do not split inside [...]: hide both before the page
+    # becomes a list of its lines.
+    string(REPLACE ";" "<semicolon>" text "${text}")
+    string(REPLACE "[" "<open>" text "${text}")
+    string(REPLACE "]" "<close>" text "${text}")
+    string(REPLACE "\n" ";" lines "${text}")
+    get_filename_component(page_dir "${page}" DIRECTORY)
+    file(RELATIVE_PATH page_name "${ROOT}" "${page}")
+    set(in_fence FALSE)
+    set(line_number 0)
+    foreach(line IN LISTS lines)
+        math(EXPR line_number "${line_number} + 1")
+        if(line MATCHES "^[ ]*```")
+            if(in_fence)
+                set(in_fence FALSE)
+            else()
+                set(in_fence TRUE)
+            endif()
+            continue()
+        endif()
+        if(in_fence)
+            continue()
+        endif()
+        string(REGEX REPLACE "`[^`]*`" "" line "${line}")
+        string(REGEX MATCHALL "<close>\\([^) ]+\\)" links "${line}")
+        foreach(link IN LISTS links)
+            string(REGEX REPLACE "^<close>\\(([^) ]+)\\)$" "\\1" target "${link}")
+            if(target MATCHES "^[a-zA-Z][a-zA-Z0-9+.-]*:" OR target MATCHES "^#")
+                continue()  # a URL (https:, mailto:) or an anchor in the same page
+            endif()
+            string(REGEX REPLACE "#.*" "" path "${target}")
+            math(EXPR checked "${checked} + 1")
+            if(NOT EXISTS "${page_dir}/${path}")
+                string(APPEND problems "\n  ${page_name}:${line_number}: (${target}): no file ${path} beside the page")
+            endif()
+        endforeach()
+    endforeach()
+endforeach()
+
+if(problems)
+    message(FATAL_ERROR "relative links to missing files:${problems}")
+endif()
+message(STATUS "docs links: ${checked} relative links in README.md and docs/*.md, each to a file that exists")
