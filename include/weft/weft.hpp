@@ -5,6 +5,8 @@
 //   weft/exec/cpu_gemm_rate.hpp, weft/train/mfu.hpp    measuring and reporting, for the examples
 //   weft/models/gpt.hpp, weft/data/token_batches.hpp, weft/io/...   GPT-2 and its files: include
 //                                                       them when you train GPT-2
+//   weft/run/...   a training program's launch, trainer and options: include what the program
+//                  uses (run/options.hpp needs CLI11; docs/own_model.md, docs/running.md)
 #pragma once
 
 // core: errors, sizes as values, the counter-based RNG, where memory lives.
