@@ -384,7 +384,7 @@ layout_timing time_layout(weft::comm::mpi& comm, weft::schedule_kind kind, int p
     mpi_engine engine(comm, config, model,
                       {.batch_size = batch.rows, .optimizer = {.lr = 3e-4, .weight_decay = 0.1}});
     // T_F = T_B = T_W = 1 (a full backward B costs 2): the bubble of this very program.
-    if (simulated_bubble != nullptr) *simulated_bubble = weft::sched::simulate(engine.program()).bubble_rate;
+    if (simulated_bubble != nullptr) *simulated_bubble = weft::sched::simulate(engine.parts().program()).bubble_rate;
     std::vector<double> ms, idle;
     for (int step = 0; step < warmup + steps; ++step) {
         const auto stats = engine.step(batch);

@@ -40,7 +40,7 @@ std::map<std::string, std::uint64_t> fingerprint(mpi_engine& engine, mpi& world)
     std::map<std::string, std::uint64_t> mine;
     if (!engine.is_spare()) {
         const auto full = weft::train::gather_full_stages(engine);
-        if (engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0)
+        if (engine.parts().coordinates().dp_index == 0 && engine.parts().coordinates().tp_index == 0)
             for (const auto& f : full)
                 for (const auto& info : f.registry.entries()) {
                     const auto part = [&](std::span<const float> v) {

@@ -385,8 +385,8 @@ TEST_CASE("a layout that cannot run is refused on every rank before anything mov
         engine.set_learning_rate(0.0123);
         static_cast<void>(engine.reconfigure(weft::parallel_config(
             {.dp = 4, .zero_stage = 3, .microbatches = 2, .schedule = weft::sched::gpipe::kind, .world_size = 4})));
-        for (const int s : engine.local_stages())
-            if (engine.stage_optimizer(s).lr() != 0.0123) report("the learning rate was not kept");
+        for (const int s : engine.parts().local_stages())
+            if (engine.parts().stage_optimizer(s).lr() != 0.0123) report("the learning rate was not kept");
         engine.step(batch(2));
     });
     for (const auto& u : unexpected) UNSCOPED_INFO(u);

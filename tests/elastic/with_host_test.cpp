@@ -66,7 +66,7 @@ rank_end save_switch_and_load(Comm& world, const named_layout& from, const named
     if (!engine.is_spare()) weft::train::load(engine, saved);
     train(1);
     if (!engine.is_spare())
-        engine.with_full_parameters([&](int, const auto& stage) {
+        engine.parts().with_full_parameters([&](int, const auto& stage) {
             const auto p = stage.parameters();
             end.parameters.insert(end.parameters.end(), p.begin(), p.end());
         });

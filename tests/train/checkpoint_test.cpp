@@ -26,9 +26,9 @@ struct held_state {
 // Every tensor, and its AdamW moments, of the stages `engine` runs on this rank.
 void collect(engine_t& engine, held_state& into, std::mutex& lock) {
     const std::lock_guard guard(lock);
-    for (const int s : engine.local_stages()) {
-        const auto& stage = engine.stage(s);
-        const auto& optimizer = engine.stage_optimizer(s);
+    for (const int s : engine.parts().local_stages()) {
+        const auto& stage = engine.parts().stage(s);
+        const auto& optimizer = engine.parts().stage_optimizer(s);
         into.steps = optimizer.step_count();
         const auto state = optimizer.state_views();
         REQUIRE(state.size() == 2);

@@ -139,8 +139,8 @@ TEST_CASE("an uneven partition trains the same model and bad partitions are reje
         run_result result;
         for (int step = 0; step < steps; ++step)
             result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
-        for (const int s : engine.local_stages()) {
-            const auto& stage = engine.stage(s);
+        for (const int s : engine.parts().local_stages()) {
+            const auto& stage = engine.parts().stage(s);
             for (const auto& info : stage.registry().entries())
                 result.parameters[info.name].assign(
                     stage.parameters().begin() + static_cast<std::ptrdiff_t>(info.offset),
@@ -167,9 +167,9 @@ TEST_CASE("the engine holds its backend object and every stage computes on it") 
                                     .world_size = 2}),
             test_model(), test_options());
         auto& [stages, on_backend] = seen[static_cast<std::size_t>(world.rank())];
-        stages = engine.local_stages().size();
-        for (const int s : engine.local_stages())
-            if (&engine.stage(s).backend() == &engine.backend()) ++on_backend;
+        stages = engine.parts().local_stages().size();
+        for (const int s : engine.parts().local_stages())
+            if (&engine.parts().stage(s).backend() == &engine.backend()) ++on_backend;
     });
     for (const auto& [stages, on_backend] : seen) {
         CHECK(stages == 2);
@@ -222,8 +222,8 @@ std::vector<std::pair<std::vector<double>, std::vector<float>>> clipped_zero_run
             norms_and_losses.push_back(stats.loss);
             norms_and_losses.push_back(stats.grad_norm);
         }
-        for (const int s : engine.local_stages()) {
-            const auto p = engine.stage(s).parameters();
+        for (const int s : engine.parts().local_stages()) {
+            const auto p = engine.parts().stage(s).parameters();
             params.insert(params.end(), p.begin(), p.end());
         }
     });

@@ -206,7 +206,7 @@ TEST_CASE("the step log reports the measured bubble") {
             test_model(), test_options());
         const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
         const auto stats = engine.step(data.batch(0, batch_size));
-        ranks[static_cast<std::size_t>(world.rank())] = {stats, engine.idle_fraction()};
+        ranks[static_cast<std::size_t>(world.rank())] = {stats, engine.parts().idle_fraction()};
     });
     for (const auto& rank : ranks) {
         CHECK(rank.stats.bubble >= 0.0);
@@ -247,7 +247,7 @@ TEST_CASE("a config without a schedule runs the first schedule of the engine's s
             world, parallel_config({.pp = 2, .microbatches = 4, .schedule = weft::sched::zb_h1::kind, .world_size = 2}),
             test_model(), test_options());
         ranks[static_cast<std::size_t>(world.rank())] = {unchosen.config().schedule(),
-                                                          unchosen.program() == chosen.program()};
+                                                          unchosen.parts().program() == chosen.parts().program()};
     });
     for (const auto& rank : ranks) {
         CHECK(rank.schedule == weft::sched::zb_h1::kind);  // config() reports what runs

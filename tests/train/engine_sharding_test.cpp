@@ -100,10 +100,10 @@ run_result train_zero(int zero, const layout& l, int first, int last, const std:
         if (!save_to.empty()) weft::train::save(engine, save_to);
         // The memory report against the formula, stage by stage summed.
         weft::shard::memory_figures between, peak;
-        for (const int s : engine.local_stages()) {
+        for (const int s : engine.parts().local_stages()) {
             const auto expected =
-                weft::shard::zero_memory_of(zero, engine.stage(s).registry().total_size(), l.dp,
-                                            engine.coordinates().dp_index, 2, sizeof(float));
+                weft::shard::zero_memory_of(zero, engine.parts().stage(s).registry().total_size(), l.dp,
+                                            engine.parts().coordinates().dp_index, 2, sizeof(float));
             between = between + expected.between_steps;
             peak = peak + expected.peak;
         }
@@ -121,14 +121,14 @@ run_result train_zero(int zero, const layout& l, int first, int last, const std:
         compare("peak gradients", report.peak.gradients, peak.gradients);
         if (report.peak_activations == 0) mismatches.push_back("no activations reported");
         bool unshard = false;
-        for (const auto& a : engine.program().ranks[static_cast<std::size_t>(engine.pipeline_rank())])
+        for (const auto& a : engine.parts().program().ranks[static_cast<std::size_t>(engine.parts().pipeline_rank())])
             unshard = unshard || a.kind == weft::sched::action_kind::UNSHARD;
         const auto full = weft::train::gather_full_stages(engine);
         std::lock_guard lock(mutex);
         out.has_unshard[static_cast<std::size_t>(world.rank())] = unshard;
         if (world.rank() == 0) out.losses = losses;
         out.memory_mismatches.insert(out.memory_mismatches.end(), mismatches.begin(), mismatches.end());
-        if (engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0)
+        if (engine.parts().coordinates().dp_index == 0 && engine.parts().coordinates().tp_index == 0)
             for (const auto& f : full)
                 for (const auto& info : f.registry.entries())
                     out.tensors[info.name].assign(

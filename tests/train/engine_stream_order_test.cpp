@@ -86,7 +86,7 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip, 
                                                                                    options, Backend{});
     const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     rank_record record;
-    for (const auto& a : engine.program().ranks[static_cast<std::size_t>(engine.coordinates().pp_index)]) {
+    for (const auto& a : engine.parts().program().ranks[static_cast<std::size_t>(engine.parts().coordinates().pp_index)]) {
         if (a.kind == weft::sched::action_kind::REDUCE_GRAD || a.kind == weft::sched::action_kind::UNSHARD)
             ++record.stage_wide_starts;
         if (a.kind == weft::sched::action_kind::RESHARD) ++record.reshards;
@@ -100,7 +100,7 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip, 
     }
     record.synchronizations = stream_model::synchronizations() - synchronized_before;
     record.evaluation = engine.evaluate(data.batch(steps, batch_size));
-    engine.with_full_parameters([&](int, const auto& stage) {
+    engine.parts().with_full_parameters([&](int, const auto& stage) {
         const auto p = stage.parameters();
         record.parameters.insert(record.parameters.end(), p.begin(), p.end());
     });

@@ -75,7 +75,7 @@ TEST_CASE("the engine's training state lives in its backend's state memory", "[t
                                                    .world_size = 1}),
                             weft_test::test_model(), options, backend);
             CHECK(&weft::current_state_memory() == &weft::host_state_memory());  // the scopes closed
-            auto& tensors = engine.state().stages.at(0).tensors.full;
+            auto& tensors = engine.parts().state().stages.at(0).tensors.full;
             CHECK(&memory_of(tensors.parameter_storage()) == &counted);
             const int after_construction = counted_memory::allocations;
             CHECK(after_construction >= allocations_before + 2);  // parameters and gradients at least
@@ -95,7 +95,7 @@ TEST_CASE("the engine's training state lives in its backend's state memory", "[t
                 {.pp = 1, .zero_stage = 1, .microbatches = 4, .schedule = weft::sched::gpipe::kind, .world_size = 1})));
             CHECK(counted_memory::allocations > before_switch);
             CHECK(counted_memory::trims == 1);
-            auto& switched = engine.state().stages.at(0).tensors.full;
+            auto& switched = engine.parts().state().stages.at(0).tensors.full;
             CHECK(&memory_of(switched.parameter_storage()) == &counted);
             // ZeRO-1's gather sends this rank's updated range out of a copy made by the state
             // memory (a GPU's: on the device), not by the host.

@@ -55,9 +55,9 @@ run_result train_steps(Comm& world, const weft::parallel_config& config,
     const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
     run_result result;
     for (int step = 0; step < steps; ++step) result.losses.push_back(engine.step(data.batch(step, batch_size)).loss);
-    result.peak_stashed = engine.peak_stashed();
-    for (const int s : engine.local_stages()) {
-        const auto& stage = engine.stage(s);
+    result.peak_stashed = engine.parts().peak_stashed();
+    for (const int s : engine.parts().local_stages()) {
+        const auto& stage = engine.parts().stage(s);
         const auto params = stage.parameters();
         for (const auto& info : stage.registry().entries())
             result.parameters[info.name].assign(params.begin() + static_cast<std::ptrdiff_t>(info.offset),

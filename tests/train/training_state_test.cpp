@@ -71,12 +71,12 @@ template <class Engine>
 void collect(Engine& engine, const trace& local_trace, trace& into, std::mutex& lock) {
     const auto full = weft::train::gather_full_stages(engine);
     const std::lock_guard guard(lock);
-    if (engine.coordinates().dp_index == 0 && engine.pipeline_rank() == 0) {
+    if (engine.parts().coordinates().dp_index == 0 && engine.parts().pipeline_rank() == 0) {
         into.steps = local_trace.steps;
         into.losses = local_trace.losses;
         into.progress = engine.progress();
     }
-    if (engine.coordinates().dp_index != 0) return;
+    if (engine.parts().coordinates().dp_index != 0) return;
     for (const auto& f : full)
         for (const auto& info : f.registry.entries()) {
             auto part = [&](std::span<const float> v) {
@@ -387,7 +387,7 @@ TEST_CASE("step counts past 2^24 cross ranks exactly when a pipeline saves", "[t
         weft::train::load(engine, first);
         weft::train::save(engine, second);
         const std::lock_guard guard(lock);
-        counts.push_back(engine.stage_optimizer(engine.local_stages().front()).step_count());
+        counts.push_back(engine.parts().stage_optimizer(engine.parts().local_stages().front()).step_count());
     });
     CHECK(counts == std::vector<std::uint64_t>{big, big});
     const auto saved = weft::io::read_safetensors(weft::train::optimizer_companion(second));

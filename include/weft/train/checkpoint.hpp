@@ -114,16 +114,16 @@ namespace detail {
 // (replicated tensors are taken from rank 0). Collective over the tensor-parallel group.
 template <class Engine>
 void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
-    auto& group = engine.tensor_group();
+    auto& group = engine.parts().tensor_group();
     const int tp = group.size();
     std::vector<weft::parameter_registry> slices;
     std::size_t longest = 0;
     for (int r = 0; r < tp; ++r) {
-        slices.push_back(engine.stage_layout(full.index, r));
+        slices.push_back(engine.parts().stage_layout(full.index, r));
         longest = std::max(longest, slices.back().total_size());
     }
     const weft::parameter_registry whole =
-        Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(full.index)]);
+        Engine::stage_type::layout(engine.model(), engine.parts().stage_units()[static_cast<std::size_t>(full.index)]);
     const auto assemble = [&](auto& values) {
         if (values.empty()) return;  // a state tensor not kept (yet)
         // Slices differ in length (uneven vocabulary pieces): all-gather them padded.
@@ -154,13 +154,13 @@ void assemble_tensor_parallel(Engine& engine, full_stage_state& full) {
 template <class Engine>
 [[nodiscard]] std::vector<full_stage_state> gather_full_stages(Engine& engine) {
     std::vector<full_stage_state> out;
-    engine.with_full_parameters([&](int s, const auto& stage) {
+    engine.parts().with_full_parameters([&](int s, const auto& stage) {
         out.push_back({s, stage.registry(), std::vector<float>(stage.parameters().begin(), stage.parameters().end()),
                        {}});
     });
     for (auto& full : out) {
-        const auto& optimizer = engine.stage_optimizer(full.index);
-        const auto& sharding = engine.stage_sharding(full.index);
+        const auto& optimizer = engine.parts().stage_optimizer(full.index);
+        const auto& sharding = engine.parts().stage_sharding(full.index);
         const auto& range = sharding.shard();
         full.optimizer.steps = optimizer.step_count();
         for (const auto& view : optimizer.state_views()) {
@@ -172,13 +172,13 @@ template <class Engine>
                 // momentum) stays empty; a rank whose range is all padding holds an empty range
                 // of a kept tensor. The group agrees which case it is before gathering.
                 double held[1] = {static_cast<double>(view.values.size())};
-                engine.data_group().allreduce_sum(std::span<double>(held));
+                engine.parts().data_group().allreduce_sum(std::span<double>(held));
                 if (held[0] > 0) {
                     // This rank's range, zero-padded to the common range length, then all of them.
                     std::vector<float> mine(range.size, 0.0f);
                     std::copy(view.values.begin(), view.values.end(), mine.begin());
                     whole.assign(range.padded, 0.0f);
-                    engine.data_group().allgather(std::span<const float>(mine), std::span<float>(whole));
+                    engine.parts().data_group().allgather(std::span<const float>(mine), std::span<float>(whole));
                     whole.resize(range.total);
                 }
             }
@@ -194,8 +194,8 @@ template <class Engine>
 // tensor-parallel rank 0, which receives every stage's whole state.
 template <class Engine>
 [[nodiscard]] bool is_checkpoint_writer(Engine& engine) {
-    return engine.coordinates().dp_index == 0 && engine.coordinates().tp_index == 0 &&
-           engine.pipeline_group().rank() == 0;
+    return engine.parts().coordinates().dp_index == 0 && engine.parts().coordinates().tp_index == 0 &&
+           engine.parts().pipeline_group().rank() == 0;
 }
 
 // Collective over the world. Writes the weights to `path` and the optimizer state to
@@ -206,13 +206,13 @@ void save(Engine& engine, const std::filesystem::path& path, const std::filesyst
     static_assert(std::is_same_v<typename Engine::scalar, float>, "checkpoints store F32 tensors");
     std::vector<full_stage_state> local = gather_full_stages(engine);
     // Replica 0's tensor-parallel rank 0 ranks now hold whole stages; they write.
-    if (engine.coordinates().dp_index != 0 || engine.coordinates().tp_index != 0) return;
+    if (engine.parts().coordinates().dp_index != 0 || engine.parts().coordinates().tp_index != 0) return;
     // Host memory point to point, read on the host: the pipeline group's host side
     // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
-    auto& pipeline = comm::host_side(engine.pipeline_group());
-    const auto& program = engine.program();
+    auto& pipeline = comm::host_side(engine.parts().pipeline_group());
+    const auto& program = engine.parts().program();
     const bool writer = pipeline.rank() == 0;
-    const auto& optimizer = engine.stage_optimizer(engine.local_stages().front());
+    const auto& optimizer = engine.parts().stage_optimizer(engine.parts().local_stages().front());
     // Stages of other ranks, received on the writer only: their full state.
     std::vector<full_stage_state> remote;
     for (int s = 0; s < program.num_stages; ++s) {
@@ -225,7 +225,7 @@ void save(Engine& engine, const std::filesystem::path& path, const std::filesyst
             for (const auto& tensor : full.optimizer.tensors) detail::send_vector(pipeline, tensor.values, 0);
         } else if (writer) {
             full_stage_state full{
-                s, Engine::stage_type::layout(engine.model(), engine.stage_units()[static_cast<std::size_t>(s)]), {},
+                s, Engine::stage_type::layout(engine.model(), engine.parts().stage_units()[static_cast<std::size_t>(s)]), {},
                 {}};
             full.parameters.resize(full.registry.total_size());
             detail::receive_floats(pipeline, std::span<float>(full.parameters), owner);
@@ -296,8 +296,8 @@ template <class Engine>
 void require_same_model(const Engine& engine, const io::safetensors_file& weights) {
     const std::string where = "\"" + weights.path().string() + "\"";
     std::set<std::string> names;
-    for (std::size_t s = 0; s < engine.stage_units().size(); ++s) {
-        const weft::parameter_registry layout = engine.stage_layout(static_cast<int>(s), 0);
+    for (std::size_t s = 0; s < engine.parts().stage_units().size(); ++s) {
+        const weft::parameter_registry layout = engine.parts().stage_layout(static_cast<int>(s), 0);
         for (const auto& info : layout.entries()) names.insert(info.name);
     }
     for (const auto& tensor : weights.tensors())
@@ -344,15 +344,15 @@ void load(Engine& engine, const std::filesystem::path& path, const std::filesyst
                     "between the two files, or they were copied from two runs; nothing was loaded");
         }
     }
-    for (const int s : engine.local_stages()) {
-        engine.overwrite_parameters(
+    for (const int s : engine.parts().local_stages()) {
+        engine.parts().overwrite_parameters(
             s, [&](auto& stage) { io::load_checkpoint(weights, stage.registry(), stage.parameters()); });
         if (!has_optimizer) continue;
-        auto& optimizer = engine.stage_optimizer(s);
+        auto& optimizer = engine.parts().stage_optimizer(s);
         const auto names = optimizer.state_names();
         optim::optimizer_state<float> state =
-            io::load_optimizer_state(companion, engine.stage(s).registry(), optimizer.name(), names);
-        const auto& sharding = engine.stage_sharding(s);
+            io::load_optimizer_state(companion, engine.parts().stage(s).registry(), optimizer.name(), names);
+        const auto& sharding = engine.parts().stage_sharding(s);
         if (sharding.zero_stage() != 0) {
             // Under ZeRO the optimizer keeps its state for this rank's range only.
             const auto& range = sharding.shard();
@@ -365,7 +365,7 @@ void load(Engine& engine, const std::filesystem::path& path, const std::filesyst
         }
         optimizer.import_state(std::move(state));
     }
-    if (progress) engine.set_progress(*progress);
+    if (progress) engine.parts().set_progress(*progress);
 }
 
 // load() with the optimizer state from the companion file next to `path`.

@@ -69,7 +69,7 @@ checkpoint_saved save_checkpoint_directory(Engine& engine, const std::filesystem
         save(engine, staged / weights_file_name, staged / optimizer_file_name);
         if (!writer) return saved;
         io::checkpoint_manifest manifest{.model = model_description(engine),
-                                         .optimizer = std::string(engine.stage_optimizer(engine.local_stages().front()).name()),
+                                         .optimizer = std::string(engine.parts().stage_optimizer(engine.parts().local_stages().front()).name()),
                                          .step = progress.step,
                                          .samples = progress.samples,
                                          .rng_seed = progress.rng_seed,
@@ -104,7 +104,7 @@ io::checkpoint_manifest load_checkpoint_directory(Engine& engine, const std::fil
     const std::string ours = model_description(engine);
     require(manifest.model == ours, "\"model\" of " + where, manifest.model,
             "this run's model is \"" + ours + "\"; resume it with the model it was saved from");
-    const std::string optimizer(engine.stage_optimizer(engine.local_stages().front()).name());
+    const std::string optimizer(engine.parts().stage_optimizer(engine.parts().local_stages().front()).name());
     require(manifest.optimizer == optimizer, "\"optimizer\" of " + where, manifest.optimizer,
             "this run uses " + optimizer + "; resume with --optimizer " + manifest.optimizer);
     io::verify_checkpoint_files(directory, manifest, {weights_file_name, optimizer_file_name});

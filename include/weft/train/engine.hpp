@@ -269,50 +269,24 @@ public:
     step_stats step(const batch_type& batch) { return active().step(batch); }
     double evaluate(const batch_type& batch) { return active().evaluate(batch); }
 
-    // ---- the parts -------------------------------------------------------------------
-    [[nodiscard]] const state_type& state() const { return active().state(); }
-    // Hands the training state over (to rebuild an engine around it); this engine must not
-    // step again.
-    [[nodiscard]] state_type release_state() && { return std::move(active()).release_state(); }
+    // ---- the run's view: what a training loop reads and sets --------------------------
     [[nodiscard]] const shard::training_progress& progress() const { return active().progress(); }
     void set_learning_rate(double lr) { active().set_learning_rate(lr); }
-    void set_progress(const shard::training_progress& progress) { active().set_progress(progress); }
     [[nodiscard]] Backend& backend() { return core_ ? core_->backend() : *spare_backend_; }
-    [[nodiscard]] const sched::program& program() const { return active().program(); }
     [[nodiscard]] const parallel_config& config() const { return layout_->config(); }
     [[nodiscard]] const engine_options& options() const { return options_; }
     [[nodiscard]] const model_config& model() const { return model_; }
-    [[nodiscard]] int pipeline_rank() const { return active().pipeline_rank(); }
-    [[nodiscard]] const comm::grid_coordinates& coordinates() const { return active().coordinates(); }
-    [[nodiscard]] Comm& pipeline_group() { return active().pipeline_group(); }
-    [[nodiscard]] Comm& data_group() { return active().data_group(); }
-    [[nodiscard]] Comm& tensor_group() { return active().tensor_group(); }
-
-    // ---- stages ----------------------------------------------------------------------
-    [[nodiscard]] std::vector<int> local_stages() const { return active().local_stages(); }
-    [[nodiscard]] const stage_type& stage(int index) const { return active().stage(index); }
-    [[nodiscard]] optim::any_optimizer<scalar>& stage_optimizer(int index) { return active().stage_optimizer(index); }
-    [[nodiscard]] const optim::any_optimizer<scalar>& stage_optimizer(int index) const {
-        return active().stage_optimizer(index);
-    }
-    [[nodiscard]] const sharding_type& stage_sharding(int index) const { return active().stage_sharding(index); }
-    [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return layout_->units(); }
-    [[nodiscard]] weft::parameter_registry stage_layout(int index, int tp_rank) const {
-        return active().stage_layout(index, tp_rank);
-    }
-    template <class Fn>
-    void with_full_parameters(Fn&& fn) {
-        active().with_full_parameters(std::forward<Fn>(fn));
-    }
-    template <class Fn>
-    void overwrite_parameters(int index, Fn&& fn) {
-        active().overwrite_parameters(index, std::forward<Fn>(fn));
-    }
-
-    // ---- what the last step did ------------------------------------------------------
-    [[nodiscard]] double idle_fraction() const { return active().idle_fraction(); }
-    [[nodiscard]] std::size_t peak_stashed() const { return active().peak_stashed(); }
     [[nodiscard]] memory_report memory() const { return active().memory(); }
+    // Hands the training state over (to build an engine around it); this engine must not
+    // step again.
+    [[nodiscard]] state_type release_state() && { return std::move(active()).release_state(); }
+
+    // ---- the parts: the current layout's engine (train/layout_engine.hpp) --------------
+    // Its training state, stages and their optimizers and shardings, process groups, program
+    // and what its last step did, for checkpoints, tests and tools; a spare has none (it
+    // throws). Valid until the next reconfigure(), which builds a new one.
+    [[nodiscard]] layout_type& parts() { return active(); }
+    [[nodiscard]] const layout_type& parts() const { return active(); }
 
 private:
     layout_type& active() {

@@ -99,7 +99,7 @@ std::vector<double> train(int ranks, const weft::parallel_config& config, bool c
             backend.enable_action_graphs(graph_launches > 0);
         Engine engine(comm, config, model(), options(), std::move(backend));
         if (check_state_memory && comm.rank() == 0) {
-            const auto allocator = engine.state().stages.at(0).tensors.full.parameter_storage().get_allocator();
+            const auto allocator = engine.parts().state().stages.at(0).tensors.full.parameter_storage().get_allocator();
             const auto& memory = allocator.memory();
             weft_test::expect(memory.name == "CUDA managed", "the training state is in CUDA managed memory, not " +
                                                                  std::string(memory.name));
