@@ -4,8 +4,12 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cstddef>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "communicator_checks.hpp"
 #include "weft/comm/mpi.hpp"
@@ -111,3 +115,48 @@ TEST_CASE("mpi_environment leaves an MPI it did not start alone", "[comm][mpi]")
 
 // What happens when a wait outlasts the timeout (the watchdog ends the process) is tested
 // by mpi_watchdog_probe.cpp under tests/comm/mpi_watchdog.sh, not here.
+
+// A non-blocking collective's start does not wait for the other ranks: rank 0 starts an
+// allreduce and only then sends the message that rank 1 waits for before it starts its own.
+// Had the start blocked on the ranks' length agreement (as it did), rank 0 would wait there
+// for rank 1, which waits for rank 0's message: the test would hang until the watchdog ends
+// it. A second collective started on another group meanwhile is posted by that group's
+// calls, and a mismatched start is refused at wait() on every rank, with nothing posted.
+TEST_CASE("mpi starts a non-blocking collective without waiting for the other ranks", "[comm][mpi]") {
+    mpi world = mpi::world();
+    world.set_timeout(std::chrono::seconds(20));
+    const int rank = world.rank();
+    std::vector<double> values(5, rank + 1.0);
+    std::byte token[1] = {std::byte{7}};
+    // Rank 0 starts, then tells the others; they start once told.
+    if (rank == 0) {
+        auto reduced = world.iallreduce_sum(std::span<double>(values));
+        for (int peer = 1; peer < world.size(); ++peer) world.isend(std::span<const std::byte>(token), peer, 5).wait();
+        reduced.wait();
+    } else {
+        world.irecv(std::span<std::byte>(token), 0, 5).wait();
+        auto reduced = world.iallreduce_sum(std::span<double>(values));
+        reduced.wait();
+    }
+    const double sum = world.size() * (world.size() + 1) / 2.0;
+    CHECK(values == std::vector<double>(5, sum));
+
+    // Two started back to back and waited in reverse: their order on every rank is kept.
+    std::vector<float> first(3, 1.0f);
+    std::vector<float> second(2, 2.0f);
+    auto a = world.iallreduce_sum(std::span<float>(first));
+    auto b = world.iallreduce_sum(std::span<float>(second));
+    b.wait();
+    a.wait();
+    CHECK(first == std::vector<float>(3, float(world.size())));
+    CHECK(second == std::vector<float>(2, 2.0f * float(world.size())));
+
+    // A length mismatch: refused on every rank when waited for, and the next collective runs.
+    std::vector<float> uneven(rank == 0 ? 4 : 3, 1.0f);
+    auto refused = world.iallreduce_sum(std::span<float>(uneven));
+    CHECK_THROWS_WITH(refused.wait(), Catch::Matchers::Contains("collective mismatch") &&
+                                          Catch::Matchers::Contains("lengths from 3 to 4"));
+    std::vector<float> after(2, 1.0f);
+    world.allreduce_sum(std::span<float>(after));
+    CHECK(after == std::vector<float>(2, float(world.size())));
+}

@@ -13,6 +13,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string>
@@ -21,6 +23,8 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/mpi_deferred.hpp"
+#include "weft/comm/mpi_errors.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/comm/watchdog.hpp"
 #include "weft/core/memory_space.hpp"
@@ -29,24 +33,6 @@
 namespace weft::comm {
 
 namespace detail {
-
-inline void mpi_check(int code, std::string_view call) {
-    if (code == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING] = {};
-    int length = 0;
-    if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
-    throw error(std::string(call) + " failed: " +
-                (length > 0 ? std::string(text, static_cast<std::size_t>(length))
-                            : "error code " + std::to_string(code)));
-}
-
-inline bool mpi_usable() {
-    int initialized = 0;
-    int finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    return initialized != 0 && finalized == 0;
-}
 
 // MPI counts are int; larger buffers would be silently cut.
 inline int mpi_count(std::size_t count, std::string_view parameter) {
@@ -92,13 +78,19 @@ public:
     public:
         request() = default;
         request(request&& other) noexcept
-            : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)), call_(other.call_), info_(other.info_) {}
+            : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)),
+              call_(other.call_),
+              info_(other.info_),
+              deferred_(std::move(other.deferred_)),
+              queue_(std::move(other.queue_)) {}
         request& operator=(request&& other) noexcept {
             if (this != &other) {
                 abandon();
                 handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
                 call_ = other.call_;
                 info_ = other.info_;
+                deferred_ = std::move(other.deferred_);
+                queue_ = std::move(other.queue_);
             }
             return *this;
         }
@@ -108,7 +100,9 @@ public:
 
         // Waiting again, or on a moved-from request, does nothing.
         void wait() {
+            if (deferred_) take_deferred();
             if (handle_ == MPI_REQUEST_NULL) return;
+            detail::deferred_registry::instance().progress();  // other groups' collectives go on meanwhile
             MPI_Status status{};
             int code = MPI_SUCCESS;
             {
@@ -151,7 +145,26 @@ public:
             return "irecv(source=" + std::to_string(info_.peer) + ", tag=" + std::to_string(info_.tag) + ")";
         }
 
+        // A non-blocking collective's own request, once its agreement has settled (waiting for
+        // it, and for those started before it on its communicator, in order): the collective's,
+        // or the agreement's refusal as an error.
+        void take_deferred() {
+            const std::shared_ptr<detail::deferred_collective> c = std::move(deferred_);
+            const std::shared_ptr<detail::deferred_queue> queue = std::move(queue_);
+            if (!c->settled) queue->settle_through(c.get());
+            if (!c->refusal.empty()) throw error(c->refusal);
+            handle_ = c->running;
+        }
+
         void abandon() noexcept {
+            if (deferred_ && detail::mpi_usable()) {
+                try {
+                    take_deferred();
+                } catch (...) {  // refused: nothing was posted, nothing to wait for
+                }
+            }
+            deferred_.reset();
+            queue_.reset();
             if (handle_ == MPI_REQUEST_NULL || !detail::mpi_usable()) return;
             if (info_.kind == wait_kind::recv) MPI_Cancel(&handle_);
             const wait_scope watched(info_);
@@ -162,6 +175,10 @@ public:
         MPI_Request handle_ = MPI_REQUEST_NULL;
         const char* call_ = "MPI_Wait (isend)";  // what a failed wait names, for sends and collectives
         wait_info info_;  // what the wait is, for the watchdog; amount: bytes (isend, irecv)
+        // A non-blocking collective until its agreement settles (mpi_deferred.hpp), and the
+        // queue of its communicator that settles it in order.
+        std::shared_ptr<detail::deferred_collective> deferred_;
+        std::shared_ptr<detail::deferred_queue> queue_;
     };
 
     // MPI_COMM_WORLD, not owned. Sets MPI_ERRORS_RETURN on it.
@@ -183,6 +200,7 @@ public:
         detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         group_ = detail::mpi_watch_group(comm_, rank_, size_);
+        detail::deferred_registry::instance().add(deferred_);
         start_watchdog();
     }
 
@@ -192,7 +210,8 @@ public:
           rank_(other.rank_),
           size_(other.size_),
           timeout_(other.timeout_),
-          group_(other.group_) {}
+          group_(other.group_),
+          deferred_(std::move(other.deferred_)) {}
     mpi& operator=(mpi&& other) noexcept {
         if (this != &other) {
             release();
@@ -202,6 +221,7 @@ public:
             size_ = other.size_;
             timeout_ = other.timeout_;
             group_ = other.group_;
+            deferred_ = std::move(other.deferred_);
         }
         return *this;
     }
@@ -225,6 +245,7 @@ public:
 
     [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
         check_usable();
+        detail::deferred_registry::instance().progress();
         detail::check_peer("dest", dest, size_);
         detail::check_tag(tag);
         request r;
@@ -238,6 +259,7 @@ public:
 
     [[nodiscard]] request irecv(std::span<std::byte> buffer, int source, int tag) {
         check_usable();
+        detail::deferred_registry::instance().progress();
         detail::check_peer("source", source, size_);
         detail::check_tag(tag);
         request r;
@@ -270,8 +292,12 @@ public:
     }
 
     // Non-blocking forms (MPI_Iallreduce, MPI_Iallgather, MPI_Ireduce_scatter_block): the
-    // buffers belong to the operation until wait(). The lengths are agreed on first, with
-    // a small blocking reduction, so a mismatch is an error on every rank instead of a hang.
+    // buffers belong to the operation until wait(). The lengths are agreed on first, so a
+    // mismatch is an error on every rank (at wait()) instead of a hang, and the agreement
+    // does not block the start: the collective is posted once it completes
+    // (mpi_deferred.hpp). A start waits only for the agreement of this communicator's
+    // previous non-blocking collective, if that is still running: MPI needs every rank to
+    // start a communicator's collectives in the same order.
     [[nodiscard]] request iallreduce_sum(std::span<float> values) {
         return start_allreduce(values, MPI_FLOAT, "iallreduce_sum(float)");
     }
@@ -294,7 +320,7 @@ public:
     void broadcast(std::span<std::byte> data, int root) {
         check_usable();
         detail::check_peer("root", root, size_);
-        agree("broadcast", data.size(), root);
+        agree("broadcast", data.size(), root);  // settles the deferred collectives first
         const wait_scope watched(collective("broadcast", data.size()));
         detail::mpi_check(MPI_Bcast(data.data(), detail::mpi_count(data.size(), "data.size()"),
                                     MPI_BYTE, root, comm_),
@@ -303,6 +329,7 @@ public:
 
     void barrier() {
         check_usable();
+        deferred_->settle_through();  // they come first, on every rank
         const wait_scope watched(collective("barrier()", 0));
         detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
     }
@@ -311,6 +338,7 @@ public:
     [[nodiscard]] mpi split(int color, int key) {
         check_usable();
         require(color >= 0, "color", color, "must be >= 0 (every rank joins one group)");
+        deferred_->settle_through();  // they come first, on every rank
         MPI_Comm comm = MPI_COMM_NULL;
         {
             const wait_scope watched(collective("split()", 0));
@@ -339,6 +367,13 @@ private:
     }
 
     void release() noexcept {
+        // A deferred collective posts on comm_: post what is pending before it is freed.
+        if (deferred_ && comm_ != MPI_COMM_NULL && detail::mpi_usable()) {
+            try {
+                deferred_->settle_through();
+            } catch (...) {  // a destructor's path: the requests report their own failures
+            }
+        }
         if (owned_ && comm_ != MPI_COMM_NULL && detail::mpi_usable()) MPI_Comm_free(&comm_);
         comm_ = MPI_COMM_NULL;
         owned_ = false;
@@ -348,6 +383,7 @@ private:
     // collective first agrees on them with one small MPI_Allreduce (max of x and -x gives
     // both the max and the min): every rank then throws the same error, or none does.
     void agree(const char* what, std::size_t count, int root) {
+        deferred_->settle_through();  // the non-blocking collectives started before come first
         std::int64_t values[4] = {static_cast<std::int64_t>(count), -static_cast<std::int64_t>(count),
                                   root, -root};
         const wait_scope watched(collective(what, count));
@@ -395,48 +431,72 @@ private:
     template <class T>
     request start_allreduce(std::span<T> values, MPI_Datatype type, const char* what) {
         check_usable();
-        agree(what, values.size(), 0);
-        request r;
-        r.info_ = collective(what, values.size());
-        r.call_ = "MPI_Wait (MPI_Iallreduce)";
-        detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, values.data(),
-                                         detail::mpi_count(values.size(), "values.size()"), type, MPI_SUM,
-                                         comm_, &r.handle_),
-                          "MPI_Iallreduce");
-        return r;
+        const int count = detail::mpi_count(values.size(), "values.size()");
+        return start_deferred(what, values.size(), "MPI_Iallreduce", "MPI_Wait (MPI_Iallreduce)",
+                              [=, comm = comm_](MPI_Request* r) {
+                                  return MPI_Iallreduce(MPI_IN_PLACE, values.data(), count, type, MPI_SUM, comm, r);
+                              });
     }
 
     template <class T>
     request start_allgather(std::span<const T> mine, std::span<T> all, MPI_Datatype type, const char* what) {
-        const int count = agreed_block_count(what, all.size(), mine.size());
-        request r;
-        r.info_ = collective(what, mine.size());
-        r.call_ = "MPI_Wait (MPI_Iallgather)";
-        detail::mpi_check(MPI_Iallgather(mine.data(), count, type, all.data(), count, type, comm_, &r.handle_),
-                          "MPI_Iallgather");
-        return r;
+        const int count = block_count(what, all.size(), mine.size());
+        return start_deferred(what, mine.size(), "MPI_Iallgather", "MPI_Wait (MPI_Iallgather)",
+                              [=, comm = comm_](MPI_Request* r) {
+                                  return MPI_Iallgather(mine.data(), count, type, all.data(), count, type, comm, r);
+                              });
     }
 
     template <class T>
     request start_reduce_scatter(std::span<const T> all, std::span<T> mine, MPI_Datatype type, const char* what) {
-        const int count = agreed_block_count(what, all.size(), mine.size());
+        const int count = block_count(what, all.size(), mine.size());
+        return start_deferred(what, mine.size(), "MPI_Ireduce_scatter_block", "MPI_Wait (MPI_Ireduce_scatter_block)",
+                              [=, comm = comm_](MPI_Request* r) {
+                                  return MPI_Ireduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM,
+                                                                   comm, r);
+                              });
+    }
+
+    // Posts the agreement of a non-blocking collective of `count` elements; `post` starts the
+    // collective once the agreement has found every rank's count equal (mpi_deferred.hpp).
+    request start_deferred(const char* what, std::size_t count, const char* post_call, const char* wait_call,
+                           std::function<int(MPI_Request*)> post) {
+        deferred_->settle_through();  // the ones started before come first, on every rank
+        auto c = std::make_shared<detail::deferred_collective>();
+        const auto n = static_cast<std::int64_t>(count);
+        c->agreement[0] = n;
+        c->agreement[1] = -n;
+        c->info = collective(what, count);
+        c->post = std::move(post);
+        c->post_call = post_call;
+        detail::mpi_check(
+            MPI_Iallreduce(MPI_IN_PLACE, c->agreement, 4, MPI_INT64_T, MPI_MAX, comm_, &c->agreeing),
+            "MPI_Iallreduce (length check)");
+        deferred_->push(c);
         request r;
-        r.info_ = collective(what, mine.size());
-        r.call_ = "MPI_Wait (MPI_Ireduce_scatter_block)";
-        detail::mpi_check(MPI_Ireduce_scatter_block(all.data(), mine.data(), count, type, MPI_SUM, comm_, &r.handle_),
-                          "MPI_Ireduce_scatter_block");
+        r.info_ = c->info;
+        r.call_ = wait_call;
+        r.deferred_ = std::move(c);
+        r.queue_ = deferred_;
         return r;
+    }
+
+    // The block length of an all-gather or reduce-scatter as MPI's count, once the full buffer
+    // is checked to hold one block per rank (on this rank; ranks agree on the block after).
+    int block_count(const char* what, std::size_t full, std::size_t block) const {
+        check_usable();
+        require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": all.size()", full,
+                "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size_) * block));
+        return detail::mpi_count(block, "mine.size()");
     }
 
     // What every all-gather and reduce-scatter, blocking or not, checks first: the full
     // buffer holds one block per rank, and all ranks agree on the block length. Returns
     // the block length as MPI's count.
     int agreed_block_count(const char* what, std::size_t full, std::size_t block) {
-        check_usable();
-        require(full == block * static_cast<std::size_t>(size_), std::string(what) + ": all.size()", full,
-                "must be size() * mine.size() = " + std::to_string(static_cast<std::size_t>(size_) * block));
+        const int count = block_count(what, full, block);
         agree(what, block, 0);
-        return detail::mpi_count(block, "mine.size()");
+        return count;
     }
 
     MPI_Comm comm_ = MPI_COMM_NULL;
@@ -445,6 +505,8 @@ private:
     int size_ = 0;
     timeout_duration timeout_ = default_timeout;
     const watch_group* group_ = nullptr;  // interned: never freed
+    // Its non-blocking collectives whose agreement is still running (mpi_deferred.hpp).
+    std::shared_ptr<detail::deferred_queue> deferred_ = std::make_shared<detail::deferred_queue>();
 };
 
 static_assert(communicator<mpi>);
