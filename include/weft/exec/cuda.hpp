@@ -177,7 +177,7 @@ public:
 
     // The attention kernels causal_attention_forward and _backward run (train_gpt
     // --attention-kernel): wmma by default; mma keeps the scores in registers and has not run
-    // on a GPU yet (docs/cuda.md). A change drops the action graphs captured with the old ones,
+    // on a GPU yet (docs/cuda-status.md). A change drops the action graphs captured with the old ones,
     // so it is refused inside an action, whose graph may be the one being recorded.
     void set_attention_kernel(weft::exec::cuda_detail::attention_kernel kernel) {
         require(weft::exec::cuda_detail::current_recording() == nullptr, "set_attention_kernel", "inside an action",

@@ -24,7 +24,7 @@ namespace weft::exec::cuda_detail {
 // Which causal-attention kernels exec::cuda runs: wmma (kernels/flash_attention.cuh, the
 // default, run on an H200 before its latest grid changes) or mma
 // (kernels/flash_attention_mma.cuh, scores in registers, built and tested but not yet run on
-// a GPU; docs/cuda.md).
+// a GPU; docs/cuda-status.md).
 enum class attention_kernel { wmma, mma };
 
 }  // namespace weft::exec::cuda_detail

@@ -3,7 +3,7 @@
 // themselves (weft/exec/cuda/kernels/column_sums.cuh) read it from here.
 //
 // Why chunks: one block per 32 columns left an H200 with 24 blocks for GPT-2's 768 columns,
-// and LayerNorm's weight gradient ran at 443 GB/s, 0.11 ms of each of a step's 25 (docs/cuda.md).
+// and LayerNorm's weight gradient ran at 443 GB/s, 0.11 ms of each of a step's 25 (docs/cuda-figures.md).
 // Chunks of a fixed number of rows give rows / 256 times the blocks, and because the chunking
 // does not depend on the GPU, every run adds the same numbers in the same order: results
 // repeat bit for bit (a CUDA graph's replay equals the eager run).

@@ -1,6 +1,6 @@
 // The GPU time of each kernel and GEMM that exec::cuda queues, summed by operation over an
 // eager run: `train_gpt --kernel-profile`. Bench figures at a model's shapes left a third of
-// GPT-2 124M's step unexplained on an H200 (docs/cuda.md); this times the step itself.
+// GPT-2 124M's step unexplained on an H200 (docs/cuda-figures.md); this times the step itself.
 //
 // Where the launch layer (backend_kernels.cu) and the GEMMs (gemm.hpp) queue work, a
 // profile_scope records an event on the stream before and after it; take() waits for the

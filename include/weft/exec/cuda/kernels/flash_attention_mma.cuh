@@ -2,7 +2,7 @@
 // flash_attention_mma_kernels.cuh (which says how the kernels work and why). The same
 // arguments, layout and saved state as flash_attention.cuh's, whose delta kernel and shape
 // checks these share. exec::cuda runs them with set_attention_kernel(attention_kernel::mma)
-// (train_gpt --attention-kernel mma); not yet the default (docs/cuda.md).
+// (train_gpt --attention-kernel mma); not yet the default (docs/cuda-status.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -3,7 +3,7 @@
 // flash_attention.cuh's, the kernels exec::cuda runs by default; exec::cuda runs these with
 // set_attention_kernel(attention_kernel::mma) (train_gpt --attention-kernel mma). They have
 // not run on a GPU yet; they become the default once gpu-check shows them right and faster
-// (docs/cuda.md, "Attention at tensor-core speed").
+// (docs/cuda-status.md, "Attention at tensor-core speed").
 //
 // Why it should be faster: the WMMA kernels cannot see which lane holds which element of a
 // fragment, so every 16 x 64 block of scores goes to shared memory and back for the softmax,
