@@ -10,9 +10,10 @@
 #include "weft/train/engine.hpp"
 
 namespace {
-using engine = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, weft::comm::local, weft::exec::cpu>;
-const weft::nn::mlp_config mlp{.input_dim = 4, .hidden_dim = 8, .num_blocks = 2, .num_classes = 3, .seed = 1};
-const weft::train::engine_options options{.batch_size = 8};
+using layout_engine_type =
+    weft::engine<weft::sched::all_schedules, weft::shard::any_zero, weft::comm::local, weft::exec::cpu>;
+const weft::nn::mlp_config layout_mlp{.input_dim = 4, .hidden_dim = 8, .num_blocks = 2, .num_classes = 3, .seed = 1};
+const weft::train::engine_options layout_options{.batch_size = 8};
 }  // namespace
 
 TEST_CASE("parse_layout reads every key and keeps the defaults of those left out", "[run][layout]") {
@@ -36,7 +37,8 @@ TEST_CASE("parse_layout and parse_layout_switch name the key and what is valid",
     CHECK_THROWS_WITH(weft::run::parse_layout("pq=2", "--layout"),
                       Contains("--layout: key = \"pq\" is invalid: is not a layout key; valid: pp, dp, tp"));
     CHECK_THROWS_WITH(weft::run::parse_layout("pp=2,pp=4"), Contains("key = \"pp\" is invalid: is given twice"));
-    CHECK_THROWS_WITH(weft::run::parse_layout("zero=4"), Contains("zero = \"4\" is invalid: must be a whole number in [0, 3]"));
+    CHECK_THROWS_WITH(weft::run::parse_layout("zero=4"),
+                      Contains("zero = \"4\" is invalid: must be a whole number in [0, 3]"));
     CHECK_THROWS_WITH(weft::run::parse_layout("pp=0x2"), Contains("pp = \"0x2\" is invalid"));
     CHECK_THROWS_WITH(weft::run::parse_layout("2"), Contains("part = \"2\" is invalid: must be key=value"));
     const auto s = weft::run::parse_layout_switch("20:pp=2,dp=2");
@@ -49,26 +51,32 @@ TEST_CASE("parse_layout and parse_layout_switch name the key and what is valid",
 
 TEST_CASE("check_layout refuses what the engine cannot run, building nothing", "[run][layout]") {
     using Catch::Contains;
-    CHECK(weft::run::check_layout<engine>(weft::run::parse_layout("pp=2,dp=2"), 2, 4, mlp, options).pp() == 2);
-    CHECK_THROWS_WITH(weft::run::check_layout<engine>(weft::run::parse_layout("pp=3"), 2, 4, mlp, options),
-                      Contains("must equal the world size 4"));
+    CHECK(weft::run::check_layout<layout_engine_type>(weft::run::parse_layout("pp=2,dp=2"), 2, 4, layout_mlp,
+                                                      layout_options)
+              .pp() == 2);
+    CHECK_THROWS_WITH(
+        weft::run::check_layout<layout_engine_type>(weft::run::parse_layout("pp=3"), 2, 4, layout_mlp, layout_options),
+        Contains("must equal the world size 4"));
     // 4 units (2 blocks + input and head) cannot take a partition of 5.
-    CHECK_THROWS_WITH(weft::run::check_layout<engine>(weft::run::parse_layout("pp=2,dp=2,partition=2,3"), 2, 4, mlp,
-                                                      options),
+    CHECK_THROWS_WITH(weft::run::check_layout<layout_engine_type>(weft::run::parse_layout("pp=2,dp=2,partition=2,3"), 2,
+                                                                  4, layout_mlp, layout_options),
                       Contains("partition"));
 }
 
 TEST_CASE("a plan of switches is checked whole before training", "[run][layout]") {
     using Catch::Contains;
-    const auto plan = weft::run::plan_switches<engine>({"2:pp=4", "4:world=2,pp=2"}, 6, 4, 4, mlp, options, 1);
+    const auto plan = weft::run::plan_switches<layout_engine_type>({"2:pp=4", "4:world=2,pp=2"}, 6, 4, 4, layout_mlp,
+                                                                   layout_options, 1);
     REQUIRE(plan.size() == 2);
     CHECK(plan[1].config.world_size() == 2);
-    CHECK_THROWS_WITH(weft::run::plan_switches<engine>({"6:pp=4"}, 6, 4, 4, mlp, options, 1),
+    CHECK_THROWS_WITH(weft::run::plan_switches<layout_engine_type>({"6:pp=4"}, 6, 4, 4, layout_mlp, layout_options, 1),
                       Contains("STEP = 6 is invalid: must be below --steps 6"));
-    CHECK_THROWS_WITH(weft::run::plan_switches<engine>({"4:pp=4", "2:pp=4"}, 6, 4, 4, mlp, options, 1),
-                      Contains("must come after the previous --switch's step"));
-    CHECK_THROWS_WITH(weft::run::plan_switches<engine>({"2:world=8,pp=8"}, 6, 4, 4, mlp, options, 1),
-                      Contains("world = 8 is invalid: must be at most the 4 ranks launched"));
-    CHECK_THROWS_WITH(weft::run::plan_switches<engine>({"2:pp=3"}, 6, 4, 4, mlp, options, 1),
+    CHECK_THROWS_WITH(
+        weft::run::plan_switches<layout_engine_type>({"4:pp=4", "2:pp=4"}, 6, 4, 4, layout_mlp, layout_options, 1),
+        Contains("must come after the previous --switch's step"));
+    CHECK_THROWS_WITH(
+        weft::run::plan_switches<layout_engine_type>({"2:world=8,pp=8"}, 6, 4, 4, layout_mlp, layout_options, 1),
+        Contains("world = 8 is invalid: must be at most the 4 ranks launched"));
+    CHECK_THROWS_WITH(weft::run::plan_switches<layout_engine_type>({"2:pp=3"}, 6, 4, 4, layout_mlp, layout_options, 1),
                       Contains("--switch = \"2:pp=3\" is invalid: cannot run: "));
 }
