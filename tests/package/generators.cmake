@@ -15,14 +15,11 @@ foreach(var WEFT_SOURCE_DIR BINARY_DIR EXPECT_CUDA)
     endif()
 endforeach()
 file(REMOVE_RECURSE "${BINARY_DIR}")
+include(${CMAKE_CURRENT_LIST_DIR}/run_or_fail.cmake)
 
 function(configure_weft generator dir)
-    execute_process(COMMAND "${CMAKE_COMMAND}" -S "${WEFT_SOURCE_DIR}" -B "${dir}" -G "${generator}"
-                            -DCMAKE_BUILD_TYPE=Release ${ARGN}
-                    OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-    if(NOT status EQUAL 0)
-        message(FATAL_ERROR "configure with ${generator} ${ARGN} failed:\n${output}")
-    endif()
+    run_or_fail("configure with ${generator} ${ARGN}" "${CMAKE_COMMAND}" -S "${WEFT_SOURCE_DIR}" -B "${dir}"
+                -G "${generator}" -DCMAKE_BUILD_TYPE=Release ${ARGN})
     # Where the outer build found the CUDA toolkit, this one must too, or the test would not
     # reach what it is for.
     if(EXPECT_CUDA AND NOT output MATCHES "weft: MPI [A-Z]+, CUDA ON")
@@ -49,11 +46,7 @@ foreach(file IN LISTS flag_files)
 endforeach()
 
 set(prefix "${BINARY_DIR}/installed")
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${make_dir}" --prefix "${prefix}"
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "cmake --install without a build failed:\n${output}")
-endif()
+run_or_fail("cmake --install without a build" "${CMAKE_COMMAND}" --install "${make_dir}" --prefix "${prefix}")
 foreach(file include/weft/weft.hpp lib/cmake/weft/weftConfig.cmake share/pkgconfig/weft.pc)
     if(NOT EXISTS "${prefix}/${file}")
         message(FATAL_ERROR "cmake --install without a build did not install ${file}:\n${output}")

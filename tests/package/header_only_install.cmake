@@ -11,18 +11,11 @@ foreach(var WEFT_SOURCE_DIR BINARY_DIR PREFIX GENERATOR)
     endif()
 endforeach()
 file(REMOVE_RECURSE "${BINARY_DIR}" "${PREFIX}")
+include(${CMAKE_CURRENT_LIST_DIR}/run_or_fail.cmake)
 
-execute_process(COMMAND "${CMAKE_COMMAND}" -S "${WEFT_SOURCE_DIR}" -B "${BINARY_DIR}" -G "${GENERATOR}"
-                        -DWEFT_BUILD_TESTS=OFF -DWEFT_BUILD_EXAMPLES=OFF -DWEFT_BUILD_BENCHMARKS=OFF
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "header-only configure failed:\n${output}")
-endif()
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}"
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "header-only install failed:\n${output}")
-endif()
+run_or_fail("header-only configure" "${CMAKE_COMMAND}" -S "${WEFT_SOURCE_DIR}" -B "${BINARY_DIR}" -G "${GENERATOR}"
+            -DWEFT_BUILD_TESTS=OFF -DWEFT_BUILD_EXAMPLES=OFF -DWEFT_BUILD_BENCHMARKS=OFF)
+run_or_fail("header-only install" "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}")
 
 file(GLOB_RECURSE source_headers RELATIVE "${WEFT_SOURCE_DIR}/include" "${WEFT_SOURCE_DIR}/include/weft/*")
 file(GLOB_RECURSE installed_headers RELATIVE "${PREFIX}/include" "${PREFIX}/include/weft/*")

@@ -10,17 +10,10 @@ foreach(var WEFT_SOURCE_DIR BINARY_DIR PREFIX GENERATOR)
     endif()
 endforeach()
 file(REMOVE_RECURSE "${BINARY_DIR}" "${PREFIX}")
-execute_process(COMMAND "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/subproject_examples" -B "${BINARY_DIR}"
-                        -G "${GENERATOR}" "-DWEFT_SOURCE_DIR=${WEFT_SOURCE_DIR}"
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "configuring the parent failed:\n${output}")
-endif()
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}"
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "installing the parent failed:\n${output}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/run_or_fail.cmake)
+run_or_fail("configuring the parent" "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/subproject_examples"
+            -B "${BINARY_DIR}" -G "${GENERATOR}" "-DWEFT_SOURCE_DIR=${WEFT_SOURCE_DIR}")
+run_or_fail("installing the parent" "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}")
 if(NOT EXISTS "${PREFIX}/share/parent/CMakeLists.txt")
     message(FATAL_ERROR "the parent's own file was not installed:\n${output}")
 endif()

@@ -2,11 +2,8 @@
 # is there and nothing of weft is (headers, CMake package, weft.pc).
 #   cmake -DBINARY_DIR=... -DPREFIX=... -P install_leaves_weft_out.cmake
 file(REMOVE_RECURSE "${PREFIX}")
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}"
-                OUTPUT_VARIABLE output ERROR_VARIABLE output RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-    message(FATAL_ERROR "installing the consumer failed:\n${output}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/../run_or_fail.cmake)
+run_or_fail("installing the consumer" "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}")
 file(GLOB consumer_installed "${PREFIX}/bin/consumer*")
 if(NOT consumer_installed)
     message(FATAL_ERROR "the consumer's own program was not installed:\n${output}")
