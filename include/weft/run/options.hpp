@@ -103,7 +103,8 @@ inline constexpr unsigned checkpoints = 128;  // --checkpoint-dir, --checkpoint-
 inline constexpr unsigned weights = 256;      // --init-from, --save
 inline constexpr unsigned logs = 512;         // --log-json
 inline constexpr unsigned mfu = 1024;         // --peak-tflops
-inline constexpr unsigned all = 2047;
+inline constexpr unsigned elastic = 2048;    // --elastic, --control, --world-max, --mirror-every, --leave-signal
+inline constexpr unsigned all = 4095;
 }  // namespace options
 
 namespace detail {
@@ -322,6 +323,38 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
             ->check(finite_at_least(0, true))
             ->capture_default_str()
             ->group("Logs");
+    }
+    if (has(options::elastic)) {
+        const char* group = "Elastic";
+        auto* elastic =
+            app.add_flag("--elastic", s.elastic,
+                         "ranks may leave with notice, crash or join while the run trains (under mpirun only): the "
+                         "state moves to the ranks that remain, at a step boundary (docs/elastic.md)")
+                ->group(group);
+        app.add_option("--control", s.control_file,
+                       "a file of commands appended while the run trains: `leave RANKS` (e.g. 1,3-4) or `grow N`; "
+                       "the lines already in it at the start are checked, not applied; created empty when missing "
+                       "(docs/running.md)")
+            ->check(non_empty_path())
+            ->needs(elastic)
+            ->group(group);
+        app.add_option("--world-max", s.world_max, "the most ranks `grow` may reach (default: the ranks launched)")
+            ->check(int_in(1, 1 << 16))
+            ->needs(elastic)
+            ->group(group);
+        app.add_option("--mirror-every", s.mirror_every,
+                       "steps between mirrors of each rank's unique state on a buddy rank, what a crash is recovered "
+                       "from without a checkpoint")
+            ->check(int_in(1, 1 << 30))
+            ->capture_default_str()
+            ->needs(elastic)
+            ->group(group);
+        app.add_option("--leave-signal", s.leave_signal,
+                       "the signal that tells a rank to leave: USR1, USR2 or none (a signal to every rank stops the "
+                       "run with a checkpoint, exit code 4, as SIGTERM does)")
+            ->check(CLI::IsMember({"USR1", "USR2", "none"}))
+            ->capture_default_str()
+            ->group(group);
     }
 }
 

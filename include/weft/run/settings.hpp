@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/core/error.hpp"
+
 namespace weft::run {
 
 struct settings {
@@ -53,10 +55,38 @@ struct settings {
     std::string log_json;     // one JSON object per step
     double peak_tflops = 0;   // MFU's peak; 0: the program's default (a measured or tabled peak)
     bool kernel_profile = false;  // a backend that times its operations prints them at the end
+    // ---- elastic ----
+    bool elastic = false;              // ranks may leave, fail or join while the run trains
+    std::string control_file;          // leave/grow lines appended here (run/elastic_control.hpp)
+    int world_max = 0;                 // the most ranks a grow may reach; 0: the ranks launched
+    int mirror_every = 1;              // steps between mirrors of a rank's unique state on a buddy
+    std::string leave_signal = "USR1";  // USR1, USR2 or none (run/leave_signal.hpp)
 
     [[nodiscard]] double final_lr() const { return min_lr > 0 ? min_lr : lr; }
     [[nodiscard]] long long decay_end() const { return decay_steps >= 0 ? decay_steps : steps; }
 };
+
+// Checks the elastic settings against the launch, before anything trains: --elastic needs
+// the MPI communicator (ranks as threads share one process, so none can leave or fail
+// alone), and --world-max may not be below the ranks launched. Returns the notice to print
+// at the start (empty when none): without ULFM (MPI's fault tolerance) a crash ends the run.
+[[nodiscard]] inline std::string check_elastic_settings(const settings& s, bool on_mpi, bool has_ulfm,
+                                                        int world_size) {
+    if (!s.elastic) return {};
+    if (!on_mpi)
+        throw error(
+            "--elastic needs the MPI communicator: launch with mpirun (or srun), e.g. mpirun -np 4 train_gpt "
+            "--elastic ...; ranks as threads share one process, so none can leave, fail or join alone");
+    require(s.world_max == 0 || s.world_max >= world_size, "--world-max", s.world_max,
+            "must be at least the ranks launched (" + std::to_string(world_size) + "), or 0 for exactly those");
+    require(s.mirror_every >= 1, "--mirror-every", s.mirror_every, "must be >= 1");
+    require(s.leave_signal == "USR1" || s.leave_signal == "USR2" || s.leave_signal == "none", "--leave-signal",
+            s.leave_signal, "must be USR1, USR2 or none");
+    if (!has_ulfm)
+        return "built without MPI fault tolerance (ULFM): a crash of a rank ends the run (exit 2, newest "
+               "checkpoint intact); leave and join still work; see docs/elastic.md";
+    return {};
+}
 
 // GPT's sizes on a command line (models::gpt's config adds the seed).
 struct gpt_sizes {
