@@ -5,10 +5,12 @@
 # compile-fail and CUDA tests), then builds and runs the unit tests under
 # AddressSanitizer+UBSan and the threaded ones again under ThreadSanitizer. Each check
 # thus runs once per build that can tell something new, not once per preset
-# (docs/building.md, "Presets"). Any failure stops it with a non-zero exit.
+# (docs/building.md, "Presets"). Last, the `ft` preset builds against Open MPI 5 with ULFM
+# (.venv-ft) and runs the elastic tests, which survive a crash. Any failure stops it with a
+# non-zero exit. WEFT_TEST_PRESETS picks the presets, e.g. WEFT_TEST_PRESETS="asan ft".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh --tests
+bash scripts/install-deps.sh --tests --ft
 source scripts/env.sh
 
 run_preset() {
@@ -22,7 +24,7 @@ run_preset() {
     ctest --preset "$preset" -j "$((jobs + 1))"
 }
 
-presets=(ci-release asan tsan)
+presets=(ci-release asan tsan ft)
 if [[ -n "${WEFT_TEST_PRESETS:-}" ]]; then read -r -a presets <<<"$WEFT_TEST_PRESETS"; fi
 for preset in "${presets[@]}"; do
     run_preset "$preset"
