@@ -6,7 +6,7 @@
 
 namespace {
 
-weft::run::elastic_event leave_event() {
+weft::run::elastic_event elastic_test_leave_event() {
     weft::run::elastic_event e;
     e.kind = weft::run::elastic_event_kind::leave;
     e.step = 7;
@@ -23,7 +23,7 @@ weft::run::elastic_event leave_event() {
 }  // namespace
 
 TEST_CASE("an elastic event's line", "[run][elastic]") {
-    auto e = leave_event();
+    auto e = elastic_test_leave_event();
     CHECK(weft::run::format_elastic_event(e) ==
           "elastic | leave | before step 7 | ranks 1,3 | world 4 -> 2 | from pp 2 x dp 2 | to pp 2 x dp 1 | "
           "moved 1.5 MiB | 120.0 ms to training");
@@ -38,7 +38,7 @@ TEST_CASE("an elastic event's line", "[run][elastic]") {
 }
 
 TEST_CASE("an elastic event's JSON object", "[run][elastic]") {
-    auto e = leave_event();
+    auto e = elastic_test_leave_event();
     CHECK(weft::run::elastic_event_json(e).dump() ==
           R"({"event":"leave","step":7,"ranks":[1,3],"from":"pp 2 x dp 2","to":"pp 2 x dp 1","world_from":4,)"
           R"("world_to":2,"moved_bytes":1572864,"milliseconds":120.0})");
