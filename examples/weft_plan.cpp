@@ -24,10 +24,8 @@
 #include "weft/shard/any_zero.hpp"
 #include "weft/train/engine.hpp"
 
-namespace {
 using engine = weft::engine<weft::sched::all_schedules, weft::shard::any_zero, weft::comm::local, weft::exec::cpu,
                             weft::models::gpt>;
-}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"Choose a parallel layout: the fastest simulated layouts within a memory budget per rank."};
@@ -58,17 +56,19 @@ int main(int argc, char** argv) {
         const weft::nn::gpt_config model{.num_layers = g.layers, .d_model = g.d_model, .num_heads = g.heads,
                                          .vocab_size = g.vocab, .seq_len = g.seq_len};
         weft::plan::cost_model costs;
-        if (!costs_file.empty()) costs = weft::plan::cost_model_from_json(
-                                     weft::plan::read_text_file(costs_file, "--costs"), "--costs " + costs_file);
+        if (!costs_file.empty()) costs = weft::plan::load_cost_model(costs_file, "--costs");
         if (cores != 0) costs.cores = cores;
-        if (!step_log.empty()) {
-            const weft::run::layout m = weft::run::parse_layout(measured, "--measured");
-            costs = weft::plan::costs_from_step_log(weft::plan::read_text_file(step_log, "--step-log"),
-                                                    {.pp = m.pp, .dp = m.dp, .tp = m.tp, .batch_size = batch}, costs,
-                                                    "--step-log " + step_log);
-        }
+        if (const auto m = weft::run::parse_layout(measured, "--measured"); !step_log.empty())
+            costs = weft::plan::load_step_log_costs(step_log, {.pp = m.pp, .dp = m.dp, .tp = m.tp, .batch_size = batch},
+                                                    costs, "--step-log");
         const weft::train::engine_options options{.batch_size = batch};
-        const auto layouts = weft::plan::plan_layouts<engine>(world, budget, model, options, costs, space);
+        std::vector<weft::plan::planned_layout> layouts;
+        try {
+            layouts = weft::plan::plan_layouts<engine>(world, budget, model, options, costs, space);
+        } catch (const weft::error& e) {  // the planner names its parameters; the user gave flags
+            const std::string what = weft::sched::detail::without_error_prefix(e.what());
+            throw weft::error(what.starts_with("memory_budget") ? "--memory-budget " + budget_text + ": " + what : what);
+        }
         std::printf("weft-plan: %d ranks, %s per rank, costs %s\n%s", world,
                     weft::plan::byte_text(static_cast<double>(budget)).c_str(),
                     !step_log.empty() ? step_log.c_str() : !costs_file.empty() ? costs_file.c_str() : "(unit)",

@@ -119,10 +119,12 @@ TEST_CASE("the planner's top layouts are the exhaustive search's first, in order
     space.top = 5;
     const auto top = weft::plan::plan_layouts<gpt_engine>(4, 1LL << 40, small_gpt, plan_options, costs, space);
     REQUIRE(top.size() == 5);
-    // The exhaustive list without ZeRO > 0 at dp = 1 (the planner leaves those out).
+    // The exhaustive list without ZeRO > 0 at dp = 1 (the planner leaves those out), and with one
+    // entry for layouts that differ only in a schedule that prices the same.
     std::vector<weft::plan::planned_layout> kept;
     for (const auto& p : all)
-        if (p.layout.zero == 0 || p.layout.dp > 1) kept.push_back(p);
+        if ((p.layout.zero == 0 || p.layout.dp > 1) && (kept.empty() || !weft::plan::equivalent(kept.back(), p)))
+            kept.push_back(p);
     for (std::size_t i = 0; i < top.size(); ++i) {
         INFO("place " << i);
         CHECK(top[i].layout.text() == kept[i].layout.text());

@@ -113,9 +113,9 @@ struct cost_model {
     return text.str();
 }
 
-// The cost model in the JSON file `path`.
-[[nodiscard]] inline cost_model load_cost_model(const std::string& path) {
-    return cost_model_from_json(read_text_file(path, "costs file"), "costs file " + path);
+// The cost model in the JSON file `path`; `flag` names it in errors ("--costs").
+[[nodiscard]] inline cost_model load_cost_model(const std::string& path, const std::string& flag = "costs file") {
+    return cost_model_from_json(read_text_file(path, flag), flag + " " + path);
 }
 
 }  // namespace weft::plan

@@ -100,10 +100,11 @@ struct step_log_summary {
     return c;
 }
 
-// The same from the step log file `path`.
+// The same from the step log file `path`; `flag` names it in errors ("--step-log").
 [[nodiscard]] inline cost_model load_step_log_costs(const std::string& path, const measured_run& run,
-                                                    const cost_model& base = {}) {
-    return costs_from_step_log(read_text_file(path, "step log"), run, base, "step log " + path);
+                                                    const cost_model& base = {},
+                                                    const std::string& flag = "step log") {
+    return costs_from_step_log(read_text_file(path, flag), run, base, flag + " " + path);
 }
 
 }  // namespace weft::plan

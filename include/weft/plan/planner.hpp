@@ -6,9 +6,11 @@
 // ranks than the world leaves the others as spares (engine.reconfigure with world_size <
 // ranks), and is chosen over a larger one when it is as fast.
 //
-// Order (deterministic): simulated ms/step (compared at 1 ns), then fewer ranks, lower ZeRO
-// stage, smaller pp, smaller tp, fewer micro-batches, fewer chunks, and the schedule's place
-// in the engine's set.
+// Order (deterministic): simulated ms/step (compared at 1 ns), then fewer ranks, smaller peak
+// bytes per rank, lower ZeRO stage, smaller pp, smaller tp, fewer micro-batches, fewer chunks,
+// and the schedule's place in the engine's set. Layouts that differ only in their schedule and
+// price the same (time and peak: on one pipeline rank most schedules run alike) are one
+// entry of plan_layouts' list, the schedule first in the engine's set.
 //
 // Pruning, which never changes the answer (tests/plan compares with an exhaustive search):
 // ZeRO > 0 with dp = 1 is left out (it shards over one rank: the same time as ZeRO-0 and more
@@ -48,10 +50,20 @@ struct planned_layout {
 [[nodiscard]] inline bool ranks_before(const planned_layout& a, const planned_layout& b) {
     const auto key = [](const planned_layout& p) {
         const layout_candidate& l = p.layout;
-        return std::make_tuple(std::llround(p.estimate.step_ms * 1e6), l.world, l.zero, l.pp, l.tp, l.microbatches,
-                               l.chunks, p.schedule_index);
+        return std::make_tuple(std::llround(p.estimate.step_ms * 1e6), l.world, p.estimate.peak_bytes, l.zero, l.pp,
+                               l.tp, l.microbatches, l.chunks, p.schedule_index);
     };
     return key(a) < key(b);
+}
+
+// Whether `a` and `b` differ at most in their schedule and price the same: one entry of a list.
+[[nodiscard]] inline bool equivalent(const planned_layout& a, const planned_layout& b) {
+    const auto key = [](const planned_layout& p) {
+        const layout_candidate& l = p.layout;
+        return std::make_tuple(std::llround(p.estimate.step_ms * 1e6), p.estimate.peak_bytes, l.world, l.pp, l.dp,
+                               l.tp, l.zero, l.chunks, l.microbatches);
+    };
+    return key(a) == key(b);
 }
 
 // "2.0 GiB", "512.0 MiB", "12.3 KiB", "100 B".
@@ -138,6 +150,10 @@ template <class Engine>
             break;
         planned_layout priced = detail::price(*next.layout, programs, p);
         if (priced.estimate.peak_bytes > budget) continue;
+        // An equivalent entry is adjacent in the order: the one ranked first stays.
+        const auto at = std::upper_bound(best.begin(), best.end(), priced, ranks_before);
+        if (at != best.begin() && equivalent(*(at - 1), priced)) continue;
+        if (at != best.end() && equivalent(*at, priced)) best.erase(at);
         best.insert(std::upper_bound(best.begin(), best.end(), priced, ranks_before), priced);
         if (best.size() > top) best.pop_back();
     }
