@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -87,15 +88,15 @@ inline void check_counts(const std::vector<int>& values, const char* name, int l
 
 }  // namespace detail
 
-// Every layout of `space` on 1..world ranks that the engine accepts, in a fixed order
-// (ranks, pp, dp, ZeRO, schedule, chunks, micro-batches). ZeRO > 0 with dp = 1 is left out:
-// it shards over one rank, as fast as ZeRO-0 with more memory (tests/plan checks the
-// planner's choice against a search that keeps it). Throws weft::error naming a bad
-// parameter of the space.
-template <class Engine>
-[[nodiscard]] std::vector<enumerated_layout> valid_layouts(int world, const typename Engine::model_config& model,
-                                                           const train::engine_options& options,
-                                                           const search_space& space) {
+// Calls visit(const enumerated_layout&) for every layout of `space` on 1..world ranks that the
+// engine accepts, in a fixed order (ranks, pp, dp, ZeRO, schedule, chunks, micro-batches), one
+// at a time (an ownership map of many ranks is large). ZeRO > 0 with dp = 1 is left out: it
+// shards over one rank, as fast as ZeRO-0 with more memory (tests/plan checks the planner's
+// choice against a search that keeps it). Throws weft::error naming a bad parameter of the
+// space.
+template <class Engine, class Visit>
+void for_each_valid_layout(int world, const typename Engine::model_config& model,
+                           const train::engine_options& options, const search_space& space, Visit&& visit) {
     require(world >= 1, "world", world, "must be at least 1 rank");
     const std::vector<int> microbatches = space.microbatches.empty() ? std::vector<int>{1, 2, 4, 8, 16}
                                                                      : space.microbatches;
@@ -106,7 +107,6 @@ template <class Engine>
     detail::check_counts(zeros, "zero_stage", 0, 3);
     const auto schedules = chosen_schedules<Engine>(space.schedules);
 
-    std::vector<enumerated_layout> out;
     for (int ranks = 1; ranks <= world; ++ranks)
         for (int pp = 1; pp <= ranks; ++pp) {
             if (ranks % pp != 0) continue;
@@ -122,15 +122,27 @@ template <class Engine>
                                 if (options.batch_size % (dp * m) != 0) continue;
                                 const layout_candidate l{.world = ranks, .pp = pp, .dp = dp, .tp = tp, .zero = zero,
                                                          .schedule = kind, .chunks = v, .microbatches = m};
+                                std::optional<enumerated_layout> valid;
                                 try {
-                                    out.push_back(enumerate_one<Engine>(l, model, options, index));
+                                    valid.emplace(enumerate_one<Engine>(l, model, options, index));
                                 } catch (const error&) {
-                                    // The engine cannot run it (chunks, micro-batches, tp, units...).
+                                    continue;  // the engine cannot run it (chunks, micro-batches, tp, units...)
                                 }
+                                visit(*valid);
                             }
                 }
             }
         }
+}
+
+// The same as a list (every ownership map at once: for small worlds and checks).
+template <class Engine>
+[[nodiscard]] std::vector<enumerated_layout> valid_layouts(int world, const typename Engine::model_config& model,
+                                                           const train::engine_options& options,
+                                                           const search_space& space) {
+    std::vector<enumerated_layout> out;
+    for_each_valid_layout<Engine>(world, model, options, space,
+                                  [&out](const enumerated_layout& e) { out.push_back(e); });
     return out;
 }
 

@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <vector>
 
-#include "weft/comm/process_grid.hpp"
 #include "weft/core/error.hpp"
 #include "weft/elastic/layout.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -119,80 +118,93 @@ struct rank_share {
     return out;
 }
 
-// Per rank of the layout: (data-parallel synchronisation ms, optimizer ms, state bytes at peak).
+// What one rank costs besides its pipeline program: data-parallel synchronisation, optimizer
+// step, and its parameters, gradients and optimizer state at their peak.
 struct rank_costs {
+    int pp_index = 0;
     double sync_ms = 0;
     double optimizer_ms = 0;
     std::size_t state_bytes = 0;
 };
 
-[[nodiscard]] inline std::vector<rank_costs> per_rank_costs(const layout_candidate& l, const elastic::layout& layout,
-                                                            const pricing& p) {
+// What a layout is priced from, without its ownership map (which is large on many ranks): the
+// simulator's costs, the costs of the ranks that bound the maxima, and the activations per
+// row of each pipeline rank's whole share.
+struct layout_parts {
+    sched::cost_model pipeline;
+    // One rank per (pipeline, tensor-parallel) index, the first of its data-parallel group: it
+    // holds the longest ZeRO range (shard_of's first ranges are whole), so its state and
+    // optimizer step are the most of the group, and everything else is the same across it.
+    std::vector<rank_costs> ranks;
+    std::vector<double> activation_elements;  // per pipeline rank: per row, its whole share
+};
+
+[[nodiscard]] inline layout_parts parts_of(const layout_candidate& l, const elastic::layout& layout,
+                                           const pricing& p) {
     const cost_model& c = p.costs;
     const double slow = detail::slowdown(c, l.world);
-    std::vector<rank_costs> out;
-    for (int r = 0; r < l.world; ++r) {
-        const comm::grid_coordinates at = comm::grid_coordinates_of(r, layout.config());
-        rank_costs rc;
-        double grad_bytes = 0;
-        double stepped = 0;
-        for (const elastic::stage_holding& h : layout.holdings(r)) {
-            const std::size_t total = h.registry.total_size();
-            rc.state_bytes += shard::zero_memory_of(l.zero, total, l.dp, at.dp_index, p.optimizer_states_per_element,
-                                                    p.scalar_bytes)
-                                  .peak.total();
-            grad_bytes += static_cast<double>(total * p.scalar_bytes);
-            stepped += static_cast<double>(l.zero == 0 ? total : h.range.valid());
+    layout_parts parts;
+    parts.pipeline = pipeline_costs(l, layout, p);
+    for (const detail::rank_share& share : detail::rank_shares(layout, p.shape))
+        parts.activation_elements.push_back(share.activation_elements);
+    for (int pp_index = 0; pp_index < l.pp; ++pp_index)
+        for (int tp_index = 0; tp_index < l.tp; ++tp_index) {
+            const int r = pp_index * l.dp * l.tp + tp_index;  // data-parallel index 0 (comm::process_grid)
+            rank_costs rc{.pp_index = pp_index};
+            double grad_bytes = 0;
+            double stepped = 0;
+            for (const elastic::stage_holding& h : layout.holdings(r)) {
+                const std::size_t total = h.registry.total_size();
+                rc.state_bytes += shard::zero_memory_of(l.zero, total, l.dp, 0, p.optimizer_states_per_element,
+                                                        p.scalar_bytes)
+                                      .peak.total();
+                grad_bytes += static_cast<double>(total * p.scalar_bytes);
+                stepped += static_cast<double>(l.zero == 0 ? total : h.range.valid());
+            }
+            rc.sync_ms = detail::collective_ms(c, grad_bytes, l.dp, l.zero == 3 ? 1.5 : 1.0);
+            rc.optimizer_ms = stepped * c.optimizer_ns_per_element * 1e-6 * slow;
+            parts.ranks.push_back(rc);
         }
-        rc.sync_ms = detail::collective_ms(c, grad_bytes, l.dp, l.zero == 3 ? 1.5 : 1.0);
-        rc.optimizer_ms = stepped * c.optimizer_ns_per_element * 1e-6 * slow;
-        out.push_back(rc);
-    }
-    return out;
+    return parts;
 }
 
 // The largest state bytes of any rank: a lower bound of the peak, known before simulating.
-[[nodiscard]] inline std::size_t state_peak_bytes(const std::vector<rank_costs>& ranks) {
+[[nodiscard]] inline std::size_t state_peak_bytes(const layout_parts& parts) {
     std::size_t most = 0;
-    for (const rank_costs& r : ranks) most = std::max(most, r.state_bytes);
+    for (const rank_costs& r : parts.ranks) most = std::max(most, r.state_bytes);
     return most;
 }
 
 // A lower bound of the step time, known before simulating: the busiest pipeline rank's
 // compute, plus the slowest synchronisation and optimizer step.
-[[nodiscard]] inline double step_ms_lower_bound(const layout_candidate& l, const sched::cost_model& pipeline,
-                                                const std::vector<rank_costs>& ranks) {
+[[nodiscard]] inline double step_ms_lower_bound(const layout_candidate& l, const layout_parts& parts) {
     double busiest = 0;
-    for (const sched::rank_stage_cost& r : pipeline.per_rank)
+    for (const sched::rank_stage_cost& r : parts.pipeline.per_rank)
         busiest = std::max(busiest, l.microbatches * (r.forward + r.backward_input + r.backward_weight));
     double sync = 0, optimizer = 0;
-    for (const rank_costs& r : ranks) {
+    for (const rank_costs& r : parts.ranks) {
         sync = std::max(sync, r.sync_ms);
         optimizer = std::max(optimizer, r.optimizer_ms);
     }
     return busiest + sync + optimizer;
 }
 
-// The whole estimate of `l`, whose compute-only program (as the engine generates it) is
-// `program`.
-[[nodiscard]] inline layout_estimate estimate(const layout_candidate& l, const elastic::layout& layout,
+// The whole estimate of `l` from its parts, whose compute-only program (as the engine
+// generates it) is `program`.
+[[nodiscard]] inline layout_estimate estimate(const layout_candidate& l, const layout_parts& parts,
                                               const sched::program& program, const pricing& p) {
-    const sched::cost_model pipeline = pipeline_costs(l, layout, p);
-    const std::vector<rank_costs> ranks = per_rank_costs(l, layout, p);
-    const sched::simulation sim = sched::simulate(program, pipeline);
-    const std::vector<detail::rank_share> shares = detail::rank_shares(layout, p.shape);
+    const sched::simulation sim = sched::simulate(program, parts.pipeline);
     const double rows = static_cast<double>(p.batch_size) / (l.dp * l.microbatches);
     layout_estimate e;
     e.pipeline_ms = sim.makespan;
     e.bubble = sim.bubble_rate;
-    for (int r = 0; r < l.world; ++r) {
-        const rank_costs& rc = ranks[static_cast<std::size_t>(r)];
+    for (const rank_costs& rc : parts.ranks) {
         e.sync_ms = std::max(e.sync_ms, rc.sync_ms);
         e.optimizer_ms = std::max(e.optimizer_ms, rc.optimizer_ms);
-        const auto pp_index = static_cast<std::size_t>(comm::grid_coordinates_of(r, layout.config()).pp_index);
-        const auto activations = static_cast<std::size_t>(sim.peak_activations[pp_index] * rows *
-                                                          shares[pp_index].activation_elements / l.tp *
-                                                          static_cast<double>(p.scalar_bytes));
+        const auto pp_index = static_cast<std::size_t>(rc.pp_index);
+        const auto activations =
+            static_cast<std::size_t>(sim.peak_activations[pp_index] * rows * parts.activation_elements[pp_index] /
+                                     l.tp * static_cast<double>(p.scalar_bytes));
         if (rc.state_bytes + activations > e.peak_bytes) {
             e.peak_bytes = rc.state_bytes + activations;
             e.state_peak_bytes = rc.state_bytes;
@@ -201,6 +213,12 @@ struct rank_costs {
     }
     e.step_ms = e.pipeline_ms + e.sync_ms + e.optimizer_ms;
     return e;
+}
+
+// The same from the layout's ownership map.
+[[nodiscard]] inline layout_estimate estimate(const layout_candidate& l, const elastic::layout& layout,
+                                              const sched::program& program, const pricing& p) {
+    return estimate(l, parts_of(l, layout, p), program, p);
 }
 
 }  // namespace weft::plan

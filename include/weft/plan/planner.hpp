@@ -28,6 +28,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
@@ -118,29 +119,33 @@ template <class Engine>
                                                        const search_space& space = {}) {
     detail::check_request(world, memory_budget, space.top);
     const pricing p = pricing_of<Engine>(model, options, costs);
-    const std::vector<enumerated_layout> valid = valid_layouts<Engine>(world, model, options, space);
-    if (valid.empty())
-        throw invalid_argument("world", world,
-                               "no layout of the search space runs this model on 1.." + std::to_string(world) +
-                                   " ranks with batch_size " + std::to_string(options.batch_size) +
-                                   " (it must be a multiple of dp * microbatches)");
-    program_cache<Engine> programs;
     const auto budget = static_cast<std::size_t>(memory_budget);
 
     // Memory first, then a lower bound of the time, both before simulating.
     struct pending {
-        const enumerated_layout* layout;
+        layout_candidate layout;
+        int schedule_index;
+        layout_parts parts;
         double lower_bound;
     };
     std::vector<pending> order;
-    for (const enumerated_layout& e : valid) {
-        const std::vector<rank_costs> ranks = per_rank_costs(e.candidate, e.layout, p);
-        if (space.prune && state_peak_bytes(ranks) > budget) continue;
-        order.push_back({&e, step_ms_lower_bound(e.candidate, pipeline_costs(e.candidate, e.layout, p), ranks)});
-    }
+    int valid = 0;
+    for_each_valid_layout<Engine>(world, model, options, space, [&](const enumerated_layout& e) {
+        ++valid;
+        layout_parts parts = parts_of(e.candidate, e.layout, p);
+        if (space.prune && state_peak_bytes(parts) > budget) return;
+        const double bound = step_ms_lower_bound(e.candidate, parts);
+        order.push_back({e.candidate, e.schedule_index, std::move(parts), bound});
+    });
+    if (valid == 0)
+        throw invalid_argument("world", world,
+                               "no layout of the search space runs this model on 1.." + std::to_string(world) +
+                                   " ranks with batch_size " + std::to_string(options.batch_size) +
+                                   " (it must be a multiple of dp * microbatches)");
     std::stable_sort(order.begin(), order.end(),
                      [](const pending& a, const pending& b) { return a.lower_bound < b.lower_bound; });
 
+    program_cache<Engine> programs;
     std::vector<planned_layout> best;  // sorted, at most space.top
     for (const pending& next : order) {
         const auto top = static_cast<std::size_t>(space.top);
@@ -148,7 +153,8 @@ template <class Engine>
         // time: so is every later one.
         if (space.prune && best.size() == top && next.lower_bound * (1 - 1e-9) > best.back().estimate.step_ms + 1e-6)
             break;
-        planned_layout priced = detail::price(*next.layout, programs, p);
+        const planned_layout priced{next.layout, estimate(next.layout, next.parts, programs.get(next.layout), p),
+                                    next.schedule_index};
         if (priced.estimate.peak_bytes > budget) continue;
         // An equivalent entry is adjacent in the order: the one ranked first stays.
         const auto at = std::upper_bound(best.begin(), best.end(), priced, ranks_before);
@@ -160,12 +166,13 @@ template <class Engine>
     if (best.empty()) {
         // The smallest peak of any valid layout, simulated (only on this failing path).
         std::size_t smallest = std::numeric_limits<std::size_t>::max();
-        for (const enumerated_layout& e : valid)
+        for_each_valid_layout<Engine>(world, model, options, space, [&](const enumerated_layout& e) {
             smallest = std::min(smallest, detail::price(e, programs, p).estimate.peak_bytes);
+        });
         throw invalid_argument("memory_budget", memory_budget,
                                "no layout on 1.." + std::to_string(world) + " ranks fits in " +
                                    byte_text(static_cast<double>(memory_budget)) +
-                                   " per rank; the smallest peak per rank of the " + std::to_string(valid.size()) +
+                                   " per rank; the smallest peak per rank of the " + std::to_string(valid) +
                                    " valid layouts is " + std::to_string(smallest) + " bytes (" +
                                    byte_text(static_cast<double>(smallest)) + ")");
     }
