@@ -227,3 +227,15 @@ TEST_CASE("the chosen layout runs on the engine and its text parses back", "[pla
     CHECK(chosen.estimate.step_ms ==
           Approx(chosen.estimate.pipeline_ms + chosen.estimate.sync_ms + chosen.estimate.optimizer_ms));
 }
+
+TEST_CASE("an elastic event searches the micro-batches around its current ones", "[plan]") {
+    CHECK(weft::plan::microbatches_around(4) == std::vector<int>{2, 4, 8, 16});
+    CHECK(weft::plan::microbatches_around(1) == std::vector<int>{1, 2, 4});
+    CHECK_THROWS_WITH(weft::plan::microbatches_around(0), Catch::Contains("microbatches = 0 is invalid"));
+    weft::plan::search_space space;
+    space.microbatches = weft::plan::microbatches_around(2);
+    const auto chosen =
+        weft::plan::choose_layout<gpt_engine>(3, 1LL << 40, small_gpt, plan_options, test_costs(), space);
+    CHECK(chosen.layout.world <= 3);
+    CHECK(plan_options.batch_size % (chosen.layout.dp * chosen.layout.microbatches) == 0);
+}

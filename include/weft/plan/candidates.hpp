@@ -36,6 +36,21 @@ struct search_space {
     bool prune = true;                   // false: simulate every valid layout (for checks)
 };
 
+// The micro-batch counts around the current one, for search_space::microbatches: half of it,
+// itself, twice and four times (those >= 1). What an elastic event searches when it keeps its
+// batch and its micro-batches may change with the layout.
+[[nodiscard]] inline std::vector<int> microbatches_around(int current) {
+    require(current >= 1, "microbatches", current, "must be >= 1");
+    std::vector<int> out;
+    if (current >= 2) out.push_back(current / 2);
+    out.push_back(current);
+    if (current <= (1 << 18)) {
+        out.push_back(current * 2);
+        out.push_back(current * 4);
+    }
+    return out;
+}
+
 // A layout the engine accepts, with its ownership map (what it holds on which rank).
 struct enumerated_layout {
     layout_candidate candidate;
