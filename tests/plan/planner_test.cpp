@@ -11,6 +11,7 @@
 #include "weft/plan/planner.hpp"
 #include "weft/run/layout.hpp"
 #include "weft/sched/all_schedules.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/shard/any_zero.hpp"
 #include "weft/train/engine.hpp"
 
@@ -238,4 +239,16 @@ TEST_CASE("an elastic event searches the micro-batches around its current ones",
         weft::plan::choose_layout<gpt_engine>(3, 1LL << 40, small_gpt, plan_options, test_costs(), space);
     CHECK(chosen.layout.world <= 3);
     CHECK(plan_options.batch_size % (chosen.layout.dp * chosen.layout.microbatches) == 0);
+}
+
+TEST_CASE("a layout's mean idle is the step log's bubble: none on one rank, some in a pipeline", "[plan]") {
+    const auto one_f_one_b = weft::sched::parse_schedule_kind("1f1b");
+    const auto one = weft::plan::price_layout<mlp_engine>(
+        {.world = 1, .schedule = one_f_one_b, .microbatches = 4}, small_mlp, plan_options, test_costs());
+    CHECK(one.estimate.mean_idle == 0);
+    const auto two = weft::plan::price_layout<mlp_engine>(
+        {.world = 2, .pp = 2, .schedule = one_f_one_b, .microbatches = 4}, small_mlp, plan_options, test_costs());
+    CHECK(two.estimate.mean_idle > 0);
+    CHECK(two.estimate.mean_idle < 1);
+    CHECK(two.estimate.bubble > 0);
 }

@@ -33,7 +33,10 @@ struct layout_estimate {
     double pipeline_ms = 0;  // the simulated program's makespan
     double sync_ms = 0;      // data-parallel gradient synchronisation (slowest rank)
     double optimizer_ms = 0; // optimizer step (slowest rank)
-    double bubble = 0;       // the simulation's bubble rate
+    double bubble = 0;       // the simulation's bubble rate (of the rank with the longest span)
+    // The pipeline ranks' mean idle fraction of the program: what a step log's "bubble" measures
+    // (train::layout_engine's idle fraction, averaged over the ranks).
+    double mean_idle = 0;
     std::size_t peak_bytes = 0;        // the largest peak of any rank: state + activations
     std::size_t state_peak_bytes = 0;  // parameters, gradients, optimizer state at that rank's peak
     std::size_t activation_bytes = 0;  // its stashed activations at their peak
@@ -198,6 +201,8 @@ struct layout_parts {
     layout_estimate e;
     e.pipeline_ms = sim.makespan;
     e.bubble = sim.bubble_rate;
+    for (const double busy : sim.busy)
+        e.mean_idle += sim.makespan > 0 ? (1 - busy / sim.makespan) / static_cast<double>(sim.busy.size()) : 0.0;
     for (const rank_costs& rc : parts.ranks) {
         e.sync_ms = std::max(e.sync_ms, rc.sync_ms);
         e.optimizer_ms = std::max(e.optimizer_ms, rc.optimizer_ms);
