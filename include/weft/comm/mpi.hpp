@@ -9,6 +9,7 @@
 
 #include "weft/comm/mpi_header.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -25,6 +26,7 @@
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/mpi_deferred.hpp"
 #include "weft/comm/mpi_errors.hpp"
+#include "weft/comm/mpi_fault.hpp"
 #include "weft/comm/timeout.hpp"
 #include "weft/comm/watchdog.hpp"
 #include "weft/core/memory_space.hpp"
@@ -152,7 +154,12 @@ public:
             const std::shared_ptr<detail::deferred_collective> c = std::move(deferred_);
             const std::shared_ptr<detail::deferred_queue> queue = std::move(queue_);
             if (!c->settled) queue->settle_through(c.get());
-            if (!c->refusal.empty()) throw error(c->refusal);
+            if (!c->refusal.empty()) {
+                // The refusal is a weft::error's text already ("weft: ..."): thrown as it was.
+                const std::string text = c->refusal.rfind("weft: ", 0) == 0 ? c->refusal.substr(6) : c->refusal;
+                if (c->peer_failed) throw peer_lost(text);
+                throw error(text);
+            }
             handle_ = c->running;
         }
 
@@ -201,6 +208,7 @@ public:
         detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         group_ = detail::mpi_watch_group(comm_, rank_, size_);
         detail::deferred_registry::instance().add(deferred_);
+        detail::live_communicators::instance().add(comm_);
         start_watchdog();
     }
 
@@ -349,6 +357,81 @@ public:
         return result;
     }
 
+    // ---- fault tolerance (MPI's ULFM; mpi_fault.hpp) -----------------------------------
+    // After a comm::peer_lost: MPIX_Comm_shrink, a new communicator of the ranks still alive,
+    // in this one's order, with this one's timeout. Collective over the survivors.
+    [[nodiscard]] mpi shrink() {
+#if WEFT_HAS_ULFM
+        check_usable();
+        MPI_Comm comm = MPI_COMM_NULL;
+        {
+            const wait_scope watched(collective("MPIX_Comm_shrink", 0));
+            detail::mpi_check(MPIX_Comm_shrink(comm_, &comm), "MPIX_Comm_shrink");
+        }
+        mpi result(comm, true);
+        result.timeout_ = timeout_;
+        return result;
+#else
+        throw error("mpi::shrink() needs MPI's fault tolerance (ULFM): build against Open MPI 5 "
+                    "(scripts/install-deps.sh --ft, cmake --preset ft) and run mpirun --with-ft ulfm");
+#endif
+    }
+    // The ranks of this communicator known to have failed, in its numbering (ULFM; none
+    // without it).
+    [[nodiscard]] std::vector<int> failed_ranks() const {
+        std::vector<int> out;
+#if WEFT_HAS_ULFM
+        MPI_Group failed = MPI_GROUP_NULL;
+        MPI_Group mine = MPI_GROUP_NULL;
+        if (MPIX_Comm_get_failed(comm_, &failed) != MPI_SUCCESS) return out;
+        int count = 0;
+        MPI_Group_size(failed, &count);
+        if (count > 0 && MPI_Comm_group(comm_, &mine) == MPI_SUCCESS) {
+            std::vector<int> in_failed(static_cast<std::size_t>(count));
+            std::iota(in_failed.begin(), in_failed.end(), 0);
+            out.resize(in_failed.size());
+            MPI_Group_translate_ranks(failed, count, in_failed.data(), mine, out.data());
+            std::sort(out.begin(), out.end());
+        }
+        if (mine != MPI_GROUP_NULL) MPI_Group_free(&mine);
+        if (failed != MPI_GROUP_NULL) MPI_Group_free(&failed);
+#endif
+        return out;
+    }
+    // Uniform agreement (MPIX_Comm_agree): the AND of every live rank's `mine`, the same on
+    // all of them even when a rank dies during the call; without ULFM an all-reduce of it.
+    // A failure acknowledged here is not an error: the result still stands.
+    [[nodiscard]] bool agree(bool mine) {
+        check_usable();
+        deferred_->settle_through();
+#if WEFT_HAS_ULFM
+        int flag = mine ? 1 : 0;
+        int code = MPI_SUCCESS;
+        {
+            const wait_scope watched(collective("MPIX_Comm_agree", 1));
+            code = MPIX_Comm_agree(comm_, &flag);
+        }
+        if (code != MPI_SUCCESS && detail::is_peer_failure(code)) {
+            // A failure this rank had not acknowledged: acknowledge it and agree again, so the
+            // result covers exactly the ranks alive now.
+            int acknowledged = 0;
+            MPIX_Comm_ack_failed(comm_, size_, &acknowledged);
+            flag = mine ? 1 : 0;
+            const wait_scope watched(collective("MPIX_Comm_agree", 1));
+            code = MPIX_Comm_agree(comm_, &flag);
+            if (code != MPI_SUCCESS && detail::is_peer_failure(code)) flag = 0;
+            else detail::mpi_check(code, "MPIX_Comm_agree");
+            return flag != 0;
+        }
+        detail::mpi_check(code, "MPIX_Comm_agree");
+        return flag != 0;
+#else
+        double value[1] = {mine ? 0.0 : 1.0};
+        allreduce_sum(std::span<double>(value));
+        return value[0] == 0;
+#endif
+    }
+
 private:
     void check_usable() const {
         if (comm_ == MPI_COMM_NULL) throw error("use of a moved-from weft::comm::mpi");
@@ -374,6 +457,7 @@ private:
             } catch (...) {  // a destructor's path: the requests report their own failures
             }
         }
+        if (comm_ != MPI_COMM_NULL) detail::live_communicators::instance().remove(comm_);
         if (owned_ && comm_ != MPI_COMM_NULL && detail::mpi_usable()) MPI_Comm_free(&comm_);
         comm_ = MPI_COMM_NULL;
         owned_ = false;

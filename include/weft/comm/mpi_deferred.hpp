@@ -42,6 +42,7 @@ struct deferred_collective {
     bool settled = false;                   // the agreement is done: posted, or refused
     MPI_Request running = MPI_REQUEST_NULL;  // the collective, once posted
     std::string refusal;                    // why it was not posted (a mismatch, a failed call)
+    bool peer_failed = false;               // the call failed because a peer died (mpi_fault.hpp)
 };
 
 // Makes `c`'s agreement settle it, waiting for it when `block` (else only when it is done
@@ -61,6 +62,10 @@ inline bool settle(deferred_collective& c, bool block) {
     c.agreeing = MPI_REQUEST_NULL;
     try {
         mpi_check(code, "MPI_Iallreduce (length check)");
+    } catch (const peer_lost& e) {
+        c.refusal = e.what();
+        c.peer_failed = true;
+        return true;
     } catch (const error& e) {
         c.refusal = e.what();
         return true;
@@ -79,6 +84,9 @@ inline bool settle(deferred_collective& c, bool block) {
             c.running = MPI_REQUEST_NULL;
             try {
                 mpi_check(posted, c.post_call);
+            } catch (const peer_lost& e) {
+                c.refusal = e.what();
+                c.peer_failed = true;
             } catch (const error& e) {
                 c.refusal = e.what();
             }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,23 @@ struct transfer {
     std::size_t length = 0;
     bool from_new = false;
     [[nodiscard]] bool local() const { return from == to; }
+};
+
+// Where the state an old-layout rank held is now, on the communicator a transition runs
+// on: `rank` there (-1: lost with a failed process), its stage indices moved up by
+// `stage_offset` (a mirror of a failed rank's state sits beside its holder's own stages;
+// elastic/state_snapshot.hpp). The identity (rank r, offset 0) is an ordinary switch.
+struct state_source {
+    int rank = -1;
+    int stage_offset = 0;
+    friend bool operator==(const state_source&, const state_source&) = default;
+};
+
+// Some state of the current layout has no surviving copy (every holder failed, and so did
+// the buddy that mirrored it): a run restores it from its newest checkpoint instead.
+class state_lost : public weft::error {
+public:
+    using weft::error::error;
 };
 
 class transition_plan {
@@ -185,7 +203,7 @@ inline std::size_t lower_bound_of(const segments_by_tensor& old_segments, const 
 // boundaries, with the old holders and new needers active on each.
 inline void plan_tensor(held_class what, const std::string& name, const std::vector<segment>& holders,
                         const std::vector<segment>& needers, std::vector<std::size_t>& sent_by_rank,
-                        std::vector<transfer>& out) {
+                        std::vector<transfer>& out, bool lost_possible) {
     std::vector<std::size_t> bounds;
     for (const auto* list : {&holders, &needers})
         for (const segment& s : *list) {
@@ -224,6 +242,9 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
         refresh(active_holders, holders, holder_order, next_holder);
         refresh(active_needers, needers, needer_order, next_needer);
         if (active_needers.empty()) continue;
+        if (active_holders.empty() && lost_possible)
+            throw state_lost("elements [" + std::to_string(first) + ", " + std::to_string(last) + ") of " + name +
+                             " were held only by failed ranks (and their mirrors)");
         if (active_holders.empty())
             throw error("layout switch: elements [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
                         name + " are held by no rank of the current layout; the two layouts are of " +
@@ -301,18 +322,48 @@ inline std::vector<transfer> merged(std::vector<transfer> v) {
     return out;
 }
 
+// The old layout's segments as they are now held: by the rank `sources` names for their
+// holder, their stages moved by its offset; those of lost holders dropped.
+inline segments_by_tensor relocated(segments_by_tensor segments, std::span<const state_source> sources) {
+    for (auto& [name, list] : segments) {
+        std::vector<segment> kept;
+        for (segment s : list) {
+            const state_source& where = sources[static_cast<std::size_t>(s.rank)];
+            if (where.rank < 0) continue;
+            s.rank = where.rank;
+            s.stage += where.stage_offset;
+            kept.push_back(s);
+        }
+        list = std::move(kept);
+    }
+    return segments;
+}
+
 }  // namespace detail
 
-// The plan from `from` to `to` over a communicator of `world` ranks (at least either
-// layout's world; ranks beyond a layout hold nothing in it).
-[[nodiscard]] inline transition_plan plan_transition(const layout& from, const layout& to, int world) {
-    require(world >= from.ranks() && world >= to.ranks(), "world", world,
+// The plan from `from` to `to` over a communicator of `world` ranks. `sources[r]` says where
+// old rank r's state is on that communicator (state_source); empty: where it was, so the
+// world must be at least either layout's (ranks beyond a layout hold nothing in it). A new
+// layout's rank j is rank j of the communicator. With sources, state no source holds any
+// more is a state_lost.
+[[nodiscard]] inline transition_plan plan_transition(const layout& from, const layout& to, int world,
+                                                     std::span<const state_source> sources = {}) {
+    const bool relocating = !sources.empty();
+    if (relocating) {
+        require(static_cast<int>(sources.size()) == from.ranks(), "state sources", sources.size(),
+                "must name one per rank of the current layout (" + std::to_string(from.ranks()) + ")");
+        for (const state_source& s : sources)
+            require(s.rank < world && s.stage_offset >= 0, "state source rank", s.rank,
+                    "must be -1 (lost) or a rank of the " + std::to_string(world) + " taking part");
+    }
+    require((relocating || world >= from.ranks()) && world >= to.ranks(), "world", world,
             "must be at least both layouts' world sizes (" + std::to_string(from.ranks()) + " and " +
                 std::to_string(to.ranks()) + ")");
     std::vector<transfer> transfers;
     std::size_t bounds[2] = {0, 0};
     for (const held_class what : {held_class::parameters, held_class::optimizer_state}) {
-        const auto old_segments = detail::group_by_tensor(from, what);
+        const auto old_segments = relocating ? detail::relocated(detail::group_by_tensor(from, what), sources)
+                                             : detail::group_by_tensor(from, what);
         const auto new_segments = detail::group_by_tensor(to, what);
         std::vector<std::size_t> sent_by_rank(static_cast<std::size_t>(world), 0);
         for (const auto& [name, needers] : new_segments) {
@@ -321,7 +372,7 @@ inline std::vector<transfer> merged(std::vector<transfer> v) {
                 throw invalid_argument("layout switch: tensor", name,
                                        "is in the new layout but not the current one; the layouts are of different "
                                        "models");
-            detail::plan_tensor(what, name, it->second, needers, sent_by_rank, transfers);
+            detail::plan_tensor(what, name, it->second, needers, sent_by_rank, transfers, relocating);
         }
         bounds[what == held_class::parameters ? 0 : 1] = detail::lower_bound_of(old_segments, new_segments);
     }

@@ -20,6 +20,7 @@
 #if WEFT_HAS_MPI
 #include "weft/comm/mpi.hpp"
 #include "weft/comm/mpi_environment.hpp"
+#include "weft/run/elastic_session.hpp"
 #endif
 
 namespace weft::run {
@@ -139,6 +140,13 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
             } catch (const stopped& stop) {
                 if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
                 return stop.exit_code();
+            } catch (const left_the_run&) {
+                // --elastic: this rank handed its state over. Under ULFM it ends now, freeing its
+                // node (MPI_Finalize would wait for the others); without, MPI_Finalize waits.
+                std::fflush(stdout);
+                std::fflush(stderr);
+                if constexpr (comm::has_ulfm()) std::_Exit(exit_code::done);
+                return exit_code::done;
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
                 std::fflush(stderr);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "weft/comm/host_side.hpp"
+#include "weft/comm/peer_lost.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/operation_times.hpp"
@@ -31,6 +32,9 @@
 #include "weft/io/checkpoint_root.hpp"
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/run/checkpoint_root_guard.hpp"
+#include "weft/run/elastic_control.hpp"
+#include "weft/run/elastic_event.hpp"
+#include "weft/run/elastic_layout.hpp"
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/layout.hpp"
 #include "weft/run/memory_report.hpp"
@@ -43,6 +47,9 @@
 #include "weft/train/lr_schedule.hpp"
 #include "weft/train/mfu.hpp"
 #include "weft/train/step_log.hpp"
+#if WEFT_HAS_MPI
+#include "weft/run/elastic_session.hpp"
+#endif
 
 namespace weft::run {
 
@@ -53,6 +60,25 @@ inline std::string reason(const std::exception& e) {
     const std::string text = e.what();
     return text.rfind("weft: ", 0) == 0 ? text.substr(6) : text;
 }
+
+// --elastic's part of the loop (run/elastic_session.hpp) where the world is MPI's; elsewhere
+// nothing (check_elastic_settings refuses --elastic there before anything trains).
+template <class Engine, class World>
+struct elastic_hooks {
+    explicit elastic_hooks(const settings&, World&,
+                           std::function<parallel_config(int, const parallel_config&)>) {}
+    [[nodiscard]] static constexpr bool active() { return false; }
+};
+#if WEFT_HAS_MPI
+template <class Engine>
+struct elastic_hooks<Engine, comm::mpi> {
+    elastic_hooks(const settings& s, comm::mpi& world, std::function<parallel_config(int, const parallel_config&)> choose) {
+        if (s.elastic) session.emplace(s, world, std::move(choose));
+    }
+    [[nodiscard]] bool active() const { return session.has_value(); }
+    std::optional<elastic_session<Engine>> session;
+};
+#endif
 
 }  // namespace detail
 
@@ -102,6 +128,12 @@ public:
         on_finish_ = std::move(hook);
         return *this;
     }
+    // --elastic: the layout to go on in after an event, over `ranks` ranks (default:
+    // run/elastic_layout.hpp's choice by the planner).
+    trainer& elastic_layout(std::function<parallel_config(int ranks, const parallel_config& current)> choose) {
+        choose_layout_ = std::move(choose);
+        return *this;
+    }
 
     // Collective over the world: checks every input, makes the engine on make_backend()'s
     // backend (after the checks, so bad input is reported before a missing GPU), and trains to
@@ -132,6 +164,18 @@ private:
     // Everything a run reads, before anything trains: the validation batches, the first
     // batch, the files it will write, and the checkpoint root.
     void check_inputs(const batch_source& batch) {
+#if WEFT_HAS_MPI
+        constexpr bool on_mpi = std::is_same_v<world_type, comm::mpi>;
+#else
+        constexpr bool on_mpi = false;
+#endif
+        const std::string elastic_notice = check_elastic_settings(s_, on_mpi, comm::has_ulfm(), world_->size());
+        if (s_.elastic) {
+            require(s_.switches.empty(), "--switch", s_.switches.front(),
+                    "cannot be combined with --elastic: an elastic run chooses its layouts as ranks come and go");
+            if (!s_.control_file.empty()) static_cast<void>(control_file(s_.control_file));  // every line parses
+        }
+        if (!elastic_notice.empty() && world_->rank() == 0) std::printf("%s\n", elastic_notice.c_str());
         require(s_.resume.empty() || s_.init_from.empty(), "--resume", s_.resume,
                 "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
                 "--init-from starts one from weights");
@@ -179,8 +223,15 @@ private:
     }
 
     void train(Engine& engine, const batch_source& batch) {
-        auto& host = comm::host_side(*world_);  // the run's own votes and reports are host values
-        const int rank = world_->rank();
+        // The run's own votes and reports are host values, over the engine's world: an elastic
+        // run's changes with its events.
+        const auto host = [&]() -> auto& { return comm::host_side(engine.world()); };
+        int rank = world_->rank();
+        detail::elastic_hooks<Engine, world_type> elastic(
+            s_, *world_,
+            choose_layout_ ? choose_layout_ : [&engine](int ranks, const parallel_config& current) {
+                return choose_elastic_layout<Engine>(ranks, current, engine.model(), engine.options());
+            });
         // What a checkpoint brings in lives where the engine's state does (a GPU's memory).
         const state_memory_scope state_memory(engine.backend().state_memory());
         if (!s_.init_from.empty()) train::load(engine, s_.init_from);
@@ -275,9 +326,9 @@ private:
         // While the layout leaves ranks as spares, they learn from rank 0 (always in the layout)
         // whether the run stops after this step; every rank calls this once per step.
         const auto stop_heard_from_rank_0 = [&](bool stop) {
-            if (engine.config().world_size() == world_->size()) return stop;
+            if (engine.config().world_size() == engine.world().size()) return stop;
             int flag[1] = {stop ? 1 : 0};
-            host.broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
+            host().broadcast(std::as_writable_bytes(std::span<int>(flag)), 0);
             return flag[0] != 0;
         };
         // A backend that times its operations (exec::cuda) shows them per step at the end, from
@@ -291,14 +342,43 @@ private:
             if (profiling) engine.backend().enable_operation_profile(true);
         const double tokens_per_step = static_cast<double>(s_.batch) * tokens_per_sample_;
         int nonfinite_steps = 0;
+        // A stop every rank agreed on (a signal): after this step, with a checkpoint where a
+        // root is configured.
+        const auto stop_by = [&](const std::string& why) {
+            const bool save = !s_.checkpoint_dir.empty();
+            if (save && saved_step != steps_done) checkpoint();
+            throw stopped("stopped by " + why + " after step " + std::to_string(steps_done - 1) +
+                              (save ? "; checkpoint saved: continue with --resume " + s_.checkpoint_dir
+                                    : "; nothing saved (give --checkpoint-dir to save on a stop)"),
+                          exit_code::stopped_by_signal);
+        };
+        // An elastic event's line and JSON object, from the new world's rank 0.
+        [[maybe_unused]] const auto after_event = [&](const elastic_event& event) {
+            rank = engine.world().rank();
+            if (rank != 0) return;
+            // The launch's rank 0 may have left or failed: the new rank 0 logs from here on.
+            if (!log_.is_open() && !s_.log_json.empty()) log_.open(s_.log_json, std::ios::app);
+            std::printf("%s\n", format_elastic_event(event).c_str());
+            std::fflush(stdout);
+            if (log_.is_open()) log_ << elastic_event_json(event).dump() << '\n' << std::flush;
+        };
         while (steps_done < s_.steps) {
+            try {
             while (next_switch < switches_.size() && switches_[next_switch].step == steps_done)
                 apply_switch(switches_[next_switch++]);
+#if WEFT_HAS_MPI
+            if constexpr (std::is_same_v<world_type, comm::mpi>)
+                if (elastic.active()) {
+                    const boundary_outcome outcome = elastic.session->at_boundary(engine, steps_done);
+                    if (outcome.everyone_leaves) stop_by("the leave signal on every rank");
+                    if (outcome.event) after_event(*outcome.event);
+                }
+#endif
             // A spare only keeps count, and follows rank 0's stops.
             if (engine.is_spare()) {
                 ++steps_done;
                 if (stop_heard_from_rank_0(false)) throw stopped("the run stopped on rank 0", exit_code::nonfinite);
-                if (agreed_stop_signal(host) != 0) throw stopped("stopped by a signal", exit_code::stopped_by_signal);
+                if (agreed_stop_signal(host()) != 0) throw stopped("stopped by a signal", exit_code::stopped_by_signal);
                 continue;
             }
             const double step_lr = lr_.at(steps_done);
@@ -340,18 +420,26 @@ private:
             if (!s_.checkpoint_dir.empty() && s_.checkpoint_every > 0 && steps_done % s_.checkpoint_every == 0)
                 checkpoint();
             // Every rank learns of a signal any rank got, and all stop after this same step.
-            if (const int signal = agreed_stop_signal(host); signal != 0) {
-                const bool save = !s_.checkpoint_dir.empty();
-                if (save && saved_step != steps_done) checkpoint();
-                throw stopped(std::string("stopped by ") + signal_name(signal) + " after step " +
-                                  std::to_string(steps_done - 1) +
-                                  (save ? "; checkpoint saved: continue with --resume " + s_.checkpoint_dir
-                                        : "; nothing saved (give --checkpoint-dir to save on a stop)"),
-                              exit_code::stopped_by_signal);
+            if (const int signal = agreed_stop_signal(host()); signal != 0) stop_by(signal_name(signal));
+            } catch (const comm::peer_lost&) {
+                // A rank failed (ULFM): every survivor is here. They go on from the last mirrored
+                // boundary in a layout over themselves, or end the run (exit 2).
+#if WEFT_HAS_MPI
+                if constexpr (std::is_same_v<world_type, comm::mpi>) {
+                    if (!elastic.active()) throw;  // not elastic: the launch ends the job
+                    elastic_event event;
+                    steps_done = elastic.session->recover(engine, event);
+                    after_event(event);
+                } else {
+                    throw;
+                }
+#else
+                throw;
+#endif
             }
         }
         if (validation_batch_ && validated_step != steps_done) validate();
-        report_memory(host, engine);
+        report_memory(host(), engine);
         if (profiling && profiled_steps > 1) {
             const long long timed = profiled_steps - 1;
             std::printf("kernel profile | GPU time per step of the kernels and GEMMs of rank 0's process, mean over "
@@ -379,6 +467,7 @@ private:
     nlohmann::json manifest_extra_ = nlohmann::json::object();
     std::function<void(Engine&)> on_start_;
     std::function<void(Engine&)> on_finish_;
+    std::function<parallel_config(int, const parallel_config&)> choose_layout_;
     std::vector<planned_switch> switches_;
     train::lr_schedule lr_{};
     std::ofstream log_;

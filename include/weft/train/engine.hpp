@@ -195,67 +195,35 @@ public:
     // that cannot run is a weft::error naming the parameter, and the engine stays as it was.
     // Parameters, optimizer state, progress and learning rate carry over exactly.
     elastic::switch_report reconfigure(const parallel_config& config, const reconfigure_options& how = {}) {
-        const auto start = std::chrono::steady_clock::now();
-        engine_options next_options = options_;
-        next_options.partition = how.partition;
-        std::optional<elastic::layout> next;
-        std::exception_ptr problem;
-        try {
-            require(how.staging_bytes >= sizeof(scalar), "staging_bytes", how.staging_bytes,
-                    "must hold at least one element (" + std::to_string(sizeof(scalar)) + " bytes)");
-            next.emplace(layout_type::layout_of(checked_world(*world_, config), model_, next_options));
-            check_state_fits_layout();
-        } catch (...) {
-            problem = std::current_exception();
-        }
-        agree(problem, next ? next->describe() : std::string());
+        return switch_onto(*world_, *world_, config, how, {}, std::nullopt);
+    }
 
-        const elastic::shared_scalars scalars = share_scalars();
-        phase_seconds phases;
-        phases.check = since(start);
-        const elastic::transition_plan plan = elastic::plan_transition(*layout_, *next, world_->size());
-        phases.plan = since(start) - phases.check;
-
-        // Out of the current engine (which points into its communicators) before they go.
-        // What the backend recorded of the old layout's actions (exec::cuda's CUDA graphs) reads
-        // the old buffers: forgotten first, while a failed wait for its launches still leaves
-        // the engine whole.
-        if (core_) exec::forget_all_actions(core_->backend());
-        state_type state;
-        std::optional<Backend> backend;
-        if (core_) {
-            state = std::move(*core_).release_state();  // its runners, which use the backend, go first
-            backend.emplace(std::move(core_->backend()));
-            core_.reset();
-        } else {
-            backend = std::move(spare_backend_);
-            spare_backend_.reset();
-        }
-        active_.reset();
-        // The new layout's buffers are made where the backend computes.
-        const state_memory_scope memory(backend->state_memory());
-        const double before_move = since(start);
-        elastic::transfer_figures figures;
-        // The state moves as host memory, point to point: over the world's host side
-        // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
-        state_type moved =
-            elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, comm::host_side(*world_),
-                                        next_options.optimizer, scalars, {.staging_bytes = how.staging_bytes}, figures);
-        phases.move = since(start) - before_move;
-        // The old layout's freed buffers that the memory keeps for reuse (exec::cuda's pool)
-        // have sizes the new layout may never ask for: back to the system before it grows.
-        backend->state_memory().trim();
-        const std::string from = layout_->describe();
-        options_ = next_options;
-        layout_ = std::move(next);
-        if (Comm* active = activate(layout_->ranks())) {
-            core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
-                                                  std::move(*backend));
-            core_->set_learning_rate(scalars.learning_rate);  // its optimizers start from the options' rate
-        } else
-            spare_backend_ = std::move(backend);
-        phases.build = since(start) - before_move - phases.move;
-        return report(from, plan, scalars, figures, how.staging_bytes, since(start), phases);
+    // Moves the training state onto another communicator, `next_world`, in the layout `config`
+    // gives, and goes on there: the ranks that stay after some leave (a split of the world), the
+    // survivors of a failure (a shrink of it), or the world grown by joiners (a merge). Collective
+    // over next_world, every rank with the same arguments but `held`. `sources[r]` says where old
+    // rank r's state is on next_world (elastic::state_source; empty: rank r of next_world holds
+    // it, as in a grown world whose old ranks come first). `held`: this rank's state to move
+    // instead of the engine's own, e.g. the snapshot a failed step rolls back to, with the
+    // mirrors of failed ranks beside it (their stages moved up by their sources' offsets); the
+    // engine's own is then dropped; `held_layout`, the layout `held` is in, when it is not the
+    // engine's current one (a failure during a switch rolls back to the layout before it). A
+    // joiner's engine (a spare in a layout of the old world
+    // size) takes part like any rank. Throws elastic::state_lost, with the engine unusable,
+    // when some state has no source left; any other problem is found before a byte moves.
+    // The engine then refers to next_world, which must outlive it or the next such move.
+    // `stays_on`: when the ranks that train on are fewer than those the state moves among (a
+    // leave: the leavers send theirs and go), the communicator of the first layout-many ranks
+    // of next_world, in its order, that the engine goes on with; a rank outside the new layout
+    // then holds nothing and passes its own communicator of leavers, or next_world.
+    elastic::switch_report move_to_world(Comm& next_world, const parallel_config& config,
+                                         const reconfigure_options& how,
+                                         std::span<const elastic::state_source> sources,
+                                         std::optional<state_type> held = std::nullopt,
+                                         const elastic::layout* held_layout = nullptr, Comm* stays_on = nullptr) {
+        if (held_layout != nullptr) layout_.emplace(*held_layout);
+        return switch_onto(next_world, stays_on != nullptr ? *stays_on : next_world, config, how, sources,
+                           std::move(held));
     }
 
     // Whether this rank holds nothing in the current layout (it waits for a switch).
@@ -289,6 +257,85 @@ public:
     [[nodiscard]] const layout_type& parts() const { return active(); }
 
 private:
+    // reconfigure() and move_to_world(): the move over `target`; `after` becomes the world.
+    elastic::switch_report switch_onto(Comm& target, Comm& after, const parallel_config& config,
+                                       const reconfigure_options& how, std::span<const elastic::state_source> sources,
+                                       std::optional<state_type> held) {
+        const auto start = std::chrono::steady_clock::now();
+        engine_options next_options = options_;
+        next_options.partition = how.partition;
+        std::optional<elastic::layout> next;
+        std::exception_ptr problem;
+        try {
+            require(how.staging_bytes >= sizeof(scalar), "staging_bytes", how.staging_bytes,
+                    "must hold at least one element (" + std::to_string(sizeof(scalar)) + " bytes)");
+            next.emplace(layout_type::layout_of(checked_world(target, config), model_, next_options));
+            if (!held) check_state_fits_layout();
+        } catch (...) {
+            problem = std::current_exception();
+        }
+        agree(target, problem, next ? next->describe() : std::string());
+
+        const elastic::shared_scalars scalars = share_scalars(target, held ? &*held : nullptr);
+        phase_seconds phases;
+        phases.check = since(start);
+        const elastic::transition_plan plan = elastic::plan_transition(*layout_, *next, target.size(), sources);
+        phases.plan = since(start) - phases.check;
+
+        // Out of the current engine (which points into its communicators) before they go.
+        // What the backend recorded of the old layout's actions (exec::cuda's CUDA graphs) reads
+        // the old buffers: forgotten first, while a failed wait for its launches still leaves
+        // the engine whole.
+        if (core_) exec::forget_all_actions(core_->backend());
+        state_type state;
+        std::optional<Backend> backend;
+        if (core_) {
+            state = std::move(*core_).release_state();  // its runners, which use the backend, go first
+            backend.emplace(std::move(core_->backend()));
+            core_.reset();
+        } else {
+            backend = std::move(spare_backend_);
+            spare_backend_.reset();
+        }
+        if (held) state = std::move(*held);
+        active_.reset();
+        // The new layout's buffers are made where the backend computes.
+        const state_memory_scope memory(backend->state_memory());
+        const double before_move = since(start);
+        elastic::transfer_figures figures;
+        // The state moves as host memory, point to point: over the world's host side
+        // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
+        state_type moved =
+            elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, comm::host_side(target),
+                                        next_options.optimizer, scalars, {.staging_bytes = how.staging_bytes}, figures);
+        phases.move = since(start) - before_move;
+        // The old layout's freed buffers that the memory keeps for reuse (exec::cuda's pool)
+        // have sizes the new layout may never ask for: back to the system before it grows.
+        backend->state_memory().trim();
+        const std::string from = layout_->describe();
+        options_ = next_options;
+        layout_ = std::move(next);
+        const bool in_layout = target.rank() < layout_->ranks();
+        world_ = &after;
+        Comm* active = nullptr;
+        if (&after == &target) {
+            active = activate(layout_->ranks());
+        } else if (in_layout) {
+            require(after.size() == layout_->ranks() && after.rank() == target.rank(), "communicator to stay on",
+                    after.size(), "must be the first " + std::to_string(layout_->ranks()) + " ranks of the one moved over");
+            active_.reset();
+            active = &after;
+        }
+        if (active != nullptr) {
+            core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
+                                                  std::move(*backend));
+            core_->set_learning_rate(scalars.learning_rate);  // its optimizers start from the options' rate
+        } else
+            spare_backend_ = std::move(backend);
+        phases.build = since(start) - before_move - phases.move;
+        return report(target, from, plan, scalars, figures, how.staging_bytes, since(start), phases);
+    }
+
     layout_type& active() {
         require_active();
         return *core_;
@@ -341,14 +388,14 @@ private:
 
     // Every rank learns whether all of them can switch, and to the same layout; if not, each
     // throws before anything moves (its own error where it found one).
-    void agree(const std::exception_ptr& problem, const std::string& description) {
+    static void agree(Comm& world, const std::exception_ptr& problem, const std::string& description) {
         std::array<char, 1024> text{};
-        if (world_->rank() == 0) std::strncpy(text.data(), description.c_str(), text.size() - 1);
-        world_->broadcast(std::as_writable_bytes(std::span<char>(text)), 0);
+        if (world.rank() == 0) std::strncpy(text.data(), description.c_str(), text.size() - 1);
+        world.broadcast(std::as_writable_bytes(std::span<char>(text)), 0);
         const std::string first(text.data());
         double votes[2] = {problem ? 1.0 : 0.0,
                            !problem && first != description.substr(0, text.size() - 1) ? 1.0 : 0.0};
-        world_->allreduce_sum(std::span<double>(votes));
+        world.allreduce_sum(std::span<double>(votes));
         if (problem) std::rethrow_exception(problem);
         if (votes[0] > 0)
             throw error("layout switch refused: " + std::to_string(static_cast<int>(votes[0])) +
@@ -358,29 +405,40 @@ private:
                         "); every rank must call reconfigure() with the same config; nothing moved");
     }
 
-    // The scalars of the training state, from world rank 0 (always in a layout), and which
-    // optimizer state tensors any rank keeps.
-    elastic::shared_scalars share_scalars() {
+    // The scalars of the training state, from the lowest rank of `world` that holds a stage
+    // (world rank 0 of a layout always does; after a failure it may be a survivor holding only
+    // a mirror), and which optimizer state tensors any rank keeps. `held`: the state this rank
+    // moves instead of the engine's own.
+    elastic::shared_scalars share_scalars(Comm& world, const state_type* held) {
+        const state_type* mine = held != nullptr ? held : core_ ? &core_->state() : nullptr;
+        const bool has_stage = mine != nullptr && !mine->stages.empty();
+        // The lowest such rank, as the largest of (size - rank).
+        std::vector<double> candidate(static_cast<std::size_t>(world.size()), 0.0);
+        if (has_stage) candidate[static_cast<std::size_t>(world.rank())] = 1;
+        world.allreduce_sum(std::span<double>(candidate));
+        const auto first_holder = std::find_if(candidate.begin(), candidate.end(), [](double c) { return c > 0; });
+        require(first_holder != candidate.end(), "training state", "none",
+                "must be held by at least one rank taking part in a layout switch");
+        const int root = static_cast<int>(first_holder - candidate.begin());
         struct packed {
             std::uint64_t step, samples, rng_seed, optimizer_steps;
             double learning_rate;
         } values{};
-        if (world_->rank() == 0) {
-            const auto& state = core_->state();
-            const auto& first = state.stages.front().optimizer;
-            values = {state.progress.step, state.progress.samples, state.progress.rng_seed, first.step_count(),
+        if (world.rank() == root) {
+            const auto& first = mine->stages.front().optimizer;
+            values = {mine->progress.step, mine->progress.samples, mine->progress.rng_seed, first.step_count(),
                       first.lr()};
         }
-        world_->broadcast(std::as_writable_bytes(std::span<packed>(&values, 1)), 0);
+        world.broadcast(std::as_writable_bytes(std::span<packed>(&values, 1)), root);
         const std::size_t kinds = optim::any_optimizer<scalar>(options_.optimizer).state_names().size();
         std::vector<double> kept(kinds, 0.0);
-        if (core_)
-            for (const auto& stage : core_->state().stages) {
+        if (mine != nullptr)
+            for (const auto& stage : mine->stages) {
                 const auto views = stage.optimizer.state_views();
                 for (std::size_t k = 0; k < kinds && k < views.size(); ++k)
                     if (!views[k].values.empty()) kept[k] = 1;
             }
-        world_->allreduce_sum(std::span<double>(kept));
+        world.allreduce_sum(std::span<double>(kept));
         elastic::shared_scalars out;
         out.progress = {values.step, values.samples, values.rng_seed};
         out.optimizer_steps = values.optimizer_steps;
@@ -398,7 +456,7 @@ private:
     }
 
     // Every rank's figures, gathered: the busiest rank's memory and the slowest rank's time.
-    elastic::switch_report report(const std::string& from, const elastic::transition_plan& plan,
+    elastic::switch_report report(Comm& over, const std::string& from, const elastic::transition_plan& plan,
                                   const elastic::shared_scalars& scalars, const elastic::transfer_figures& figures,
                                   std::size_t cap, double seconds, const phase_seconds& phases) {
         constexpr std::size_t fields = 10;
@@ -412,8 +470,8 @@ private:
                                      phases.plan,
                                      phases.move,
                                      phases.build};
-        std::vector<double> all(fields * static_cast<std::size_t>(world_->size()));
-        world_->allgather(std::span<const double>(mine), std::span<double>(all));
+        std::vector<double> all(fields * static_cast<std::size_t>(over.size()));
+        over.allgather(std::span<const double>(mine), std::span<double>(all));
         elastic::switch_report r;
         r.from = from;
         r.to = layout_->describe();
@@ -422,7 +480,7 @@ private:
             std::count(scalars.kept_state_tensors.begin(), scalars.kept_state_tensors.end(), true));
         r.lower_bound_bytes = plan.lower_bound_bytes(sizeof(scalar), kept);
         double worst_excess = 0;
-        for (int rank = 0; rank < world_->size(); ++rank) {
+        for (int rank = 0; rank < over.size(); ++rank) {
             const double* f = all.data() + fields * static_cast<std::size_t>(rank);
             r.bytes_moved += static_cast<std::size_t>(f[0]);
             r.bytes_copied_locally += static_cast<std::size_t>(f[1]);

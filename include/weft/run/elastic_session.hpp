@@ -1,0 +1,333 @@
+// Elastic training on MPI (`--elastic`): what run::trainer does at each step boundary and
+// after a failure, so that ranks may leave or crash while the run trains on.
+//
+// - Leave with notice (the leave signal, SIGUSR1 by default, or `leave RANKS` in the control
+//   file): every rank agrees on who leaves at the boundary; the ranks reorder so that those
+//   who stay come first, the state moves to the layout the chooser gives for them (the leavers
+//   send theirs and hold nothing), and the leavers end with run::left_the_run (exit 0). Any MPI.
+// - Crash (ULFM only): a step, or anything at a boundary, throws comm::peer_lost on every
+//   survivor (mpi_fault.hpp revokes every communicator). The survivors shrink the world, roll
+//   their own state back to their snapshot of the last boundary, take the failed ranks' state
+//   from their buddies' copies (elastic/state_snapshot.hpp), move it all to the chosen layout
+//   over the survivors and train again from that boundary: the interrupted step is redone once
+//   and counted once, and the data position comes back with the state.
+// - The mirror is refreshed every --mirror-every steps and right after every event (the layout
+//   changed), before the step.
+//
+// Every event is one elastic_event (run/elastic_event.hpp) that the trainer prints and logs.
+#pragma once
+
+#include "weft/comm/mpi.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/peer_lost.hpp"
+#include "weft/core/error.hpp"
+#include "weft/core/parallel_config.hpp"
+#include "weft/elastic/layout.hpp"
+#include "weft/elastic/state_snapshot.hpp"
+#include "weft/elastic/transition_plan.hpp"
+#include "weft/run/elastic_control.hpp"
+#include "weft/run/elastic_event.hpp"
+#include "weft/run/leave_signal.hpp"
+#include "weft/run/settings.hpp"
+
+namespace weft::run {
+
+// Thrown on a rank that has handed its state over and leaves the run: the launch ends the
+// process with exit code 0 (at once under ULFM; without it MPI_Finalize waits for the others).
+class left_the_run : public std::exception {
+public:
+    [[nodiscard]] const char* what() const noexcept override { return "this rank left the run"; }
+};
+
+// What a boundary decided.
+struct boundary_outcome {
+    std::optional<elastic_event> event;  // a leave was handled
+    bool everyone_leaves = false;        // every rank was told to leave: stop as for SIGTERM
+};
+
+template <class Engine>
+class elastic_session {
+public:
+    using scalar = typename Engine::scalar;
+    // The layout to go on in over `ranks` ranks, given the current one (the planner's choice:
+    // run/elastic_layout.hpp); its world size may be below `ranks` (spares).
+    using layout_chooser = std::function<parallel_config(int ranks, const parallel_config& current)>;
+
+    elastic_session(const settings& s, comm::mpi& world, layout_chooser choose)
+        : settings_(s), world_(&world), choose_(std::move(choose)), launch_rank_(world.rank()) {
+        comm::set_peer_loss_recovery(comm::has_ulfm());
+        if (const int signal = leave_signal_number(s.leave_signal); signal != 0) leave_signal_.emplace(signal);
+        if (world.rank() == 0 && !s.control_file.empty()) control_.emplace(s.control_file);
+    }
+    elastic_session(const elastic_session&) = delete;
+    elastic_session& operator=(const elastic_session&) = delete;
+
+    [[nodiscard]] comm::mpi& world() { return *world_; }
+
+    // At the boundary before step `step`, collective over the world: the leaves asked for
+    // since the last boundary, then the mirror when it is due.
+    boundary_outcome at_boundary(Engine& engine, long long step) {
+        boundary_outcome out;
+        const auto start = std::chrono::steady_clock::now();
+        const std::vector<int> leavers = agreed_leaves(engine);
+        if (!leavers.empty()) {
+            if (everyone_leaves(leavers, world_->size())) {
+                out.everyone_leaves = true;
+                return out;
+            }
+            out.event = leave(engine, step, leavers, start);
+            mirror_due_ = true;
+        }
+        if (comm::has_ulfm() && (mirror_due_ || step % settings_.mirror_every == 0)) refresh_mirror(engine, step);
+        crash_if_told(step);
+        return out;
+    }
+
+    // After a comm::peer_lost on this rank (every survivor gets one): the survivors rebuild the
+    // world, restore the state of the last mirrored boundary on the chosen layout, and the run
+    // goes on from that step, which is returned. A failure during it ends the run (exit 2).
+    long long recover(Engine& engine, elastic_event& event) {
+        const auto detected = std::chrono::steady_clock::now();
+        if (!comm::has_ulfm())
+            throw error("a rank failed and this build has no MPI fault tolerance (ULFM): the run ends here; "
+                        "continue from the newest checkpoint with --resume (docs/elastic.md)");
+        if (mirror_.own().empty() || !mirror_layout_)
+            throw error("a rank failed before the first mirror of the state was taken: nothing to recover from; "
+                        "continue from the newest checkpoint with --resume");
+        try {
+            return recover_from_mirror(engine, event, detected);
+        } catch (const comm::peer_lost& again) {
+            throw error(std::string("another rank failed during the recovery (") + again.what() +
+                        "): the run ends here; the newest checkpoint is intact: continue with --resume");
+        }
+    }
+
+private:
+    // Fault injection for tests and benchmarks: WEFT_ELASTIC_KILL="RANK@STEP[,RANK@STEP...]"
+    // makes the process that is world rank RANK of the launch SIGKILL itself at the boundary
+    // before step STEP (once the mirror is taken), so the others fail inside that step;
+    // WEFT_ELASTIC_KILL_IN_RECOVERY=RANK kills that one during a recovery, once the world has
+    // shrunk.
+    void crash_if_told(long long step) const {
+        const char* plan = std::getenv("WEFT_ELASTIC_KILL");
+        if (plan == nullptr) return;
+        std::string_view rest(plan);
+        while (!rest.empty()) {
+            const auto comma = rest.find(',');
+            const std::string_view item = rest.substr(0, comma);
+            rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+            const auto at = item.find('@');
+            if (at == std::string_view::npos) continue;
+            if (std::stoll(std::string(item.substr(at + 1))) == step && std::stoi(std::string(item.substr(0, at))) == launch_rank_) {
+                std::fflush(stdout);
+                std::raise(SIGKILL);
+            }
+        }
+    }
+
+    static double since(std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    }
+
+    // The ranks told to leave by signal or by the control file (rank 0 reads it), agreed.
+    std::vector<int> agreed_leaves(Engine&) {
+        std::vector<double> told(static_cast<std::size_t>(world_->size()), 0.0);
+        for (const int r : agreed_leavers(*world_)) told[static_cast<std::size_t>(r)] = 1;
+        if (world_->rank() == 0 && control_)
+            for (const control_command& c : control_->poll()) {
+                if (c.kind != control_kind::leave) {
+                    std::fprintf(stderr, "elastic | %s: grow is not supported yet; line ignored\n",
+                                 control_->path().c_str());
+                    continue;
+                }
+                try {
+                    check_control_command(c, world_->size(), world_->size());
+                    for (const int r : c.ranks) told[static_cast<std::size_t>(r)] = 1;
+                } catch (const error& e) {
+                    std::fprintf(stderr, "elastic | %s: %s; line ignored\n", control_->path().c_str(), e.what());
+                }
+            }
+        world_->broadcast(std::as_writable_bytes(std::span<double>(told)), 0);
+        std::vector<int> out;
+        for (std::size_t r = 0; r < told.size(); ++r)
+            if (told[r] > 0) out.push_back(static_cast<int>(r));
+        return out;
+    }
+
+    elastic_event leave(Engine& engine, long long step, const std::vector<int>& leavers,
+                        std::chrono::steady_clock::time_point start) {
+        const int n = world_->size();
+        const int stay = n - static_cast<int>(leavers.size());
+        const bool leaving = std::binary_search(leavers.begin(), leavers.end(), world_->rank());
+        // Who stays first, in rank order, then the leavers: the new layout's rank j is rank j.
+        std::vector<elastic::state_source> sources(static_cast<std::size_t>(n));
+        int next_stay = 0, next_leaver = stay;
+        for (int r = 0; r < n; ++r)
+            sources[static_cast<std::size_t>(r)] = {
+                std::binary_search(leavers.begin(), leavers.end(), r) ? next_leaver++ : next_stay++, 0};
+        elastic_event event;
+        event.kind = elastic_event_kind::leave;
+        event.step = step;
+        event.ranks = leavers;
+        event.from = engine.layout().describe();
+        event.world_from = n;
+        event.world_to = stay;
+        event.phases.agree = since(start);
+        const auto rebuild = std::chrono::steady_clock::now();
+        comm::mpi& moved_over = keep(world_->split(0, sources[static_cast<std::size_t>(world_->rank())].rank));
+        comm::mpi& stays_on = keep(moved_over.split(leaving ? 1 : 0, moved_over.rank()));
+        event.phases.rebuild_communicators = since(rebuild);
+        const parallel_config config = choose_(stay, engine.config());
+        const auto report = engine.move_to_world(moved_over, config, {.partition = {}, .staging_bytes = staging_bytes()}, sources,
+                                                 std::nullopt, nullptr, &stays_on);
+        event.to = report.to;
+        event.bytes_moved = report.bytes_moved;
+        event.phases.plan = report.plan_seconds;
+        event.phases.move = report.move_seconds;
+        event.seconds_to_training = since(start);
+        if (leaving) throw left_the_run();
+        world_ = &stays_on;
+        mirror_.clear();
+        return event;
+    }
+
+    void refresh_mirror(Engine& engine, long long step) {
+        const auto* state = engine.is_spare() ? nullptr : &engine.parts().state();
+        const auto figures = mirror_.refresh(state, step, *world_);
+        mirror_layout_.emplace(engine.layout());
+        mirror_rank_ = world_->rank();
+        mirror_world_ = world_->size();
+        mirror_seconds_ += figures.seconds;
+        ++mirrors_;
+        mirror_bytes_ = figures.own_bytes + figures.held_bytes;
+        mirror_due_ = false;
+    }
+
+    long long recover_from_mirror(Engine& engine, elastic_event& event, std::chrono::steady_clock::time_point detected) {
+        const int n = mirror_world_;
+        const auto rebuild = std::chrono::steady_clock::now();
+        comm::mpi& survivors = keep(world_->shrink());
+        // The old ranks of the survivors, in the new order.
+        std::vector<double> old_rank(static_cast<std::size_t>(survivors.size()));
+        const double mine[1] = {static_cast<double>(mirror_rank_)};
+        survivors.allgather(std::span<const double>(mine), std::span<double>(old_rank));
+        event.phases.rebuild_communicators = since(rebuild);
+        if (const char* victim = std::getenv("WEFT_ELASTIC_KILL_IN_RECOVERY");
+            victim != nullptr && std::atoi(victim) == launch_rank_) {  // fault injection, as WEFT_ELASTIC_KILL
+            std::fflush(stdout);
+            std::raise(SIGKILL);
+        }
+        std::vector<int> new_rank_of(static_cast<std::size_t>(n), -1);
+        for (std::size_t j = 0; j < old_rank.size(); ++j) new_rank_of[static_cast<std::size_t>(old_rank[j])] = static_cast<int>(j);
+        std::vector<int> failed;
+        for (int r = 0; r < n; ++r)
+            if (new_rank_of[static_cast<std::size_t>(r)] < 0) failed.push_back(r);
+        // Every survivor's snapshot must be of one boundary, and each buddy says whether it
+        // holds its failed predecessor's copy of it whole.
+        const long long epoch = mirror_.epoch();
+        const int predecessor = elastic::buddy_mirror<scalar>::mirrored_by(mirror_rank_, n);
+        const bool holds_failed = std::binary_search(failed.begin(), failed.end(), predecessor) &&
+                                  mirror_.held_complete() && mirror_.held_rank() == predecessor &&
+                                  mirror_.held().epoch == epoch;
+        std::vector<double> facts(2 * static_cast<std::size_t>(survivors.size()));
+        const double my_facts[2] = {static_cast<double>(epoch), holds_failed ? 1.0 : 0.0};
+        survivors.allgather(std::span<const double>(my_facts), std::span<double>(facts));
+        for (std::size_t j = 0; j < old_rank.size(); ++j)
+            if (static_cast<long long>(facts[2 * j]) != epoch)
+                throw error("a rank failed while the state was being mirrored (survivors hold the boundaries before "
+                            "steps " + std::to_string(epoch) + " and " + std::to_string(static_cast<long long>(facts[2 * j])) +
+                            "): the run ends here; continue from the newest checkpoint with --resume");
+        const int offset = mirror_layout_->num_stages();
+        std::vector<elastic::state_source> sources(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) {
+            const int j = new_rank_of[static_cast<std::size_t>(r)];
+            if (j >= 0) {
+                sources[static_cast<std::size_t>(r)] = {j, 0};
+                continue;
+            }
+            const int buddy = new_rank_of[static_cast<std::size_t>(elastic::buddy_mirror<scalar>::buddy_of(r, n))];
+            sources[static_cast<std::size_t>(r)] =
+                buddy >= 0 && facts[2 * static_cast<std::size_t>(buddy) + 1] > 0 ? elastic::state_source{buddy, offset}
+                                                                                  : elastic::state_source{-1, 0};
+        }
+        // This rank's state at the boundary, with its failed predecessor's beside it.
+        const auto& optimizer = engine.options().optimizer;
+        auto held = elastic::restore_snapshot(mirror_.own(), *mirror_layout_, mirror_rank_, optimizer);
+        if (holds_failed) {
+            auto theirs = elastic::restore_snapshot(mirror_.held(), *mirror_layout_, predecessor, optimizer, offset);
+            for (auto& stage : theirs.stages) held.stages.push_back(std::move(stage));
+        }
+        event.kind = elastic_event_kind::failure;
+        event.step = epoch;
+        event.ranks = failed;
+        event.from = mirror_layout_->describe();
+        event.world_from = n;
+        event.world_to = survivors.size();
+        const parallel_config config = choose_(survivors.size(), mirror_layout_->config());
+        try {
+            const auto report = engine.move_to_world(survivors, config, {.partition = {}, .staging_bytes = staging_bytes()}, sources,
+                                                     std::move(held), &*mirror_layout_);
+            event.to = report.to;
+            event.bytes_moved = report.bytes_moved;
+            event.phases.plan = report.plan_seconds;
+            event.phases.move = report.move_seconds;
+        } catch (const elastic::state_lost& lost) {
+            throw error(std::string(lost.what()) + ": ranks " + format_ranks(failed) +
+                        " failed together with the buddies that mirrored them; the run ends here; continue from the "
+                        "newest checkpoint with --resume");
+        }
+        world_ = &survivors;
+        event.seconds_to_training = since(detected);
+        mirror_due_ = true;
+        return epoch;
+    }
+
+    comm::mpi& keep(comm::mpi comm) {
+        worlds_.push_back(std::move(comm));
+        return worlds_.back();
+    }
+    [[nodiscard]] std::size_t staging_bytes() const {
+        return static_cast<std::size_t>(settings_.staging_mib * 1048576.0);
+    }
+
+public:
+    // The mirror's cost so far: refreshes, their total seconds on this rank, and the bytes the
+    // last one keeps (this rank's copy and its predecessor's).
+    [[nodiscard]] long long mirrors() const { return mirrors_; }
+    [[nodiscard]] double mirror_seconds() const { return mirror_seconds_; }
+    [[nodiscard]] std::size_t mirror_bytes() const { return mirror_bytes_; }
+
+private:
+    settings settings_;
+    comm::mpi* world_;
+    layout_chooser choose_;
+    int launch_rank_;  // this process's rank in the world it was launched in
+    std::optional<leave_on_signal> leave_signal_;  // records the notice while the run trains
+    std::optional<control_file> control_;
+    std::list<comm::mpi> worlds_;  // the worlds made since the launch's (stable addresses)
+    elastic::buddy_mirror<scalar> mirror_;
+    std::optional<elastic::layout> mirror_layout_;  // the layout the mirror was taken in
+    int mirror_rank_ = 0;                           // this rank's number then
+    int mirror_world_ = 0;                          // and the world's size
+    bool mirror_due_ = true;
+    long long mirrors_ = 0;
+    double mirror_seconds_ = 0;
+    std::size_t mirror_bytes_ = 0;
+};
+
+}  // namespace weft::run

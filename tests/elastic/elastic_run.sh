@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# One elastic training run with real processes under `mpirun --with-ft ulfm` (issue 48), checked
+# against an uninterrupted run that switched to the same layout at the same step with --switch:
+# the step losses from the event's step on must match within 1e-6 relative, no step may be
+# missing or doubled, and no process of the run may be left behind.
+#
+#   elastic_run.sh SCENARIO TRAIN_GPT MPIRUN DATA WORKDIR
+#
+# Scenarios (4 ranks, pp 2 x dp 2, ZeRO-1, 12 steps; 100 for the leaves):
+#   crash-R           rank R SIGKILLs itself at the boundary before step 5 (WEFT_ELASTIC_KILL);
+#                     the others fail inside step 5, recover and finish every step
+#   leave-signal      SIGUSR1 (sent from here, by kill) to rank 1 once step 3 is logged; rank 1
+#                     hands its state over and exits 0 at once, the others go on
+#   leave-control     `leave 2` appended to the --control file once step 3 is logged
+#   crash-in-recovery rank 3 crashes before step 5 and rank 2 during the recovery: the run ends
+#                     with exit 2, saying so, and the newest checkpoint (step 4) is intact
+set -uo pipefail
+scenario=$1 train_gpt=$2 mpirun=$3 data=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+# A leave comes from outside, at a moment this script picks: those runs are long enough (a step
+# takes about 15 ms here) that it lands well before their end.
+steps=12
+[[ "$scenario" == leave-* ]] && steps=100
+model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --microbatches 4 --lr 1e-3
+       --steps "$steps" --data "$data" --comm-timeout 60)
+layout=(--pp 2 --dp 2 --zero 1)
+fail() { echo "elastic_run $scenario: $*" >&2; exit 1; }
+
+# The process ids of the run's ranks, by launch rank (Open MPI puts the rank in each one's
+# environment).
+rank_pid() {
+    local want=$1 pid
+    for pid in $(pgrep -f -- "$work/elastic.jsonl"); do
+        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$want"; then
+            echo "$pid"
+            return
+        fi
+    done
+}
+wait_for_step() {
+    local step=$1
+    for _ in $(seq 600); do
+        grep -q "\"step\": $step," "$work/elastic.jsonl" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    fail "step $step never logged"
+}
+
+run_elastic() {
+    timeout 300 "$mpirun" --with-ft ulfm -np 4 "$train_gpt" "${model[@]}" "${layout[@]}" --elastic \
+        --log-json "$work/elastic.jsonl" "$@" >"$work/elastic.out" 2>&1
+}
+
+status=0
+case "$scenario" in
+    crash-[0-3])
+        WEFT_ELASTIC_KILL="${scenario#crash-}@5" run_elastic
+        status=$?
+        ;;
+    leave-signal)
+        run_elastic &
+        launcher=$!
+        wait_for_step 3
+        pid=$(rank_pid 1)
+        [[ -n "$pid" ]] || fail "no process of rank 1 found"
+        kill -USR1 "$pid"
+        # The leaver exits at once (ULFM), long before the others finish.
+        for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        kill -0 "$pid" 2>/dev/null && fail "rank 1 (pid $pid) did not exit after its leave"
+        wait "$launcher"
+        status=$?
+        ;;
+    leave-control)
+        : >"$work/control"
+        run_elastic --control "$work/control" &
+        launcher=$!
+        wait_for_step 3
+        echo "leave 2" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        ;;
+    crash-in-recovery)
+        WEFT_ELASTIC_KILL="3@5" WEFT_ELASTIC_KILL_IN_RECOVERY=2 run_elastic --checkpoint-dir "$work/ckpt" \
+            --checkpoint-every 2
+        status=$?
+        ;;
+    *) fail "unknown scenario (valid: crash-0..3, leave-signal, leave-control, crash-in-recovery)" ;;
+esac
+cat "$work/elastic.out"
+sleep 0.5
+leftover=$(pgrep -f -- "$work/elastic.jsonl" || true)
+[[ -z "$leftover" ]] || fail "processes left behind: $leftover"
+
+if [[ "$scenario" == crash-in-recovery ]]; then
+    [[ $status -eq 2 ]] || fail "expected exit 2 after a second crash during recovery, got $status"
+    grep -q "another rank failed during the recovery" "$work/elastic.out" || fail "no message naming the second crash"
+    [[ "$(readlink "$work/ckpt/latest" || cat "$work/ckpt/latest")" == *step-00000004* ]] ||
+        fail "the newest checkpoint is not step 4: $(ls "$work/ckpt")"
+    [[ -f "$work/ckpt/step-00000004/manifest.json" ]] || fail "step-00000004 is not whole: $(ls "$work/ckpt/step-00000004")"
+    echo "elastic_run $scenario: ok (exit 2, checkpoint step 4 intact)"
+    exit 0
+fi
+[[ $status -eq 0 ]] || fail "mpirun exited $status"
+
+# The event, and the run that switched to its layout at its step with --switch.
+read -r event_step switch_spec world < <(python3 - "$work/elastic.jsonl" <<'EOF'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if '"event"' in l]
+assert len(events) == 1, events
+e = events[0]
+fields = dict(kv.split("=", 1) for kv in e["to"].split())
+keys = ["pp", "dp", "tp", "zero", "chunks", "schedule", "world"] + (["partition"] if "partition" in fields else [])
+print(e["step"], ",".join(f"{k}={fields[k]}" for k in keys), fields["world"])
+EOF
+)
+[[ -n "${event_step:-}" ]] || fail "no elastic event in the log"
+timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${layout[@]}" --switch "$event_step:$switch_spec" \
+    --log-json "$work/reference.jsonl" >"$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "the reference run failed"; }
+python3 - "$work/elastic.jsonl" "$work/reference.jsonl" "$event_step" "$steps" <<'EOF' || fail "losses differ from the --switch run"
+import json, sys
+def steps(path):
+    out = {}
+    for line in open(path):
+        o = json.loads(line)
+        if "loss" in o and "event" not in o:
+            assert o["step"] not in out, f"step {o['step']} logged twice in {path}"
+            out[o["step"]] = o["loss"]
+    return out
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+n = int(sys.argv[4])
+assert sorted(a) == list(range(n)), f"elastic run's steps: {sorted(a)}"
+for s in range(n):
+    rel = abs(a[s] - b[s]) / abs(b[s])
+    assert rel <= 1e-6, f"step {s}: {a[s]} against {b[s]} (relative {rel:.2e})"
+print(f"losses of {n} steps match the --switch {sys.argv[3]} run")
+EOF
+echo "elastic_run $scenario: ok (event before step $event_step, world $world, layout $switch_spec)"
