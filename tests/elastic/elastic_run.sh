@@ -12,6 +12,10 @@
 #   leave-signal      SIGUSR1 (sent from here, by kill) to rank 1 once step 3 is logged; rank 1
 #                     hands its state over and exits 0 at once, the others go on
 #   leave-control     `leave 2` appended to the --control file once step 3 is logged
+#   crash-buddies     ranks 1 and 2 (rank 1's buddy) crash before step 5: rank 1's optimizer shard
+#                     has no copy left, so the survivors restore every rank's state from the
+#                     newest checkpoint (step 4) online and go on; the redone step is logged
+#                     again, and the last of each step counts
 #   crash-in-recovery rank 3 crashes before step 5 and rank 2 during the recovery: the run ends
 #                     with exit 2, saying so, and the newest checkpoint (step 4) is intact
 set -uo pipefail
@@ -80,12 +84,17 @@ case "$scenario" in
         wait "$launcher"
         status=$?
         ;;
+    crash-buddies)
+        WEFT_ELASTIC_KILL="1@5,2@5" run_elastic --checkpoint-dir "$work/ckpt" --checkpoint-every 2
+        status=$?
+        grep -q "restore_from_checkpoint" "$work/elastic.jsonl" || fail "no restore from the checkpoint in the event"
+        ;;
     crash-in-recovery)
         WEFT_ELASTIC_KILL="3@5" WEFT_ELASTIC_KILL_IN_RECOVERY=2 run_elastic --checkpoint-dir "$work/ckpt" \
             --checkpoint-every 2
         status=$?
         ;;
-    *) fail "unknown scenario (valid: crash-0..3, leave-signal, leave-control, crash-in-recovery)" ;;
+    *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, crash-in-recovery)" ;;
 esac
 cat "$work/elastic.out"
 sleep 0.5
@@ -117,14 +126,16 @@ EOF
 [[ -n "${event_step:-}" ]] || fail "no elastic event in the log"
 timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${layout[@]}" --switch "$event_step:$switch_spec" \
     --log-json "$work/reference.jsonl" >"$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "the reference run failed"; }
-python3 - "$work/elastic.jsonl" "$work/reference.jsonl" "$event_step" "$steps" <<'EOF' || fail "losses differ from the --switch run"
+python3 - "$work/elastic.jsonl" "$work/reference.jsonl" "$event_step" "$steps" "$scenario" <<'EOF' || fail "losses differ from the --switch run"
 import json, sys
+# Steps redone after a restore from a checkpoint are logged again: the last of each counts.
+redo = sys.argv[5] == "crash-buddies"
 def steps(path):
     out = {}
     for line in open(path):
         o = json.loads(line)
         if "loss" in o and "event" not in o:
-            assert o["step"] not in out, f"step {o['step']} logged twice in {path}"
+            assert redo or o["step"] not in out, f"step {o['step']} logged twice in {path}"
             out[o["step"]] = o["loss"]
     return out
 a, b = steps(sys.argv[1]), steps(sys.argv[2])

@@ -52,6 +52,10 @@ struct state_source {
     friend bool operator==(const state_source&, const state_source&) = default;
 };
 
+// What a plan with sources does with state no source holds: refuse (state_lost), or leave
+// those elements zero in the new layout, for a restore from a checkpoint to overwrite.
+enum class lost_state { not_possible, refused, zeroed };
+
 // Some state of the current layout has no surviving copy (every holder failed, and so did
 // the buddy that mirrored it): a run restores it from its newest checkpoint instead.
 class state_lost : public weft::error {
@@ -203,7 +207,7 @@ inline std::size_t lower_bound_of(const segments_by_tensor& old_segments, const 
 // boundaries, with the old holders and new needers active on each.
 inline void plan_tensor(held_class what, const std::string& name, const std::vector<segment>& holders,
                         const std::vector<segment>& needers, std::vector<std::size_t>& sent_by_rank,
-                        std::vector<transfer>& out, bool lost_possible) {
+                        std::vector<transfer>& out, lost_state lost) {
     std::vector<std::size_t> bounds;
     for (const auto* list : {&holders, &needers})
         for (const segment& s : *list) {
@@ -242,7 +246,8 @@ inline void plan_tensor(held_class what, const std::string& name, const std::vec
         refresh(active_holders, holders, holder_order, next_holder);
         refresh(active_needers, needers, needer_order, next_needer);
         if (active_needers.empty()) continue;
-        if (active_holders.empty() && lost_possible)
+        if (active_holders.empty() && lost == lost_state::zeroed) continue;  // the new buffer keeps its zeros
+        if (active_holders.empty() && lost == lost_state::refused)
             throw state_lost("elements [" + std::to_string(first) + ", " + std::to_string(last) + ") of " + name +
                              " were held only by failed ranks (and their mirrors)");
         if (active_holders.empty())
@@ -345,9 +350,10 @@ inline segments_by_tensor relocated(segments_by_tensor segments, std::span<const
 // old rank r's state is on that communicator (state_source); empty: where it was, so the
 // world must be at least either layout's (ranks beyond a layout hold nothing in it). A new
 // layout's rank j is rank j of the communicator. With sources, state no source holds any
-// more is a state_lost.
+// more is a state_lost, or with `lost` = zeroed, zeros in the new layout.
 [[nodiscard]] inline transition_plan plan_transition(const layout& from, const layout& to, int world,
-                                                     std::span<const state_source> sources = {}) {
+                                                     std::span<const state_source> sources = {},
+                                                     lost_state lost = lost_state::refused) {
     const bool relocating = !sources.empty();
     if (relocating) {
         require(static_cast<int>(sources.size()) == from.ranks(), "state sources", sources.size(),
@@ -372,7 +378,8 @@ inline segments_by_tensor relocated(segments_by_tensor segments, std::span<const
                 throw invalid_argument("layout switch: tensor", name,
                                        "is in the new layout but not the current one; the layouts are of different "
                                        "models");
-            detail::plan_tensor(what, name, it->second, needers, sent_by_rank, transfers, relocating);
+            detail::plan_tensor(what, name, it->second, needers, sent_by_rank, transfers,
+                                relocating ? lost : lost_state::not_possible);
         }
         bounds[what == held_class::parameters ? 0 : 1] = detail::lower_bound_of(old_segments, new_segments);
     }

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <list>
 #include <optional>
@@ -44,6 +45,8 @@
 #include "weft/run/elastic_event.hpp"
 #include "weft/run/leave_signal.hpp"
 #include "weft/run/settings.hpp"
+#include "weft/train/checkpoint_directory.hpp"
+#include "weft/train/engine_options.hpp"
 
 namespace weft::run {
 
@@ -279,22 +282,46 @@ private:
         event.world_from = n;
         event.world_to = survivors.size();
         const parallel_config config = choose_(survivors.size(), mirror_layout_->config());
+        // State that no survivor and no buddy holds (a rank failed with the buddy that mirrored
+        // it): the move leaves it zero, and the newest checkpoint then overwrites every rank's.
+        // Every rank finds the same from the same layouts, without communicating.
+        bool lost = false;
         try {
-            const auto report = engine.move_to_world(survivors, config, {.partition = {}, .staging_bytes = staging_bytes()}, sources,
-                                                     std::move(held), &*mirror_layout_);
-            event.to = report.to;
-            event.bytes_moved = report.bytes_moved;
-            event.phases.plan = report.plan_seconds;
-            event.phases.move = report.move_seconds;
-        } catch (const elastic::state_lost& lost) {
-            throw error(std::string(lost.what()) + ": ranks " + format_ranks(failed) +
-                        " failed together with the buddies that mirrored them; the run ends here; continue from the "
-                        "newest checkpoint with --resume");
+            train::engine_options next_options = engine.options();
+            next_options.partition = {};
+            static_cast<void>(elastic::plan_transition(
+                *mirror_layout_, Engine::layout_type::layout_of(config, engine.model(), next_options),
+                survivors.size(), sources));
+        } catch (const elastic::state_lost& e) {
+            lost = true;
+            if (settings_.checkpoint_dir.empty() || !std::filesystem::exists(std::filesystem::path(settings_.checkpoint_dir) / "latest"))
+                throw error(std::string(e.what()) + ": ranks " + format_ranks(failed) +
+                            " failed together with the buddies that mirrored them, and there is no checkpoint to "
+                            "restore from (--checkpoint-dir): the run ends here");
+        }
+        const auto report = engine.move_to_world(survivors, config, {.partition = {}, .staging_bytes = staging_bytes()},
+                                                 sources, std::move(held), &*mirror_layout_, nullptr,
+                                                 lost ? elastic::lost_state::zeroed : elastic::lost_state::refused);
+        event.to = report.to;
+        event.bytes_moved = report.bytes_moved;
+        event.phases.plan = report.plan_seconds;
+        event.phases.move = report.move_seconds;
+        long long resume_at = epoch;
+        if (lost) {
+            const auto restore = std::chrono::steady_clock::now();
+            double step[1] = {0};
+            if (!engine.is_spare())
+                step[0] = static_cast<double>(
+                    train::load_checkpoint_directory(engine, settings_.checkpoint_dir, "--checkpoint-dir").step);
+            survivors.broadcast(std::as_writable_bytes(std::span<double>(step)), 0);  // rank 0 is in every layout
+            resume_at = static_cast<long long>(step[0]);
+            event.phases.restore_from_checkpoint = since(restore);
+            event.step = resume_at;
         }
         world_ = &survivors;
         event.seconds_to_training = since(detected);
         mirror_due_ = true;
-        return epoch;
+        return resume_at;
     }
 
     comm::mpi& keep(comm::mpi comm) {

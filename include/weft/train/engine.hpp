@@ -195,7 +195,7 @@ public:
     // that cannot run is a weft::error naming the parameter, and the engine stays as it was.
     // Parameters, optimizer state, progress and learning rate carry over exactly.
     elastic::switch_report reconfigure(const parallel_config& config, const reconfigure_options& how = {}) {
-        return switch_onto(*world_, *world_, config, how, {}, std::nullopt);
+        return switch_onto(*world_, *world_, config, how, {}, std::nullopt, elastic::lost_state::refused);
     }
 
     // Moves the training state onto another communicator, `next_world`, in the layout `config`
@@ -210,7 +210,8 @@ public:
     // engine's current one (a failure during a switch rolls back to the layout before it). A
     // joiner's engine (a spare in a layout of the old world
     // size) takes part like any rank. Throws elastic::state_lost, with the engine unusable,
-    // when some state has no source left; any other problem is found before a byte moves.
+    // when some state has no source left, or with `lost` = zeroed leaves it zero (for a
+    // checkpoint to overwrite); any other problem is found before a byte moves.
     // The engine then refers to next_world, which must outlive it or the next such move.
     // `stays_on`: when the ranks that train on are fewer than those the state moves among (a
     // leave: the leavers send theirs and go), the communicator of the first layout-many ranks
@@ -220,10 +221,11 @@ public:
                                          const reconfigure_options& how,
                                          std::span<const elastic::state_source> sources,
                                          std::optional<state_type> held = std::nullopt,
-                                         const elastic::layout* held_layout = nullptr, Comm* stays_on = nullptr) {
+                                         const elastic::layout* held_layout = nullptr, Comm* stays_on = nullptr,
+                                         elastic::lost_state lost = elastic::lost_state::refused) {
         if (held_layout != nullptr) layout_.emplace(*held_layout);
         return switch_onto(next_world, stays_on != nullptr ? *stays_on : next_world, config, how, sources,
-                           std::move(held));
+                           std::move(held), lost);
     }
 
     // Whether this rank holds nothing in the current layout (it waits for a switch).
@@ -260,7 +262,7 @@ private:
     // reconfigure() and move_to_world(): the move over `target`; `after` becomes the world.
     elastic::switch_report switch_onto(Comm& target, Comm& after, const parallel_config& config,
                                        const reconfigure_options& how, std::span<const elastic::state_source> sources,
-                                       std::optional<state_type> held) {
+                                       std::optional<state_type> held, elastic::lost_state lost) {
         const auto start = std::chrono::steady_clock::now();
         engine_options next_options = options_;
         next_options.partition = how.partition;
@@ -279,7 +281,8 @@ private:
         const elastic::shared_scalars scalars = share_scalars(target, held ? &*held : nullptr);
         phase_seconds phases;
         phases.check = since(start);
-        const elastic::transition_plan plan = elastic::plan_transition(*layout_, *next, target.size(), sources);
+        const elastic::transition_plan plan =
+            elastic::plan_transition(*layout_, *next, target.size(), sources, lost);
         phases.plan = since(start) - phases.check;
 
         // Out of the current engine (which points into its communicators) before they go.
