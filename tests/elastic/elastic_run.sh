@@ -12,6 +12,12 @@
 #   leave-signal      SIGUSR1 (sent from here, by kill) to rank 1 once step 3 is logged; rank 1
 #                     hands its state over and exits 0 at once, the others go on
 #   leave-control     `leave 2` appended to the --control file once step 3 is logged
+#   grow              2 ranks (pp 2) with --world-max 4: `grow 2` appended once step 3 is logged
+#                     starts two processes that join (MPI_Comm_spawn); the reference starts
+#                     on 4 ranks with --switch 0:pp=2,world=2 (two spares) and switches when
+#                     the joiners did
+#   crash-then-grow   rank 3 crashes before step 5; once the failure is logged, `grow 1` brings
+#                     the world back to 4
 #   crash-buddies     ranks 1 and 2 (rank 1's buddy) crash before step 5: rank 1's optimizer shard
 #                     has no copy left, so the survivors restore every rank's state from the
 #                     newest checkpoint (step 4) online and go on; the redone step is logged
@@ -25,10 +31,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_
 # A leave comes from outside, at a moment this script picks: those runs are long enough (a step
 # takes about 15 ms here) that it lands well before their end.
 steps=12
-[[ "$scenario" == leave-* ]] && steps=100
+[[ "$scenario" == leave-* || "$scenario" == *grow ]] && steps=100
 model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --microbatches 4 --lr 1e-3
        --steps "$steps" --data "$data" --comm-timeout 60)
 layout=(--pp 2 --dp 2 --zero 1)
+ranks=4
+reference_layout=("${layout[@]}")
+if [[ "$scenario" == grow ]]; then
+    layout=(--pp 2)
+    ranks=2
+    # The reference starts on 4 ranks and switches before step 0 to the elastic run's start.
+    reference_layout=(--pp 2 --dp 2 --switch 0:pp=2,world=2)
+fi
 fail() { echo "elastic_run $scenario: $*" >&2; exit 1; }
 
 # The process ids of the run's ranks, by launch rank (Open MPI puts the rank in each one's
@@ -52,7 +66,7 @@ wait_for_step() {
 }
 
 run_elastic() {
-    timeout 300 "$mpirun" --with-ft ulfm -np 4 "$train_gpt" "${model[@]}" "${layout[@]}" --elastic \
+    timeout 300 "$mpirun" --with-ft ulfm -np "$ranks" "$train_gpt" "${model[@]}" "${layout[@]}" --elastic \
         --log-json "$work/elastic.jsonl" "$@" >"$work/elastic.out" 2>&1
 }
 
@@ -84,6 +98,24 @@ case "$scenario" in
         wait "$launcher"
         status=$?
         ;;
+    grow)
+        : >"$work/control"
+        run_elastic --control "$work/control" --world-max 4 &
+        launcher=$!
+        wait_for_step 3
+        echo "grow 2" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        ;;
+    crash-then-grow)
+        : >"$work/control"
+        WEFT_ELASTIC_KILL="3@5" run_elastic --control "$work/control" &
+        launcher=$!
+        for _ in $(seq 600); do grep -Eq '"event": ?"failure"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        echo "grow 1" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        ;;
     crash-buddies)
         WEFT_ELASTIC_KILL="1@5,2@5" run_elastic --checkpoint-dir "$work/ckpt" --checkpoint-every 2
         status=$?
@@ -94,11 +126,17 @@ case "$scenario" in
             --checkpoint-every 2
         status=$?
         ;;
-    *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, crash-in-recovery)" ;;
+    *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, crash-then-grow,
+crash-in-recovery)" ;;
 esac
 cat "$work/elastic.out"
-sleep 0.5
-leftover=$(pgrep -f -- "$work/elastic.jsonl" || true)
+# Processes of a run that ended may take a moment to be reaped; one alive 10 s later is left behind.
+leftover=""
+for _ in $(seq 100); do
+    leftover=$(pgrep -f -- "$work/elastic.jsonl" || true)
+    [[ -z "$leftover" ]] && break
+    sleep 0.1
+done
 [[ -z "$leftover" ]] || fail "processes left behind: $leftover"
 
 if [[ "$scenario" == crash-in-recovery ]]; then
@@ -112,19 +150,25 @@ if [[ "$scenario" == crash-in-recovery ]]; then
 fi
 [[ $status -eq 0 ]] || fail "mpirun exited $status"
 
-# The event, and the run that switched to its layout at its step with --switch.
-read -r event_step switch_spec world < <(python3 - "$work/elastic.jsonl" <<'EOF'
+# The events, and the run that switched to each one's layout at its step with --switch.
+switches=()
+expected_events=1
+[[ "$scenario" == crash-then-grow ]] && expected_events=2
+while read -r event_step switch_spec; do
+    switches+=(--switch "$event_step:$switch_spec")
+done < <(python3 - "$work/elastic.jsonl" "$expected_events" <<'EOF'
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1]) if '"event"' in l]
-assert len(events) == 1, events
-e = events[0]
-fields = dict(kv.split("=", 1) for kv in e["to"].split())
-keys = ["pp", "dp", "tp", "zero", "chunks", "schedule", "world"] + (["partition"] if "partition" in fields else [])
-print(e["step"], ",".join(f"{k}={fields[k]}" for k in keys), fields["world"])
+assert len(events) == int(sys.argv[2]), events
+for e in events:
+    fields = dict(kv.split("=", 1) for kv in e["to"].split())
+    keys = ["pp", "dp", "tp", "zero", "chunks", "schedule", "world"] + (["partition"] if "partition" in fields else [])
+    print(e["step"], ",".join(f"{k}={fields[k]}" for k in keys))
 EOF
 )
-[[ -n "${event_step:-}" ]] || fail "no elastic event in the log"
-timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${layout[@]}" --switch "$event_step:$switch_spec" \
+((${#switches[@]} == 2 * expected_events)) || fail "expected $expected_events elastic event(s) in the log"
+event_step=${switches[1]%%:*}
+timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${reference_layout[@]}" "${switches[@]}" \
     --log-json "$work/reference.jsonl" >"$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "the reference run failed"; }
 python3 - "$work/elastic.jsonl" "$work/reference.jsonl" "$event_step" "$steps" "$scenario" <<'EOF' || fail "losses differ from the --switch run"
 import json, sys
@@ -146,4 +190,4 @@ for s in range(n):
     assert rel <= 1e-6, f"step {s}: {a[s]} against {b[s]} (relative {rel:.2e})"
 print(f"losses of {n} steps match the --switch {sys.argv[3]} run")
 EOF
-echo "elastic_run $scenario: ok (event before step $event_step, world $world, layout $switch_spec)"
+echo "elastic_run $scenario: ok (${switches[*]})"

@@ -43,6 +43,7 @@
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/run/elastic_control.hpp"
 #include "weft/run/elastic_event.hpp"
+#include "weft/run/join_handshake.hpp"
 #include "weft/run/leave_signal.hpp"
 #include "weft/run/settings.hpp"
 #include "weft/train/checkpoint_directory.hpp"
@@ -56,6 +57,27 @@ class left_the_run : public std::exception {
 public:
     [[nodiscard]] const char* what() const noexcept override { return "this rank left the run"; }
 };
+
+// Under mpirun, for a process an elastic run's grow started: the world of its parents and
+// itself (the parents' ranks first), with the parent connection closed; nullopt for a process
+// mpirun started.
+[[nodiscard]] inline std::optional<comm::mpi> joined_world() {
+    MPI_Comm parent = MPI_COMM_NULL;
+    comm::detail::mpi_check(MPI_Comm_get_parent(&parent), "MPI_Comm_get_parent");
+    if (parent == MPI_COMM_NULL) return std::nullopt;
+    MPI_Comm merged = MPI_COMM_NULL;
+    comm::detail::mpi_check(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
+    MPI_Comm_disconnect(&parent);
+    detail::joined_running_world.store(true);
+    return comm::mpi(merged, true);
+}
+
+// A joiner's first step, collective with the old ranks' grow: the handshake from rank 0.
+[[nodiscard]] inline join_handshake receive_join_handshake(comm::mpi& world) {
+    join_handshake told;
+    world.broadcast(std::as_writable_bytes(std::span<join_handshake>(&told, 1)), 0);
+    return told;
+}
 
 // What a boundary decided.
 struct boundary_outcome {
@@ -72,7 +94,11 @@ public:
     using layout_chooser = std::function<parallel_config(int ranks, const parallel_config& current)>;
 
     elastic_session(const settings& s, comm::mpi& world, layout_chooser choose)
-        : settings_(s), world_(&world), choose_(std::move(choose)), launch_rank_(world.rank()) {
+        : settings_(s),
+          world_(&world),
+          choose_(std::move(choose)),
+          launch_rank_(world.rank()),
+          launch_size_(joined_running_world() ? 0 : world.size()) {
         comm::set_peer_loss_recovery(comm::has_ulfm());
         if (const int signal = leave_signal_number(s.leave_signal); signal != 0) leave_signal_.emplace(signal);
         if (world.rank() == 0 && !s.control_file.empty()) control_.emplace(s.control_file);
@@ -87,13 +113,20 @@ public:
     boundary_outcome at_boundary(Engine& engine, long long step) {
         boundary_outcome out;
         const auto start = std::chrono::steady_clock::now();
-        const std::vector<int> leavers = agreed_leaves(engine);
+        // A process a grow started arrives in the middle of its parents' boundary: they have
+        // agreed on the requests and moved the state (run::trainer's join); the mirror is next.
+        const requests asked = just_joined_ ? requests{} : agreed_requests();
+        just_joined_ = false;
+        const std::vector<int>& leavers = asked.leavers;
         if (!leavers.empty()) {
             if (everyone_leaves(leavers, world_->size())) {
                 out.everyone_leaves = true;
                 return out;
             }
             out.event = leave(engine, step, leavers, start);
+            mirror_due_ = true;
+        } else if (asked.grow > 0) {
+            out.event = grow(engine, step, asked.grow, start);
             mirror_due_ = true;
         }
         if (comm::has_ulfm() && (mirror_due_ || step % settings_.mirror_every == 0)) refresh_mirror(engine, step);
@@ -147,30 +180,40 @@ private:
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
 
-    // The ranks told to leave by signal or by the control file (rank 0 reads it), agreed.
-    std::vector<int> agreed_leaves(Engine&) {
-        std::vector<double> told(static_cast<std::size_t>(world_->size()), 0.0);
+    struct requests {
+        std::vector<int> leavers;
+        int grow = 0;
+    };
+    // The ranks told to leave by signal or by the control file, and the processes to start
+    // (rank 0 reads the file), agreed. A line that does not fit the world now is skipped with
+    // a message; the run goes on.
+    requests agreed_requests() {
+        const auto n = static_cast<std::size_t>(world_->size());
+        std::vector<double> told(n + 1, 0.0);  // per rank: leaves; last: processes to start
         for (const int r : agreed_leavers(*world_)) told[static_cast<std::size_t>(r)] = 1;
         if (world_->rank() == 0 && control_)
             for (const control_command& c : control_->poll()) {
-                if (c.kind != control_kind::leave) {
-                    std::fprintf(stderr, "elastic | %s: grow is not supported yet; line ignored\n",
-                                 control_->path().c_str());
-                    continue;
-                }
                 try {
-                    check_control_command(c, world_->size(), world_->size());
-                    for (const int r : c.ranks) told[static_cast<std::size_t>(r)] = 1;
+                    const int grown = world_->size() + static_cast<int>(told[n]);
+                    check_control_command(c, grown, world_max());
+                    if (c.kind == control_kind::grow)
+                        told[n] += c.count;
+                    else
+                        for (const int r : c.ranks) told[static_cast<std::size_t>(r)] = 1;
                 } catch (const error& e) {
-                    std::fprintf(stderr, "elastic | %s: %s; line ignored\n", control_->path().c_str(), e.what());
+                    const std::string why = e.what();
+                    std::fprintf(stderr, "elastic | %s: %s; line ignored\n", control_->path().c_str(),
+                                 why.substr(why.rfind("weft: ", 0) == 0 ? 6 : 0).c_str());
                 }
             }
         world_->broadcast(std::as_writable_bytes(std::span<double>(told)), 0);
-        std::vector<int> out;
-        for (std::size_t r = 0; r < told.size(); ++r)
-            if (told[r] > 0) out.push_back(static_cast<int>(r));
+        requests out;
+        for (std::size_t r = 0; r < n; ++r)
+            if (told[r] > 0) out.leavers.push_back(static_cast<int>(r));
+        out.grow = static_cast<int>(told[n]);
         return out;
     }
+    [[nodiscard]] int world_max() const { return settings_.world_max > 0 ? settings_.world_max : launch_size_; }
 
     elastic_event leave(Engine& engine, long long step, const std::vector<int>& leavers,
                         std::chrono::steady_clock::time_point start) {
@@ -207,6 +250,63 @@ private:
         world_ = &stays_on;
         mirror_.clear();
         return event;
+    }
+
+    // Starts `count` processes of this program (MPI_Comm_spawn, collective over the world),
+    // merges them in after the ranks there are, tells them the step and the layouts, and moves
+    // the state onto the grown world in the layout the chooser gives for it.
+    elastic_event grow(Engine& engine, long long step, int count, std::chrono::steady_clock::time_point start) {
+        const int n = world_->size();
+        elastic_event event;
+        event.kind = elastic_event_kind::join;
+        event.step = step;
+        for (int r = n; r < n + count; ++r) event.ranks.push_back(r);
+        event.from = engine.layout().describe();
+        event.world_from = n;
+        event.world_to = n + count;
+        event.phases.agree = since(start);
+        const auto rebuild = std::chrono::steady_clock::now();
+        comm::mpi& grown = keep(spawn_and_merge(count));
+        event.phases.rebuild_communicators = since(rebuild);
+        const parallel_config config = choose_(grown.size(), engine.config());
+        join_handshake told;
+        told.step = step;
+        told.running = layout_fields::of(engine.config());
+        told.set_running_partition(engine.layout().partition());
+        told.next = layout_fields::of(config);
+        grown.broadcast(std::as_writable_bytes(std::span<join_handshake>(&told, 1)), 0);
+        const auto report = engine.move_to_world(grown, config, {.partition = {}, .staging_bytes = staging_bytes()}, {});
+        event.to = report.to;
+        event.bytes_moved = report.bytes_moved;
+        event.phases.plan = report.plan_seconds;
+        event.phases.move = report.move_seconds;
+        event.seconds_to_training = since(start);
+        world_ = &grown;
+        mirror_.clear();
+        return event;
+    }
+
+    comm::mpi spawn_and_merge(int count) {
+        const std::vector<std::string>& arguments = detail::launch_arguments();
+        require(!arguments.empty(), "grow", count, "needs the program's command line (run::launch records it)");
+        std::vector<char*> argv;
+        for (std::size_t i = 1; i < arguments.size(); ++i) argv.push_back(const_cast<char*>(arguments[i].c_str()));
+        argv.push_back(nullptr);
+        // The program itself, wherever the launcher found it.
+        std::string program = std::filesystem::read_symlink("/proc/self/exe").string();
+        MPI_Comm inter = MPI_COMM_NULL;
+        std::vector<int> codes(static_cast<std::size_t>(count), MPI_SUCCESS);
+        comm::detail::mpi_check(MPI_Comm_spawn(program.c_str(), argv.data(), count, MPI_INFO_NULL, 0,
+                                               world_->native(), &inter, codes.data()),
+                                "MPI_Comm_spawn");
+        MPI_Comm merged = MPI_COMM_NULL;
+        comm::detail::mpi_check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
+        // Only the merged world is used; a connection left open makes Open MPI 5's
+        // MPI_Finalize crash.
+        MPI_Comm_disconnect(&inter);
+        comm::mpi out(merged, true);
+        out.set_timeout(world_->timeout());
+        return out;
     }
 
     void refresh_mirror(Engine& engine, long long step) {
@@ -343,7 +443,9 @@ private:
     settings settings_;
     comm::mpi* world_;
     layout_chooser choose_;
-    int launch_rank_;  // this process's rank in the world it was launched in
+    int launch_rank_;  // this process's rank in the world it was launched in (a joiner's: when it joined)
+    bool just_joined_ = joined_running_world();
+    int launch_size_;  // ranks launched (what --world-max defaults to; 0 on a joiner, which never reads the file)
     std::optional<leave_on_signal> leave_signal_;  // records the notice while the run trains
     std::optional<control_file> control_;
     std::list<comm::mpi> worlds_;  // the worlds made since the launch's (stable addresses)

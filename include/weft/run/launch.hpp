@@ -13,10 +13,12 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "weft/comm/local.hpp"
 #include "weft/core/error.hpp"
 #include "weft/run/exit_codes.hpp"
+#include "weft/run/join_handshake.hpp"
 #if WEFT_HAS_MPI
 #include "weft/comm/mpi.hpp"
 #include "weft/comm/mpi_environment.hpp"
@@ -126,11 +128,13 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
         }();
         if (launched_by_mpirun()) {
 #if WEFT_HAS_MPI
+            detail::launch_arguments().assign(argv, argv + argc);
             comm::mpi_environment environment(argc, argv);
             // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
             // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
             comm::set_watchdog_label(program);
-            auto world = comm::mpi::world();
+            // A process an elastic run's grow started joins its parents' world (after them).
+            auto world = joined_world().value_or(comm::mpi::world());
             try {
                 require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
                         "under mpirun the world size is mpirun's -np (" + std::to_string(world.size()) +

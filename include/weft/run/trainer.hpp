@@ -35,6 +35,7 @@
 #include "weft/run/elastic_control.hpp"
 #include "weft/run/elastic_event.hpp"
 #include "weft/run/elastic_layout.hpp"
+#include "weft/run/join_handshake.hpp"
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/layout.hpp"
 #include "weft/run/memory_report.hpp"
@@ -148,6 +149,13 @@ public:
                           .weight_decay = s_.weight_decay},
             .partition = s_.partition,
             .grad_clip = s_.grad_clip};
+#if WEFT_HAS_MPI
+        if constexpr (std::is_same_v<world_type, comm::mpi>)
+            if (joined_running_world()) {  // started by a running elastic job's grow
+                join(batch, options, make_backend());
+                return;
+            }
+#endif
         const layout start{.pp = s_.pp, .dp = s_.dp, .tp = s_.tp, .zero = s_.zero, .chunks = s_.chunks,
                            .schedule = s_.schedule, .partition = s_.partition};
         const parallel_config config = start.config(s_.microbatches, world_->size());
@@ -161,6 +169,23 @@ public:
     }
 
 private:
+#if WEFT_HAS_MPI
+    // A process a grow started: it learns the step and the layouts from rank 0, builds its
+    // engine holding nothing in the running layout, takes its part of the state in the move
+    // every rank makes now (the old ranks' grow), and trains on with them.
+    void join(const batch_source& batch, const train::engine_options& options, backend_type backend) {
+        const join_handshake told = receive_join_handshake(*world_);
+        train::engine_options running = options;
+        running.partition = told.running_partition();
+        Engine engine(*world_, told.running.config(), model_, running, train::joining, std::move(backend));
+        static_cast<void>(engine.move_to_world(
+            *world_, told.next.config(),
+            {.partition = {}, .staging_bytes = static_cast<std::size_t>(s_.staging_mib * 1048576.0)}, {}));
+        joined_at_ = told.step;
+        train(engine, batch);
+    }
+#endif
+
     // Everything a run reads, before anything trains: the validation batches, the first
     // batch, the files it will write, and the checkpoint root.
     void check_inputs(const batch_source& batch) {
@@ -234,8 +259,8 @@ private:
             });
         // What a checkpoint brings in lives where the engine's state does (a GPU's memory).
         const state_memory_scope state_memory(engine.backend().state_memory());
-        if (!s_.init_from.empty()) train::load(engine, s_.init_from);
-        if (!s_.resume.empty()) {
+        if (!s_.init_from.empty() && joined_at_ < 0) train::load(engine, s_.init_from);
+        if (!s_.resume.empty() && joined_at_ < 0) {
             const auto manifest = train::load_checkpoint_directory(engine, s_.resume, "--resume");
             if (rank == 0)
                 std::printf("resumed at step %llu from %s (saved as pp %d | dp %d | tp %d | zero %d | %s)\n",
@@ -247,7 +272,8 @@ private:
             flops_per_token_ <= 0 ? 0 : s_.peak_tflops > 0 ? s_.peak_tflops : default_peak_ ? default_peak_() : 0;
         if (on_start_) on_start_(engine);
         // Steps taken: every rank counts them, spares too, so that all of them reach each switch.
-        long long steps_done = static_cast<long long>(engine.progress().step);
+        long long steps_done =
+            joined_at_ >= 0 ? joined_at_ : static_cast<long long>(engine.progress().step);
         if (rank == 0 && steps_done >= s_.steps)
             std::printf("already at step %lld, the --steps %lld this run ends at: nothing to train\n", steps_done,
                         s_.steps);
@@ -469,6 +495,7 @@ private:
     std::function<void(Engine&)> on_finish_;
     std::function<parallel_config(int, const parallel_config&)> choose_layout_;
     std::vector<planned_switch> switches_;
+    long long joined_at_ = -1;  // a process a grow started: the step it joined at
     train::lr_schedule lr_{};
     std::ofstream log_;
 };

@@ -117,6 +117,12 @@ public:
 };
 
 
+// Tag of the engine constructor for a rank joining a running world (an elastic run's grow).
+struct joining_t {
+    explicit joining_t() = default;
+};
+inline constexpr joining_t joining{};
+
 // How reconfigure() switches: the new layout's partition (unit counts per stage; empty: the
 // default) and the staging cap.
 struct reconfigure_options {
@@ -154,6 +160,19 @@ public:
             core_ = std::make_unique<layout_type>(*active, config, model, options, std::move(backend));
         else
             spare_backend_.emplace(std::move(backend));
+    }
+
+    // A rank joining a running world (an elastic run's grow): it holds nothing in the current
+    // layout `config` (whose world size is below world.size(), with options.partition) until
+    // the move_to_world over `world` that every rank makes next. Not collective: the ranks
+    // already training have their engines.
+    engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+           joining_t, Backend backend = Backend{})
+        : world_(&world), model_(model), options_(options) {
+        layout_.emplace(layout_type::layout_of(checked_world(world, config), model, options));
+        require(world.rank() >= config.world_size(), "joining rank", world.rank(),
+                "must be beyond the running layout's " + std::to_string(config.world_size()) + " ranks");
+        spare_backend_.emplace(std::move(backend));
     }
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
@@ -214,9 +233,10 @@ public:
     // checkpoint to overwrite); any other problem is found before a byte moves.
     // The engine then refers to next_world, which must outlive it or the next such move.
     // `stays_on`: when the ranks that train on are fewer than those the state moves among (a
-    // leave: the leavers send theirs and go), the communicator of the first layout-many ranks
-    // of next_world, in its order, that the engine goes on with; a rank outside the new layout
-    // then holds nothing and passes its own communicator of leavers, or next_world.
+    // leave: the leavers send theirs and go), the communicator of the first ranks of
+    // next_world, in its order, that the engine goes on with (at least the new layout's; the
+    // rest of them wait as spares); a leaver passes its own communicator of leavers, and holds
+    // nothing after the move.
     elastic::switch_report move_to_world(Comm& next_world, const parallel_config& config,
                                          const reconfigure_options& how,
                                          std::span<const elastic::state_source> sources,
@@ -318,16 +338,17 @@ private:
         const std::string from = layout_->describe();
         options_ = next_options;
         layout_ = std::move(next);
-        const bool in_layout = target.rank() < layout_->ranks();
+        // Where the ranks that stay are fewer than those the state moved among (a leave), the
+        // stayers are `after`'s ranks, numbered as in `target`; a leaver's `after` is not.
+        const bool stays = &after == &target || (target.rank() < after.size() && after.rank() == target.rank());
         world_ = &after;
         Comm* active = nullptr;
-        if (&after == &target) {
-            active = activate(layout_->ranks());
-        } else if (in_layout) {
-            require(after.size() == layout_->ranks() && after.rank() == target.rank(), "communicator to stay on",
-                    after.size(), "must be the first " + std::to_string(layout_->ranks()) + " ranks of the one moved over");
+        if (stays) {
+            require(layout_->ranks() <= after.size(), "communicator to stay on", after.size(),
+                    "must hold the new layout's " + std::to_string(layout_->ranks()) + " ranks");
+            active = activate(layout_->ranks());  // over the stayers only: spares among them too
+        } else {
             active_.reset();
-            active = &after;
         }
         if (active != nullptr) {
             core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
