@@ -22,6 +22,9 @@
 #                     has no copy left, so the survivors restore every rank's state from the
 #                     newest checkpoint (step 4) online and go on; the redone step is logged
 #                     again, and the last of each step counts
+#   crash-during-leave `leave 1` once step 3 is logged, and rank 3 crashes as that leave's switch
+#                     begins: the survivors (rank 1 among them) roll back to the last boundary
+#                     and recover over 3 ranks, then rank 1's leave is made again (3 -> 2)
 #   crash-in-recovery rank 3 crashes before step 5 and rank 2 during the recovery: the run ends
 #                     with exit 2, saying so, and the newest checkpoint (step 4) is intact
 set -uo pipefail
@@ -31,7 +34,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_
 # A leave comes from outside, at a moment this script picks: those runs are long enough (a step
 # takes about 15 ms here) that it lands well before their end.
 steps=12
-[[ "$scenario" == leave-* || "$scenario" == *grow ]] && steps=100
+[[ "$scenario" == leave-* || "$scenario" == *grow || "$scenario" == *leave ]] && steps=100
 model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --microbatches 4 --lr 1e-3
        --steps "$steps" --data "$data" --comm-timeout 60)
 layout=(--pp 2 --dp 2 --zero 1)
@@ -116,6 +119,15 @@ case "$scenario" in
         wait "$launcher"
         status=$?
         ;;
+    crash-during-leave)
+        : >"$work/control"
+        WEFT_ELASTIC_KILL_IN_MOVE=3 run_elastic --control "$work/control" &
+        launcher=$!
+        wait_for_step 3
+        echo "leave 1" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        ;;
     crash-buddies)
         WEFT_ELASTIC_KILL="1@5,2@5" run_elastic --checkpoint-dir "$work/ckpt" --checkpoint-every 2
         status=$?
@@ -127,7 +139,7 @@ case "$scenario" in
         status=$?
         ;;
     *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, crash-then-grow,
-crash-in-recovery)" ;;
+crash-during-leave, crash-in-recovery)" ;;
 esac
 cat "$work/elastic.out"
 # Processes of a run that ended may take a moment to be reaped; one alive 10 s later is left behind.
@@ -153,20 +165,23 @@ fi
 # The events, and the run that switched to each one's layout at its step with --switch.
 switches=()
 expected_events=1
-[[ "$scenario" == crash-then-grow ]] && expected_events=2
+[[ "$scenario" == crash-then-grow || "$scenario" == crash-during-leave ]] && expected_events=2
 while read -r event_step switch_spec; do
     switches+=(--switch "$event_step:$switch_spec")
 done < <(python3 - "$work/elastic.jsonl" "$expected_events" <<'EOF'
 import json, sys
 events = [json.loads(l) for l in open(sys.argv[1]) if '"event"' in l]
 assert len(events) == int(sys.argv[2]), events
-for e in events:
+# Events at one boundary (a failure, then the leave it interrupted) are one switch to the last
+# one's layout: a layout switch moves the state exactly, so the one between changes nothing.
+last_at = {e["step"]: e for e in events}
+for e in last_at.values():
     fields = dict(kv.split("=", 1) for kv in e["to"].split())
     keys = ["pp", "dp", "tp", "zero", "chunks", "schedule", "world"] + (["partition"] if "partition" in fields else [])
     print(e["step"], ",".join(f"{k}={fields[k]}" for k in keys))
 EOF
 )
-((${#switches[@]} == 2 * expected_events)) || fail "expected $expected_events elastic event(s) in the log"
+((${#switches[@]} > 0)) || fail "expected $expected_events elastic event(s) in the log"
 event_step=${switches[1]%%:*}
 timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${reference_layout[@]}" "${switches[@]}" \
     --log-json "$work/reference.jsonl" >"$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "the reference run failed"; }

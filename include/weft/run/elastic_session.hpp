@@ -11,8 +11,9 @@
 //   from their buddies' copies (elastic/state_snapshot.hpp), move it all to the chosen layout
 //   over the survivors and train again from that boundary: the interrupted step is redone once
 //   and counted once, and the data position comes back with the state.
-// - The mirror is refreshed every --mirror-every steps and right after every event (the layout
-//   changed), before the step.
+// - The mirror is refreshed every --mirror-every steps at the boundary, before any event is
+//   handled (a failure during an event's switch rolls back to that boundary), and again after
+//   an event (the layout changed).
 //
 // Every event is one elastic_event (run/elastic_event.hpp) that the trainer prints and logs.
 #pragma once
@@ -112,9 +113,14 @@ public:
     // since the last boundary, then the mirror when it is due.
     boundary_outcome at_boundary(Engine& engine, long long step) {
         boundary_outcome out;
-        const auto start = std::chrono::steady_clock::now();
+        // The mirror first, so that a failure during an event's switch rolls back to this very
+        // boundary (no step is trained twice); and again after an event, whose layout is new.
         // A process a grow started arrives in the middle of its parents' boundary: they have
-        // agreed on the requests and moved the state (run::trainer's join); the mirror is next.
+        // mirrored, agreed on the requests and moved the state (run::trainer's join); the
+        // mirror after the event is next.
+        if (!just_joined_ && comm::has_ulfm() && (mirror_due_ || step % settings_.mirror_every == 0))
+            refresh_mirror(engine, step);
+        const auto start = std::chrono::steady_clock::now();
         const requests asked = just_joined_ ? requests{} : agreed_requests();
         just_joined_ = false;
         const std::vector<int>& leavers = asked.leavers;
@@ -129,7 +135,7 @@ public:
             out.event = grow(engine, step, asked.grow, start);
             mirror_due_ = true;
         }
-        if (comm::has_ulfm() && (mirror_due_ || step % settings_.mirror_every == 0)) refresh_mirror(engine, step);
+        if (comm::has_ulfm() && mirror_due_) refresh_mirror(engine, step);
         crash_if_told(step);
         return out;
     }
@@ -156,9 +162,7 @@ public:
 private:
     // Fault injection for tests and benchmarks: WEFT_ELASTIC_KILL="RANK@STEP[,RANK@STEP...]"
     // makes the process that is world rank RANK of the launch SIGKILL itself at the boundary
-    // before step STEP (once the mirror is taken), so the others fail inside that step;
-    // WEFT_ELASTIC_KILL_IN_RECOVERY=RANK kills that one during a recovery, once the world has
-    // shrunk.
+    // before step STEP (once the mirror is taken), so the others fail inside that step.
     void crash_if_told(long long step) const {
         const char* plan = std::getenv("WEFT_ELASTIC_KILL");
         if (plan == nullptr) return;
@@ -176,6 +180,15 @@ private:
         }
     }
 
+    // WEFT_ELASTIC_KILL_IN_RECOVERY=RANK, WEFT_ELASTIC_KILL_IN_MOVE=RANK: that launch rank
+    // SIGKILLs itself once a recovery has shrunk the world, or as a leave's move begins.
+    void crash_if_told_in(const char* variable) const {
+        if (const char* victim = std::getenv(variable); victim != nullptr && std::atoi(victim) == launch_rank_) {
+            std::fflush(stdout);
+            std::raise(SIGKILL);
+        }
+    }
+
     static double since(std::chrono::steady_clock::time_point t) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
@@ -190,7 +203,12 @@ private:
     requests agreed_requests() {
         const auto n = static_cast<std::size_t>(world_->size());
         std::vector<double> told(n + 1, 0.0);  // per rank: leaves; last: processes to start
-        for (const int r : agreed_leavers(*world_)) told[static_cast<std::size_t>(r)] = 1;
+        // The leave signal, and a leave a failure interrupted (the leaver is still here, rolled
+        // back): asked again. The flag is reset only once its leave is agreed.
+        int signalled = detail::received_leave_signal.load();
+        for (const int r : agreed_leavers(*world_, signalled != 0 || still_leaving_))
+            told[static_cast<std::size_t>(r)] = 1;
+        if (signalled != 0) detail::received_leave_signal.compare_exchange_strong(signalled, 0);
         if (world_->rank() == 0 && control_)
             for (const control_command& c : control_->poll()) {
                 try {
@@ -239,8 +257,10 @@ private:
         comm::mpi& stays_on = keep(moved_over.split(leaving ? 1 : 0, moved_over.rank()));
         event.phases.rebuild_communicators = since(rebuild);
         const parallel_config config = choose_(stay, engine.config());
-        const auto report = engine.move_to_world(moved_over, config, {.partition = {}, .staging_bytes = staging_bytes()}, sources,
-                                                 std::nullopt, nullptr, &stays_on);
+        still_leaving_ = leaving;
+        crash_if_told_in("WEFT_ELASTIC_KILL_IN_MOVE");
+        const auto report = engine.move_to_world(moved_over, config, {.partition = {}, .staging_bytes = staging_bytes()},
+                                                 sources, std::nullopt, nullptr, &stays_on);
         event.to = report.to;
         event.bytes_moved = report.bytes_moved;
         event.phases.plan = report.plan_seconds;
@@ -330,11 +350,7 @@ private:
         const double mine[1] = {static_cast<double>(mirror_rank_)};
         survivors.allgather(std::span<const double>(mine), std::span<double>(old_rank));
         event.phases.rebuild_communicators = since(rebuild);
-        if (const char* victim = std::getenv("WEFT_ELASTIC_KILL_IN_RECOVERY");
-            victim != nullptr && std::atoi(victim) == launch_rank_) {  // fault injection, as WEFT_ELASTIC_KILL
-            std::fflush(stdout);
-            std::raise(SIGKILL);
-        }
+        crash_if_told_in("WEFT_ELASTIC_KILL_IN_RECOVERY");
         std::vector<int> new_rank_of(static_cast<std::size_t>(n), -1);
         for (std::size_t j = 0; j < old_rank.size(); ++j) new_rank_of[static_cast<std::size_t>(old_rank[j])] = static_cast<int>(j);
         std::vector<int> failed;
@@ -445,6 +461,7 @@ private:
     layout_chooser choose_;
     int launch_rank_;  // this process's rank in the world it was launched in (a joiner's: when it joined)
     bool just_joined_ = joined_running_world();
+    bool still_leaving_ = false;  // this rank was leaving when a failure cut the move short
     int launch_size_;  // ranks launched (what --world-max defaults to; 0 on a joiner, which never reads the file)
     std::optional<leave_on_signal> leave_signal_;  // records the notice while the run trains
     std::optional<control_file> control_;
