@@ -19,6 +19,7 @@
 
 #include "elastic_layouts.hpp"
 #include "scratch_dir.hpp"
+#include "whole_state.hpp"
 #include "weft/comm/local.hpp"
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/sched/dualpipev.hpp"
@@ -31,36 +32,7 @@ using namespace weft_test::elastic;
 using local_engine = gpt_engine<local>;
 
 // Every tensor and optimizer state tensor of the model, whole, keyed by name.
-using full_state = std::map<std::string, std::vector<float>>;
-
-// Collective over the world: the engine's whole state, merged on every rank through `shared`.
-full_state gather(local_engine& engine, local& world, full_state& shared, std::mutex& lock) {
-    if (!engine.is_spare()) {
-        const auto full = weft::train::gather_full_stages(engine);
-        const std::lock_guard guard(lock);
-        for (const auto& f : full)
-            for (const auto& info : f.registry.entries()) {
-                auto part = [&](std::span<const float> v) {
-                    if (v.empty()) return std::vector<float>{};
-                    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                                              v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
-                };
-                shared[info.name] = part(f.parameters);
-                for (const auto& t : f.optimizer.tensors) shared[info.name + "." + t.name] = part(t.values);
-                shared[info.name + ".steps"] = {static_cast<float>(f.optimizer.steps)};
-            }
-    }
-    world.barrier();
-    full_state out;
-    {
-        const std::lock_guard guard(lock);
-        out = shared;
-    }
-    world.barrier();
-    if (world.rank() == 0) shared.clear();
-    world.barrier();
-    return out;
-}
+using full_state = weft_test::whole_state;
 
 }  // namespace
 
@@ -87,10 +59,10 @@ void switch_through_every_pair(int world_size, const std::vector<named_layout>& 
             ++step;
             const auto& from = layouts[static_cast<std::size_t>(walk[i - 1])];
             const auto& to = layouts[static_cast<std::size_t>(walk[i])];
-            const full_state before = gather(engine, world, shared, lock);
+            const full_state before = weft_test::gather_whole_state(engine, world, shared, lock);
             const auto progress_before = engine.is_spare() ? weft::shard::training_progress{} : engine.progress();
             const auto report = engine.reconfigure(to.config(), {.partition = to.partition, .staging_bytes = 4096});
-            const full_state after = gather(engine, world, shared, lock);
+            const full_state after = weft_test::gather_whole_state(engine, world, shared, lock);
             if (world.rank() != 0) continue;
             const std::lock_guard guard(lock);
             ++switches;
@@ -281,7 +253,7 @@ run_end train_on(local_engine& engine, local& world, int steps, full_state& shar
     for (int i = 0; i < steps; ++i)
         if (!engine.is_spare())
             out.losses.push_back(engine.step(batch(static_cast<long long>(engine.progress().step))).loss);
-    out.state = gather(engine, world, shared, lock);
+    out.state = weft_test::gather_whole_state(engine, world, shared, lock);
     return out;
 }
 
@@ -341,7 +313,7 @@ TEST_CASE("a layout that cannot run is refused on every rank before anything mov
                                                    .world_size = 4}),
                             model(), options());
         engine.step(batch(0));
-        const full_state before = gather(engine, world, shared, lock);
+        const full_state before = weft_test::gather_whole_state(engine, world, shared, lock);
         // Every rank's thread reports here.
         const auto report = [&](const std::string& problem) {
             const std::lock_guard guard(lock);
@@ -377,7 +349,7 @@ TEST_CASE("a layout that cannot run is refused on every rank before anything mov
         // ...also when they differ in the micro-batches alone.
         refused({.dp = 4, .microbatches = world.rank() == 0 ? 2 : 1, .world_size = 4}, {}, "different layouts");
 
-        const full_state after = gather(engine, world, shared, lock);
+        const full_state after = weft_test::gather_whole_state(engine, world, shared, lock);
         if (world.rank() == 0 && before != after) report("the state changed");
         // Training goes on, and a valid switch still works, keeping the learning rate a
         // schedule set.

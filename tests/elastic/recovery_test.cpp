@@ -25,6 +25,7 @@
 
 #include "elastic_layouts.hpp"
 #include "weft/comm/local.hpp"
+#include "whole_state.hpp"
 #include "weft/elastic/state_snapshot.hpp"
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/train/checkpoint.hpp"
@@ -39,7 +40,7 @@ using recovery_mirror = weft::elastic::buddy_mirror<float>;
 using weft::elastic::state_source;
 
 // Every tensor and optimizer state tensor of the model, whole, keyed by name.
-using recovery_full_state = std::map<std::string, std::vector<float>>;
+using recovery_full_state = weft_test::whole_state;
 
 weft::train::engine_options recovery_options(const recovery_layout& l) {
     auto o = weft_test::elastic::options();
@@ -64,36 +65,6 @@ recovery_layout recovery_pp3() {
 // Two of three ranks: the third waits as a spare.
 recovery_layout recovery_pp2_of3() {
     return weft_test::elastic::make("pp2 world2", 2, 1, 1, 0, weft::sched::zb_h1::kind, 1, {}, 2);
-}
-
-// Collective over `world`: the engine's whole state, merged on every rank through `shared`.
-recovery_full_state recovery_gather(recovery_engine& engine, recovery_comm& world, recovery_full_state& shared,
-                                    std::mutex& lock) {
-    if (!engine.is_spare()) {
-        const auto full = weft::train::gather_full_stages(engine);
-        const std::lock_guard guard(lock);
-        for (const auto& f : full)
-            for (const auto& info : f.registry.entries()) {
-                auto part = [&](std::span<const float> v) {
-                    if (v.empty()) return std::vector<float>{};
-                    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                                              v.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
-                };
-                shared[info.name] = part(f.parameters);
-                for (const auto& t : f.optimizer.tensors) shared[info.name + "." + t.name] = part(t.values);
-                shared[info.name + ".steps"] = {static_cast<float>(f.optimizer.steps)};
-            }
-    }
-    world.barrier();
-    recovery_full_state out;
-    {
-        const std::lock_guard guard(lock);
-        out = shared;
-    }
-    world.barrier();
-    if (world.rank() == 0) shared.clear();
-    world.barrier();
-    return out;
 }
 
 // What a run did after its event, as its new rank 0 saw it.
@@ -127,7 +98,7 @@ recovery_outcome recovery_reference(const recovery_layout& from, const recovery_
         recovery_engine engine(world, from.config(), weft_test::elastic::model(), recovery_options(from));
         recovery_train(engine, recovery_steps_before);
         static_cast<void>(engine.reconfigure(to.config(), {.partition = to.partition}));
-        auto state = recovery_gather(engine, world, shared, lock);
+        auto state = weft_test::gather_whole_state(engine, world, shared, lock);
         const unsigned long long step = engine.is_spare() ? 0 : engine.progress().step;
         auto losses = recovery_train(engine, recovery_steps_after);
         if (world.rank() == 0) out = {std::move(losses), std::move(state), step, {}};
@@ -204,7 +175,7 @@ recovery_outcome recovery_after_crash(const recovery_layout& from, const recover
         }
         static_cast<void>(engine.move_to_world(*survivors, to.config(), {.partition = to.partition}, sources,
                                                std::move(held), &at));
-        auto state = recovery_gather(engine, *survivors, shared, lock);
+        auto state = weft_test::gather_whole_state(engine, *survivors, shared, lock);
         const unsigned long long step = engine.is_spare() ? 0 : engine.progress().step;
         auto losses = recovery_train(engine, recovery_steps_after);
         if (survivors->rank() == 0) {
@@ -246,7 +217,7 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
             }
             return;
         }
-        auto state = recovery_gather(engine, *stays_on, shared, lock);
+        auto state = weft_test::gather_whole_state(engine, *stays_on, shared, lock);
         const unsigned long long step = engine.is_spare() ? 0 : engine.progress().step;
         auto losses = recovery_train(engine, recovery_steps_after);
         if (stays_on->rank() == 0) {
