@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Elastic training's figures (issue 48, item 5): whole runs of train_gpt under
-`mpirun --with-ft ulfm`, 4 ranks, pp 2 x dp 2 ZeRO-1, and one markdown table.
+`mpirun --with-ft ulfm`, 4 ranks, pp 2 x dp 2 ZeRO-1 (the join: 3 ranks, dp 3 ZeRO-1, growing
+to 4), and one markdown table.
 
   bench_elastic.py --train-gpt PATH --mpirun PATH --data TRAIN.bin --work DIR [--tiny]
 
@@ -9,7 +10,9 @@ One invocation runs every scenario, one after the other:
   mirror-1/5   --elastic --mirror-every 1 and 5: the mirror's cost per step (time and memory)
   crash        launch rank 3 SIGKILLs itself at the boundary before --event-step (WEFT_ELASTIC_KILL)
   leave        `leave 3` appended to the --control file once the step before --event-step is logged
-  join         not implemented in weft yet: reported as not available
+  join         3 ranks (pp 1 x dp 3 ZeRO-1, --world-max 4); `grow 1` appended to the --control file
+               once the step before --event-step is logged: one process is spawned (MPI_Comm_spawn)
+               and joins at the next boundary, the state moves onto the 4 ranks
   restart      checkpoint-restart: a plain run with --checkpoint-every --event-step, rank 3 killed by
                SIGKILL once that checkpoint is committed (the job ends), then --resume on the layout
                the crash's recovery chose, over that many ranks
@@ -42,6 +45,7 @@ MODELS = {
              "--batch", "12", "--microbatches", "2", "--lr", "1e-3"],
 }
 LAYOUT = ["--pp", "2", "--dp", "2", "--zero", "1"]
+JOIN_LAYOUT = ["--pp", "1", "--dp", "3", "--zero", "1"]  # the join's start, 3 ranks (batch 12 = 3 x 2 x 2)
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
 STEP_LINE = re.compile(r"^step (\d+) \|")
@@ -56,7 +60,9 @@ def fail(message):
 
 
 def rank_processes(tag):
-    """{launch rank: pid} of the MPI processes whose command line holds `tag` (not mpirun's)."""
+    """{launch rank: pid} of the MPI processes whose command line holds `tag` (not mpirun's).
+    Processes a grow spawned are another job of the same mpirun (PMIX_NAMESPACE ...@2 and on),
+    their ranks counted from 0 again: they are keyed "joinerN" (N their rank in that job)."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -70,9 +76,14 @@ def rank_processes(tag):
                 env = f.read().split(b"\0")
         except OSError:
             continue
+        rank, spawned = None, False
         for item in env:
             if item.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(item.split(b"=", 1)[1])] = int(entry)
+                rank = int(item.split(b"=", 1)[1])
+            elif item.startswith(b"PMIX_NAMESPACE="):
+                spawned = not item.endswith(b"@1")
+        if rank is not None:
+            out[f"joiner{rank}" if spawned else rank] = int(entry)
     return out
 
 
@@ -280,7 +291,7 @@ def main():
     p.add_argument("--tiny", action="store_true", help="the smoke test's tiny model")
     p.add_argument("--steps", type=int, default=12, help="steps of each run")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the medians")
-    p.add_argument("--event-step", type=int, default=6, help="the crash and the leave happen before this step")
+    p.add_argument("--event-step", type=int, default=6, help="the crash, the leave and the join happen before this step")
     p.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
     args = p.parse_args()
     for path, what in ((args.train_gpt, "--train-gpt"), (args.mpirun, "--mpirun")):
@@ -311,34 +322,32 @@ def main():
     say(f"crash of rank 3 before step {E}")
     crash = Run("crash", args, env={"WEFT_ELASTIC_KILL": f"3@{E}"}, **common)
     crash.start(LAYOUT + ["--elastic", "--mirror-every", "1"]).finish()
-    # Leave: `leave 3` once step E-1 is logged; handled at the next boundary. Should it fail
-    # (a library error: the run ends with exit 2), that is reported and `leave 2,3` is measured.
-    def leave_run(name, ranks):
+    # Leave: `leave 3` once step E-1 is logged; handled at the next boundary.
+    def control_run(name, command, np=4, layout=LAYOUT, extra=()):
         control = os.path.join(args.work, f"{name}.control")
         open(control, "w").close()
-        run = Run(name, args, **common).start(LAYOUT + ["--elastic", "--mirror-every", "1", "--control", control])
+        run = Run(name, args, np=np, **common).start(
+            layout + ["--elastic", "--mirror-every", "1", "--control", control] + list(extra))
         run.wait_for(lambda: run.step_logged(E - 1), f"step {E - 1}")
         with open(control, "a") as f:
-            f.write(f"leave {ranks}\n")
-        return run.finish(check=False)
+            f.write(command + "\n")
+        return run.finish()
 
     say(f"leave of rank 3 (control file) after step {E - 1}")
-    leave = leave_run("leave", "3")
-    leave_failure = None
-    if leave.proc.returncode != 0:
-        leave_failure = next((l.split("weft: ", 1)[1] for _, l in leave.lines if "weft: " in l),
-                             f"mpirun exited {leave.proc.returncode}")
-        say(f"leave 3 FAILED (exit {leave.proc.returncode}): {leave_failure}; measuring `leave 2,3` instead")
-        leave = leave_run("leave23", "2,3")
-        if leave.proc.returncode != 0:
-            fail(f"{leave.name}: mpirun exited {leave.proc.returncode}:\n{leave.tail()}")
+    leave = control_run("leave", "leave 3")
+    # Join: 3 ranks, `grow 1` once step E-1 is logged; the spawned process joins at the next boundary.
+    say(f"join: 3 ranks, grow 1 (control file) after step {E - 1}")
+    join = control_run("join", "grow 1", np=3, layout=JOIN_LAYOUT, extra=["--world-max", "4"])
 
     crash_events, leave_events = crash.events(), leave.events()
     if len(crash_events) != 1 or crash_events[0]["event"] != "failure":
         fail(f"crash: expected one failure event, got {crash_events}:\n{crash.tail()}")
     if len(leave_events) != 1 or leave_events[0]["event"] != "leave":
         fail(f"{leave.name}: expected one leave event, got {leave_events}:\n{leave.tail()}")
-    ce, le = crash_events[0], leave_events[0]
+    join_events = join.events()
+    if len(join_events) != 1 or join_events[0]["event"] != "join" or join_events[0]["world_to"] != 4:
+        fail(f"join: expected one join event 3 -> 4, got {join_events}:\n{join.tail()}")
+    ce, le, je = crash_events[0], leave_events[0], join_events[0]
 
     # Checkpoint-restart: a plain run that saves at step E (after step E-1), killed once that
     # checkpoint is committed, then resumed on the layout the recovery chose.
@@ -415,6 +424,17 @@ def main():
     leave_wall = (l_arrival[ls_step] - l_ms[ls_step] / 1e3 - l_arrival[ls_step - 1]) * 1e3
     leave_reshard = le.get("phase_milliseconds", {}).get("plan", 0) + le.get("phase_milliseconds", {}).get("move", 0)
 
+    js = join.steps()
+    j_before = median([ms for step, ms, _ in js if args.warmup <= step < je["step"]])
+    j_after = median([ms for step, ms, _ in js if step > je["step"]])
+    j_arrival = {step: t for step, _, t in js}
+    j_ms = {step: ms for step, ms, _ in js}
+    # From step E-1's end to the first step on 4 ranks: the mirror, the event, the mirror after it.
+    join_wall = (j_arrival[je["step"]] - j_ms[je["step"]] / 1e3 - j_arrival[je["step"] - 1]) * 1e3
+    j_phases = je.get("phase_milliseconds", {})
+    join_reshard = j_phases.get("plan", 0) + j_phases.get("move", 0)
+    join_spawn = j_phases.get("rebuild_communicators", float("nan"))
+
     ratio = restart_to_training / crash_wall if crash_wall > 0 else float("nan")
     ratio_event = restart_to_training / ce["milliseconds"] if ce["milliseconds"] > 0 else float("nan")
 
@@ -431,7 +451,7 @@ def main():
     print()
     print(f"bench_elastic: {'tiny' if args.tiny else 'full'} model, {params} parameters, "
           f"state (parameters + AdamW moments) {fmt_bytes(state_bytes_total)} over the ranks; "
-          f"4 ranks pp 2 x dp 2 ZeRO-1; {args.steps} steps per run, medians after step {args.warmup}; "
+          f"4 ranks pp 2 x dp 2 ZeRO-1 (join: 3 ranks pp 1 x dp 3 ZeRO-1 -> 4); {args.steps} steps per run, medians after step {args.warmup}; "
           f"events before step {E}")
     print()
     print("| scenario | event to training (ms) | phases (ms) | bytes moved | steps redone | step ms before / after | goal |")
@@ -453,14 +473,18 @@ def main():
           f"{goal(ce['milliseconds'] <= crash_goal)}); rebuild < 1000: "
           f"{goal(crash_rebuild is not None and crash_rebuild < 1000)} |")
     leave_goal = leave_reshard + l_before
-    if leave_failure:
-        print(f"| leave (rank 3, control file) | FAILED: {leave_failure} | - | - | - | - | not measured |")
     print(f"| leave (ranks {','.join(map(str, le['ranks']))}, control file, before step {le['step']}; "
           f"world {le['world_from']} -> {le['world_to']}) | "
           f"{fmt_ms(le['milliseconds'])} | {phases_text(le)} | {fmt_bytes(le['moved_bytes'])} | 0 | "
           f"{fmt_ms(l_before)} / {fmt_ms(l_after)} | <= reshard + 1 step = {fmt_ms(leave_goal)}: "
           f"{goal(le['milliseconds'] <= leave_goal)} |")
-    print("| join | not available (weft has no join yet) | - | - | - | - | stall <= reshard: not measured |")
+    print(f"| join (grow {len(je['ranks'])}, control file, before step {je['step']}; "
+          f"world {je['world_from']} -> {je['world_to']}) | "
+          f"{fmt_ms(je['milliseconds'])} stall (spawn + move); {fmt_ms(join_wall)} wall with the mirrors | "
+          f"{phases_text(je)} | {fmt_bytes(je['moved_bytes'])} | 0 | {fmt_ms(j_before)} / {fmt_ms(j_after)} | "
+          f"stall <= reshard = {fmt_ms(join_reshard)}: {goal(je['milliseconds'] <= join_reshard)} "
+          f"(the spawn, {fmt_ms(join_spawn)}, does not overlap training: no step runs while the joiner "
+          f"is built, so the whole spawn is stall, no slowdown) |")
     print(f"| checkpoint-restart (kill rank 3, --resume on {to_world} ranks) | {fmt_ms(restart_to_training)} | "
           f"job teardown {fmt_ms(restart_teardown)}, start + load {fmt_ms(restart_start)} | "
           f"- | {redone} (checkpoint at step {saved}) | - / {fmt_ms(median([ms for _, ms, _ in rs[1:]]))} | "
@@ -469,6 +493,7 @@ def main():
     print()
     print(f"crash: {ce['from']} -> {ce['to']}")
     print(f"leave: {le['from']} -> {le['to']}")
+    print(f"join: {je['from']} -> {je['to']}")
     print(f"restart: {resumed.name} ran {' '.join(to_flags)} on {to_world} ranks")
     print(f"bench_elastic: logs in {args.work} (*.out: rank 0's lines with arrival seconds; *.jsonl: --log-json)")
     return 0
