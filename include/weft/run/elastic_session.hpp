@@ -1,5 +1,5 @@
 // Elastic training on MPI (`--elastic`): what run::trainer does at each step boundary and
-// after a failure, so that ranks may leave or crash while the run trains on.
+// after a failure, so that ranks may leave, crash or join while the run trains on.
 //
 // - Leave with notice (the leave signal, SIGUSR1 by default, or `leave RANKS` in the control
 //   file): every rank agrees on who leaves at the boundary; the ranks reorder so that those
@@ -10,7 +10,12 @@
 //   their own state back to their snapshot of the last boundary, take the failed ranks' state
 //   from their buddies' copies (elastic/state_snapshot.hpp), move it all to the chosen layout
 //   over the survivors and train again from that boundary: the interrupted step is redone once
-//   and counted once, and the data position comes back with the state.
+//   and counted once, and the data position comes back with the state. State with no copy
+//   left (a rank failed with its buddy) is left zero by the move and the newest checkpoint is
+//   loaded into the new layout, online.
+// - Join (`grow N` in the control file): the ranks start N processes of the program
+//   (MPI_Comm_spawn), merge them in after themselves, tell them the step and the layouts
+//   (run/join_handshake.hpp) and move the state onto the grown world. Any MPI.
 // - The mirror is refreshed every --mirror-every steps at the boundary, before any event is
 //   handled (a failure during an event's switch rolls back to that boundary), and again after
 //   an event (the layout changed).
@@ -21,6 +26,7 @@
 #include "weft/comm/mpi.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -82,7 +88,7 @@ public:
 
 // What a boundary decided.
 struct boundary_outcome {
-    std::optional<elastic_event> event;  // a leave was handled
+    std::optional<elastic_event> event;  // a leave or a join was handled
     bool everyone_leaves = false;        // every rank was told to leave: stop as for SIGTERM
 };
 
@@ -109,8 +115,8 @@ public:
 
     [[nodiscard]] comm::mpi& world() { return *world_; }
 
-    // At the boundary before step `step`, collective over the world: the leaves asked for
-    // since the last boundary, then the mirror when it is due.
+    // At the boundary before step `step`, collective over the world: the mirror when it is
+    // due, then the leaves or the grow asked for since the last boundary.
     boundary_outcome at_boundary(Engine& engine, long long step) {
         boundary_outcome out;
         // The mirror first, so that a failure during an event's switch rolls back to this very
@@ -172,8 +178,13 @@ private:
             const std::string_view item = rest.substr(0, comma);
             rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
             const auto at = item.find('@');
-            if (at == std::string_view::npos) continue;
-            if (std::stoll(std::string(item.substr(at + 1))) == step && std::stoi(std::string(item.substr(0, at))) == launch_rank_) {
+            if (at == std::string_view::npos) continue;  // not RANK@STEP: ignored, as is any other malformed item
+            int rank = -1;
+            long long when = -1;
+            const std::string_view rank_text = item.substr(0, at), step_text = item.substr(at + 1);
+            std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+            std::from_chars(step_text.data(), step_text.data() + step_text.size(), when);
+            if (when == step && rank == launch_rank_) {
                 std::fflush(stdout);
                 std::raise(SIGKILL);
             }
