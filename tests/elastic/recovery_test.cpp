@@ -201,10 +201,8 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
         recovery_engine engine(world, from.config(), weft_test::elastic::model(), recovery_options(from));
         recovery_train(engine, recovery_steps_before);
         const int n = world.size();
-        const int stay = n - 1;
-        std::vector<state_source> sources(static_cast<std::size_t>(n));
-        int next_stay = 0, next_leaver = stay;
-        for (int r = 0; r < n; ++r) sources[static_cast<std::size_t>(r)] = {r == leaver ? next_leaver++ : next_stay++, 0};
+        const int leavers[1] = {leaver};
+        const std::vector<state_source> sources = weft::elastic::stayers_first(n, leavers);
         const bool leaving = world.rank() == leaver;
         moved_over.emplace(world.split(0, sources[static_cast<std::size_t>(world.rank())].rank));
         stays_on.emplace(moved_over->split(leaving ? 1 : 0, moved_over->rank()));

@@ -56,6 +56,18 @@ struct state_source {
 // those elements zero in the new layout, for a restore from a checkpoint to overwrite.
 enum class lost_state { not_possible, refused, zeroed };
 
+// The sources of a leave: the world's ranks reordered so that those who stay come first (in
+// rank order), then `leavers` (sorted); old rank r's state is at its new place, and the new
+// layout's rank j is the j-th that stays.
+[[nodiscard]] inline std::vector<state_source> stayers_first(int world, std::span<const int> leavers) {
+    std::vector<state_source> sources(static_cast<std::size_t>(world));
+    int next_stay = 0, next_leaver = world - static_cast<int>(leavers.size());
+    for (int r = 0; r < world; ++r)
+        sources[static_cast<std::size_t>(r)] = {
+            std::binary_search(leavers.begin(), leavers.end(), r) ? next_leaver++ : next_stay++, 0};
+    return sources;
+}
+
 // Some state of the current layout has no surviving copy (every holder failed, and so did
 // the buddy that mirrored it): a run restores it from its newest checkpoint instead.
 class state_lost : public weft::error {

@@ -47,6 +47,7 @@
 #include "weft/core/parallel_config.hpp"
 #include "weft/elastic/layout.hpp"
 #include "weft/elastic/state_snapshot.hpp"
+#include "weft/elastic/switch_report.hpp"
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/run/elastic_control.hpp"
 #include "weft/run/elastic_event.hpp"
@@ -200,6 +201,14 @@ private:
         }
     }
 
+    // What an event's switch did, from its report.
+    static void take_figures(elastic_event& event, const elastic::switch_report& report) {
+        event.to = report.to;
+        event.bytes_moved = report.bytes_moved;
+        event.phases.plan = report.plan_seconds;
+        event.phases.move = report.move_seconds;
+    }
+
     static double since(std::chrono::steady_clock::time_point t) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
@@ -250,11 +259,7 @@ private:
         const int stay = n - static_cast<int>(leavers.size());
         const bool leaving = std::binary_search(leavers.begin(), leavers.end(), world_->rank());
         // Who stays first, in rank order, then the leavers: the new layout's rank j is rank j.
-        std::vector<elastic::state_source> sources(static_cast<std::size_t>(n));
-        int next_stay = 0, next_leaver = stay;
-        for (int r = 0; r < n; ++r)
-            sources[static_cast<std::size_t>(r)] = {
-                std::binary_search(leavers.begin(), leavers.end(), r) ? next_leaver++ : next_stay++, 0};
+        const std::vector<elastic::state_source> sources = elastic::stayers_first(n, leavers);
         elastic_event event;
         event.kind = elastic_event_kind::leave;
         event.step = step;
@@ -272,10 +277,7 @@ private:
         crash_if_told_in("WEFT_ELASTIC_KILL_IN_MOVE");
         const auto report = engine.move_to_world(moved_over, config, {.partition = {}, .staging_bytes = staging_bytes()},
                                                  sources, std::nullopt, nullptr, &stays_on);
-        event.to = report.to;
-        event.bytes_moved = report.bytes_moved;
-        event.phases.plan = report.plan_seconds;
-        event.phases.move = report.move_seconds;
+        take_figures(event, report);
         event.seconds_to_training = since(start);
         if (leaving) throw left_the_run();
         world_ = &stays_on;
@@ -307,10 +309,7 @@ private:
         told.next = layout_fields::of(config);
         grown.broadcast(std::as_writable_bytes(std::span<join_handshake>(&told, 1)), 0);
         const auto report = engine.move_to_world(grown, config, {.partition = {}, .staging_bytes = staging_bytes()}, {});
-        event.to = report.to;
-        event.bytes_moved = report.bytes_moved;
-        event.phases.plan = report.plan_seconds;
-        event.phases.move = report.move_seconds;
+        take_figures(event, report);
         event.seconds_to_training = since(start);
         world_ = &grown;
         mirror_.clear();
@@ -429,10 +428,7 @@ private:
         const auto report = engine.move_to_world(survivors, config, {.partition = {}, .staging_bytes = staging_bytes()},
                                                  sources, std::move(held), &*mirror_layout_, nullptr,
                                                  lost ? elastic::lost_state::zeroed : elastic::lost_state::refused);
-        event.to = report.to;
-        event.bytes_moved = report.bytes_moved;
-        event.phases.plan = report.plan_seconds;
-        event.phases.move = report.move_seconds;
+        take_figures(event, report);
         long long resume_at = epoch;
         if (lost) {
             const auto restore = std::chrono::steady_clock::now();
