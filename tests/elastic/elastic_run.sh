@@ -27,6 +27,10 @@
 #                     and recover over 3 ranks, then rank 1's leave is made again (3 -> 2)
 #   crash-in-recovery rank 3 crashes before step 5 and rank 2 during the recovery: the run ends
 #                     with exit 2, saying so, and the newest checkpoint (step 4) is intact
+#   stall             rank 1 is stopped (SIGSTOP) once step 3 is logged, for twice --comm-timeout
+#                     (3 s here), then continued: the others' watchdogs hand the stall to the
+#                     recovery, rank 1 joins it when it runs again, and the run goes on in the
+#                     same layout from the last boundary, no rank lost
 set -uo pipefail
 scenario=$1 train_gpt=$2 mpirun=$3 data=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -34,9 +38,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_
 # A leave comes from outside, at a moment this script picks: those runs are long enough (a step
 # takes about 15 ms here) that it lands well before their end.
 steps=12
-[[ "$scenario" == leave-* || "$scenario" == *grow || "$scenario" == *leave ]] && steps=100
+[[ "$scenario" == leave-* || "$scenario" == *grow || "$scenario" == *leave || "$scenario" == stall ]] && steps=100
+comm_timeout=60
+[[ "$scenario" == stall ]] && comm_timeout=3
 model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --microbatches 4 --lr 1e-3
-       --steps "$steps" --data "$data" --comm-timeout 60)
+       --steps "$steps" --data "$data" --comm-timeout "$comm_timeout")
 layout=(--pp 2 --dp 2 --zero 1)
 ranks=4
 reference_layout=("${layout[@]}")
@@ -74,6 +80,7 @@ run_elastic() {
 }
 
 status=0
+must_say=""  # a line the run's output must hold
 case "$scenario" in
     crash-[0-3])
         WEFT_ELASTIC_KILL="${scenario#crash-}@5" run_elastic
@@ -138,10 +145,24 @@ case "$scenario" in
             --checkpoint-every 2
         status=$?
         ;;
+    stall)
+        run_elastic &
+        launcher=$!
+        wait_for_step 3
+        pid=$(rank_pid 1)
+        [[ -n "$pid" ]] || fail "no process of rank 1 found"
+        kill -STOP "$pid"
+        sleep $((2 * comm_timeout))
+        kill -CONT "$pid"
+        wait "$launcher"
+        status=$?
+        must_say="handing the stall to the elastic recovery"
+        ;;
     *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, crash-then-grow,
-crash-during-leave, crash-in-recovery)" ;;
+crash-during-leave, crash-in-recovery, stall)" ;;
 esac
 cat "$work/elastic.out"
+[[ -z "$must_say" ]] || grep -q "$must_say" "$work/elastic.out" || fail "the output does not say: $must_say"
 # Processes of a run that ended may take a moment to be reaped; one alive 10 s later is left behind.
 leftover=""
 for _ in $(seq 100); do

@@ -5,6 +5,7 @@
 
 #include "weft/comm/mpi_header.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "weft/comm/mpi.hpp"
@@ -15,11 +16,13 @@ namespace weft::comm {
 class mpi_environment {
 public:
     // MPI_THREAD_FUNNELED suffices: weft calls MPI only from the thread that drives training.
-    mpi_environment(int& argc, char**& argv, int required = MPI_THREAD_FUNNELED) {
+    // `wanted` is asked for and may be refused down to `required` (an elastic run asks for
+    // MPI_THREAD_MULTIPLE and does without what needs it).
+    mpi_environment(int& argc, char**& argv, int required = MPI_THREAD_FUNNELED, int wanted = MPI_THREAD_FUNNELED) {
         int initialized = 0;
         detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
         if (initialized == 0) {
-            detail::mpi_check(MPI_Init_thread(&argc, &argv, required, &provided_), "MPI_Init_thread");
+            detail::mpi_check(MPI_Init_thread(&argc, &argv, std::max(required, wanted), &provided_), "MPI_Init_thread");
             owns_ = true;
         } else {
             detail::mpi_check(MPI_Query_thread(&provided_), "MPI_Query_thread");

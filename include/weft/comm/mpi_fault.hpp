@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "weft/comm/peer_lost.hpp"
+#include "weft/comm/watchdog.hpp"
 #include "weft/core/error.hpp"
 
 namespace weft::comm {
@@ -109,5 +110,30 @@ inline void revoke_all_communicators() {
 // turns it on for --elastic.
 inline void set_peer_loss_recovery(bool on) { detail::recover_from_peer_loss.store(on); }
 [[nodiscard]] inline bool peer_loss_recovery() { return detail::recover_from_peer_loss.load(); }
+
+// Whether the watchdog can hand a stall to recovery: ULFM, and MPI_THREAD_MULTIPLE, as the
+// monitor's thread revokes the communicators while the stuck thread is inside MPI.
+[[nodiscard]] inline bool can_recover_from_stalls() {
+    if constexpr (!has_ulfm()) return false;
+    int initialized = 0, level = MPI_THREAD_SINGLE;
+    if (MPI_Initialized(&initialized) != MPI_SUCCESS || initialized == 0) return false;
+    return MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
+}
+
+// A wait past --comm-timeout, on, revokes every communicator of this process (the stuck wait
+// returns as peer_lost on this rank, and on every other through the revocation) instead of
+// ending the process: a stalled rank, like a dead one, becomes a recovery. Where the stalled
+// rank is alive it takes part in that recovery and nothing is lost; where it stays stuck, the
+// recovery's own watched waits end the run. Off: the watchdog ends the process (exit 2).
+// Needs can_recover_from_stalls().
+inline void hand_stalls_to_recovery(bool on) {
+    comm::set_stall_handler(on ? +[]() noexcept {
+        try {
+            detail::revoke_all_communicators();
+        } catch (...) {  // nothing revoked: the monitor ends the process one timeout later
+        }
+    }
+                               : nullptr);
+}
 
 }  // namespace weft::comm

@@ -13,6 +13,15 @@ public:
     using weft::error::error;
 };
 
+// A uniform agreement (comm::mpi::agree) this rank was in came out "no": another rank left
+// its step with a peer_lost and voted no as its recovery's first act. This rank's vote is
+// already cast, so its recovery begins without one (run/elastic_session.hpp: every rank takes
+// part in the same number of agreements, which MPI's fault tolerance pairs up in order).
+class peer_lost_in_agreement : public peer_lost {
+public:
+    using peer_lost::peer_lost;
+};
+
 // Whether this build can survive a process failure (an MPI with ULFM: WEFT_HAS_ULFM).
 [[nodiscard]] constexpr bool has_ulfm() {
 #if WEFT_HAS_ULFM

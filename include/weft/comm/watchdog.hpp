@@ -8,6 +8,12 @@
 // remedy), and the process then ends with exit code 2 (std::_Exit: the waiting thread is
 // inside MPI, which the monitor must not call), which makes mpirun end the job.
 //
+// An elastic run (--elastic under MPI's fault tolerance) sets a stall handler instead: the
+// monitor calls it (comm/mpi_fault.hpp revokes every communicator, which needs
+// MPI_THREAD_MULTIPLE), the stuck wait returns as comm::peer_lost, and the run recovers as
+// from a crash. A wait that still does not return within its timeout after that ends the
+// process as before, so a stall never becomes a hang.
+//
 // comm::local and comm::nccl do not use it: their waits can give up by themselves and
 // throw timeout_error (weft/comm/timeout.hpp).
 #pragma once
@@ -123,6 +129,7 @@ struct watch_record {
     static constexpr std::int64_t idle = 0;
     static constexpr std::int64_t writing = -1;
     static constexpr std::int64_t claimed = -2;
+    static constexpr std::int64_t handed_over = -3;  // the stall handler ran; the waiter releases it
     std::atomic<std::int64_t> state{idle};  // > 0: a wait is published; its start, steady-clock ns
     std::atomic<const char*> operation{""};
     std::atomic<int> kind{0};
@@ -138,6 +145,8 @@ struct watch_record {
 
 inline watch_record watch{};
 inline std::atomic<const char*> watchdog_label{"weft watchdog"};
+using stall_handler = void (*)() noexcept;
+inline std::atomic<stall_handler> on_stall{nullptr};
 
 inline std::int64_t steady_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_clock::now().time_since_epoch()).count();
@@ -176,9 +185,11 @@ inline std::string watchdog_report(double waited_seconds) {
 }
 
 // The monitor: every 100 ms, is the published wait older than its timeout? Then claim it
-// (the waiting thread, should its wait still return, parks in ~wait_scope), report, give
-// the other ranks waiting on the same peer a grace of min(timeout, 10 s) to report too (in
-// a collective, the rank that reported nothing is the stuck one), and end the process.
+// (the waiting thread, should its wait still return, waits in ~wait_scope for the verdict)
+// and report it. With a stall handler set: call it, release the record to the waiter, and end
+// the process only if the wait has not returned one more timeout later. Without: give the
+// other ranks waiting on the same peer a grace of min(timeout, 10 s) to report too (in a
+// collective, the rank that reported nothing is the stuck one), and end the process.
 // A monitor that wakes far later than it asked (over 2 s) finds its own process was
 // stopped (SIGSTOP, a debugger; mpirun continues a stopped rank to end it): the wait then
 // counts from that wake-up, so a rank does not blame its peers for its own stop.
@@ -188,12 +199,30 @@ inline std::string watchdog_report(double waited_seconds) {
     std::int64_t last_wake = steady_ns();
     std::int64_t forgiven_start = 0;  // the wait that was published when this process was stopped
     std::int64_t counted_from = 0;    // and when its counting restarted
+    std::int64_t handed_at = 0;       // when the stall handler ran for the wait still handed over
+    const auto end_process = [](int rank, std::int64_t grace, const char* why) {
+        std::fprintf(stderr, "%s (rank %d): %sending this process with exit code 2 in %g s\n", watchdog_label.load(),
+                     rank, why, static_cast<double>(grace) * 1e-9);
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(grace));
+        std::fflush(nullptr);
+        std::_Exit(2);
+    };
     for (;;) {
         std::this_thread::sleep_for(100ms);
         const std::int64_t now = steady_ns();
         const bool was_stopped = now - last_wake > 2'000'000'000;
         last_wake = now;
         std::int64_t start = w.state.load(std::memory_order_acquire);
+        if (start == watch_record::handed_over) {
+            const std::int64_t timeout = w.timeout_ns.load(std::memory_order_relaxed);
+            if (now - handed_at >= timeout) {
+                const watch_group* group = w.group.load(std::memory_order_relaxed);
+                end_process(group != nullptr ? group->world_rank : 0, 0,
+                            "the stalled wait did not return after its communicators were revoked: ");
+            }
+            continue;
+        }
         if (start <= 0) continue;
         if (was_stopped) {
             forgiven_start = start;
@@ -214,14 +243,16 @@ inline std::string watchdog_report(double waited_seconds) {
         } catch (...) {
             report = "weft: communication timeout (the report could not be composed)";
         }
-        const auto grace = std::min<std::int64_t>(timeout, 10'000'000'000LL);
-        std::fprintf(stderr, "%s (rank %d): %s\n%s (rank %d): ending this process with exit code 2 in %g s\n",
-                     watchdog_label.load(), rank, report.c_str(), watchdog_label.load(), rank,
-                     static_cast<double>(grace) * 1e-9);
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::nanoseconds(grace));
-        std::fflush(nullptr);
-        std::_Exit(2);
+        std::fprintf(stderr, "%s (rank %d): %s\n", watchdog_label.load(), rank, report.c_str());
+        if (const stall_handler handle = on_stall.load(); handle != nullptr) {
+            std::fprintf(stderr, "%s (rank %d): handing the stall to the elastic recovery\n", watchdog_label.load(), rank);
+            std::fflush(stderr);
+            handle();
+            handed_at = steady_ns();
+            w.state.store(watch_record::handed_over, std::memory_order_release);
+            continue;
+        }
+        end_process(rank, std::min<std::int64_t>(timeout, 10'000'000'000LL), "");
     }
 }
 
@@ -239,6 +270,11 @@ inline void start_watchdog() {
 inline void set_watchdog_label(const char* label) noexcept {
     if (label != nullptr) detail::watchdog_label.store(label);
 }
+
+// What the monitor does with a wait past its timeout: nullptr (the default) ends the process;
+// a handler is called instead and must make the wait return (comm/mpi_fault.hpp's
+// hand_stalls_to_recovery). Safe to change at any time.
+inline void set_stall_handler(detail::stall_handler handler) noexcept { detail::on_stall.store(handler); }
 
 // Publishes one wait for the monitor for the scope's lifetime. A wait with no_timeout is
 // not published. Cost: a compare-exchange, about ten relaxed stores, a release store, a
@@ -272,11 +308,16 @@ public:
     ~wait_scope() {
         if (start_ == 0) return;
         std::int64_t mine = start_;
-        if (!detail::watch.state.compare_exchange_strong(mine, detail::watch_record::idle,
-                                                         std::memory_order_acq_rel)) {
-            // The monitor has reported this wait and is ending the process: stay here, so
-            // that what it reads (the action) stays alive.
-            for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+        if (detail::watch.state.compare_exchange_strong(mine, detail::watch_record::idle, std::memory_order_acq_rel))
+            return;
+        // The monitor has claimed this wait: stay here, so that what it reads (the action)
+        // stays alive, until it either ends the process or hands the stall over, after which
+        // the record is this thread's to release.
+        for (;;) {
+            std::int64_t handed = detail::watch_record::handed_over;
+            if (detail::watch.state.compare_exchange_strong(handed, detail::watch_record::idle, std::memory_order_acq_rel))
+                return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
     }
 

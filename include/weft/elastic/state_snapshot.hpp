@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.hpp"
+#include "weft/comm/peer_lost.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/state_vector.hpp"
 #include "weft/elastic/layout.hpp"
@@ -164,12 +165,15 @@ public:
     // Collective over `world` (a communicator with agree(), comm::mpi): snapshots `state`
     // (nullptr on a spare, which holds nothing) at step boundary `epoch`, swaps copies with
     // the ring neighbours and commits; on return every rank holds the same epoch, or the call
-    // threw (comm::peer_lost) and the mirror is unusable.
+    // threw (comm::peer_lost) and the mirror is unusable. An agreement that comes out "no"
+    // (a rank is recovering; it voted no) is comm::peer_lost_in_agreement.
     template <class Comm>
     mirror_figures refresh(const shard::training_state<Scalar>* state, long long epoch, Comm& world) {
         const auto start = std::chrono::steady_clock::now();
         // Every rank finished the step: only then may one replace the copy all roll back to.
-        require(world.agree(true), "mirror epoch", epoch, "was not reached by every rank");
+        if (!world.agree(true))
+            throw comm::peer_lost_in_agreement("mirror epoch " + std::to_string(epoch) +
+                                               " was not reached by every rank: another is recovering");
         committed_ = false;
         held_complete_ = false;
         if (state != nullptr) {
@@ -188,7 +192,9 @@ public:
         }
         held_complete_ = true;
         committed_ = world.agree(true);
-        require(committed_, "mirror epoch", epoch, "was not committed by every rank");
+        if (!committed_)
+            throw comm::peer_lost_in_agreement("mirror epoch " + std::to_string(epoch) +
+                                               " was not committed by every rank: another is recovering");
         return {.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                 .own_bytes = own_.bytes(),
                 .held_bytes = held_.bytes()};

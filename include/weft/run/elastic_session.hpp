@@ -16,6 +16,10 @@
 // - Join (`grow N` in the control file): the ranks start N processes of the program
 //   (MPI_Comm_spawn), merge them in after themselves, tell them the step and the layouts
 //   (run/join_handshake.hpp) and move the state onto the grown world. Any MPI.
+// - Stall (ULFM and MPI_THREAD_MULTIPLE): a wait past --comm-timeout makes the watchdog revoke
+//   every communicator (comm/mpi_fault.hpp) instead of ending the process, and the ranks
+//   recover as from a crash; a stalled rank that is alive again takes part, and nothing is
+//   lost (the same layout, back to the last mirrored boundary).
 // - The mirror is refreshed every --mirror-every steps at the boundary, before any event is
 //   handled (a failure during an event's switch rolls back to that boundary), and again after
 //   an event (the layout changed).
@@ -108,11 +112,13 @@ public:
           launch_rank_(world.rank()),
           launch_size_(joined_running_world() ? 0 : world.size()) {
         comm::set_peer_loss_recovery(comm::has_ulfm());
+        comm::hand_stalls_to_recovery(comm::can_recover_from_stalls());
         if (const int signal = leave_signal_number(s.leave_signal); signal != 0) leave_signal_.emplace(signal);
         if (world.rank() == 0 && !s.control_file.empty()) control_.emplace(s.control_file);
     }
     elastic_session(const elastic_session&) = delete;
     elastic_session& operator=(const elastic_session&) = delete;
+    ~elastic_session() { comm::hand_stalls_to_recovery(false); }
 
     [[nodiscard]] comm::mpi& world() { return *world_; }
 
@@ -143,14 +149,14 @@ public:
             mirror_due_ = true;
         }
         if (comm::has_ulfm() && mirror_due_) refresh_mirror(engine, step);
-        crash_if_told(step);
         return out;
     }
 
     // After a comm::peer_lost on this rank (every survivor gets one): the survivors rebuild the
     // world, restore the state of the last mirrored boundary on the chosen layout, and the run
     // goes on from that step, which is returned. A failure during it ends the run (exit 2).
-    long long recover(Engine& engine, elastic_event& event) {
+    // `voted`: the peer_lost was a comm::peer_lost_in_agreement.
+    long long recover(Engine& engine, elastic_event& event, bool voted) {
         const auto detected = std::chrono::steady_clock::now();
         if (!comm::has_ulfm())
             throw error("a rank failed and this build has no MPI fault tolerance (ULFM): the run ends here; "
@@ -158,18 +164,22 @@ public:
         if (mirror_.own().empty() || !mirror_layout_)
             throw error("a rank failed before the first mirror of the state was taken: nothing to recover from; "
                         "continue from the newest checkpoint with --resume");
+        // A stall during the recovery ends the run (exit 2) rather than start another one.
+        comm::hand_stalls_to_recovery(false);
         try {
-            return recover_from_mirror(engine, event, detected);
+            const long long resume_at = recover_from_mirror(engine, event, detected, voted);
+            comm::hand_stalls_to_recovery(comm::can_recover_from_stalls());
+            return resume_at;
         } catch (const comm::peer_lost& again) {
             throw error(std::string("another rank failed during the recovery (") + again.what() +
                         "): the run ends here; the newest checkpoint is intact: continue with --resume");
         }
     }
 
-private:
     // Fault injection for tests and benchmarks: WEFT_ELASTIC_KILL="RANK@STEP[,RANK@STEP...]"
     // makes the process that is world rank RANK of the launch SIGKILL itself at the boundary
-    // before step STEP (once the mirror is taken), so the others fail inside that step.
+    // before step STEP (once the mirror is taken and the steps before it reported), so the
+    // others fail inside that step. The trainer calls it after at_boundary.
     void crash_if_told(long long step) const {
         const char* plan = std::getenv("WEFT_ELASTIC_KILL");
         if (plan == nullptr) return;
@@ -192,6 +202,7 @@ private:
         }
     }
 
+private:
     // WEFT_ELASTIC_KILL_IN_RECOVERY=RANK, WEFT_ELASTIC_KILL_IN_MOVE=RANK: that launch rank
     // SIGKILLs itself once a recovery has shrunk the world, or as a leave's move begins.
     void crash_if_told_in(const char* variable) const {
@@ -351,9 +362,17 @@ private:
         mirror_due_ = false;
     }
 
-    long long recover_from_mirror(Engine& engine, elastic_event& event, std::chrono::steady_clock::time_point detected) {
+    long long recover_from_mirror(Engine& engine, elastic_event& event, std::chrono::steady_clock::time_point detected,
+                                  bool voted) {
         const int n = mirror_world_;
         const auto rebuild = std::chrono::steady_clock::now();
+        // MPI pairs each rank's agreements over a communicator in order, and a revocation does
+        // not interrupt one (only a dead member does). A stall can catch some ranks inside the
+        // mirror's agreement and the others in their step: those vote no here, which answers
+        // the agreement the first are in (it throws peer_lost_in_agreement there, and they
+        // come here having voted), so that every rank meets the others in the shrink below
+        // rather than in an agreement nobody else is in.
+        if (!voted) static_cast<void>(world_->agree(false));
         comm::mpi& survivors = keep(world_->shrink());
         // The old ranks of the survivors, in the new order.
         std::vector<double> old_rank(static_cast<std::size_t>(survivors.size()));
@@ -407,7 +426,10 @@ private:
         event.from = mirror_layout_->describe();
         event.world_from = n;
         event.world_to = survivors.size();
-        const parallel_config config = choose_(survivors.size(), mirror_layout_->config());
+        // No rank lost (the watchdog revoked the communicators over a stall that has ended):
+        // the same layout, rolled back to the boundary.
+        const parallel_config config =
+            failed.empty() ? mirror_layout_->config() : choose_(survivors.size(), mirror_layout_->config());
         // State that no survivor and no buddy holds (a rank failed with the buddy that mirrored
         // it): the move leaves it zero, and the newest checkpoint then overwrites every rank's.
         // Every rank finds the same from the same layouts, without communicating.
@@ -456,6 +478,12 @@ private:
     }
 
 public:
+    // The boundary the mirror last committed (every rank holds its copy of it: no failure
+    // rolls the run back before it), or nullopt.
+    [[nodiscard]] std::optional<long long> committed_boundary() const {
+        if (!mirror_.committed()) return std::nullopt;
+        return mirror_.epoch();
+    }
     // The mirror's cost so far: refreshes, their total seconds on this rank, and the bytes the
     // last one keeps (this rank's copy and its predecessor's).
     [[nodiscard]] long long mirrors() const { return mirrors_; }

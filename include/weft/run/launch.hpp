@@ -12,6 +12,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -95,6 +96,16 @@ inline int pin_to_core(int local_rank) {
 
 namespace detail {
 
+// The thread level a program asks MPI for: an elastic run (--elastic on the command line, read
+// before MPI_Init, which comes before the options are parsed) wants MPI_THREAD_MULTIPLE, as its
+// watchdog revokes communicators from the monitor's thread and a join is prepared on a thread
+// of its own; it does without both where the MPI refuses. Other runs call MPI from one thread.
+[[nodiscard]] inline bool wants_thread_multiple(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i)
+        if (std::string_view(argv[i]) == "--elastic") return true;
+    return false;
+}
+
 // train(world), with an allocation failure turned into advice: a bare std::bad_alloc says
 // nothing about what to change.
 template <class Train, class World>
@@ -112,7 +123,8 @@ void train_explaining_memory(Train& train, World& world) {
 
 // Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns the
 // process exit code (run/exit_codes.hpp). Under MPI a failing rank aborts the job: another
-// rank may be waiting for it, and MPI_Finalize would then wait forever. argc and argv go to
+// rank may be waiting for it, and MPI_Finalize would then wait forever. Under --elastic with
+// ULFM it ends alone instead, and the others recover from it as from a crash. argc and argv go to
 // MPI_Init only, so a build without MPI leaves them unused.
 // `ranks_or_function` is the thread count, or a function returning it (ranks_to_run), called
 // where its refusal becomes exit code 2 like any other.
@@ -129,7 +141,9 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
         if (launched_by_mpirun()) {
 #if WEFT_HAS_MPI
             detail::launch_arguments().assign(argv, argv + argc);
-            comm::mpi_environment environment(argc, argv);
+            comm::mpi_environment environment(
+                argc, argv, MPI_THREAD_FUNNELED,
+                detail::wants_thread_multiple(argc, argv) ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED);
             // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
             // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
             comm::set_watchdog_label(program);
@@ -154,6 +168,12 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
                 std::fflush(stderr);
+                // --elastic under ULFM: this rank's failure is the others' crash to recover
+                // from, so it ends alone; otherwise the whole job ends.
+                if (comm::peer_loss_recovery()) {
+                    std::fflush(stdout);
+                    std::_Exit(exit_code::failed);
+                }
                 if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, exit_code::failed);
                 return exit_code::failed;
             }

@@ -35,6 +35,7 @@
 #include "weft/run/elastic_control.hpp"
 #include "weft/run/elastic_event.hpp"
 #include "weft/run/elastic_layout.hpp"
+#include "weft/run/held_step_lines.hpp"
 #include "weft/run/join_handshake.hpp"
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/layout.hpp"
@@ -378,6 +379,14 @@ private:
                                     : "; nothing saved (give --checkpoint-dir to save on a stop)"),
                           exit_code::stopped_by_signal);
         };
+        // Each step's line and JSON object, from rank 0; under --elastic with ULFM held until the
+        // mirror commits a later boundary (a failure would train the steps after it again).
+        held_step_lines step_reports(elastic.active() && comm::has_ulfm(), [this](const step_lines& lines) {
+            std::printf("%s\n", lines.text.c_str());
+            std::fflush(stdout);
+            // Flushed per step: a run that dies keeps the log of every step it made.
+            if (log_.is_open()) log_ << lines.json << '\n' << std::flush;
+        });
         // An elastic event's line and JSON object, from the new world's rank 0.
         [[maybe_unused]] const auto after_event = [&](const elastic_event& event) {
             rank = engine.world().rank();
@@ -396,6 +405,9 @@ private:
             if constexpr (std::is_same_v<world_type, comm::mpi>)
                 if (elastic.active()) {
                     const boundary_outcome outcome = elastic.session->at_boundary(engine, steps_done);
+                    if (const auto committed = elastic.session->committed_boundary())
+                        step_reports.release_before(*committed);
+                    elastic.session->crash_if_told(steps_done);
                     if (outcome.everyone_leaves) stop_by("the leave signal on every rank");
                     if (outcome.event) after_event(*outcome.event);
                 }
@@ -427,12 +439,8 @@ private:
                         profiled_milliseconds += stats.milliseconds;
                     }
                 }
-            if (rank == 0) {
-                std::printf("%s\n", train::format_step(stats).c_str());
-                std::fflush(stdout);
-                // Flushed per step: a run that dies keeps the log of every step it made.
-                if (log_.is_open()) log_ << train::format_step_json(stats) << '\n' << std::flush;
-            }
+            if (rank == 0)
+                step_reports.add({stats.step, train::format_step(stats), train::format_step_json(stats)});
             // Every rank of the layout sees the same stats, so they all stop here together;
             // spares hear it from rank 0.
             if (stop_heard_from_rank_0(!stats.applied() && ++nonfinite_steps > s_.skip_nonfinite))
@@ -447,14 +455,16 @@ private:
                 checkpoint();
             // Every rank learns of a signal any rank got, and all stop after this same step.
             if (const int signal = agreed_stop_signal(host()); signal != 0) stop_by(signal_name(signal));
-            } catch (const comm::peer_lost&) {
-                // A rank failed (ULFM): every survivor is here. They go on from the last mirrored
-                // boundary in a layout over themselves, or end the run (exit 2).
+            } catch (const comm::peer_lost& lost) {
+                // A rank failed or stalled (ULFM): every survivor is here. They go on from the
+                // last mirrored boundary in a layout over themselves, or end the run (exit 2).
 #if WEFT_HAS_MPI
                 if constexpr (std::is_same_v<world_type, comm::mpi>) {
                     if (!elastic.active()) throw;  // not elastic: the launch ends the job
                     elastic_event event;
-                    steps_done = elastic.session->recover(engine, event);
+                    const bool voted = dynamic_cast<const comm::peer_lost_in_agreement*>(&lost) != nullptr;
+                    steps_done = elastic.session->recover(engine, event, voted);
+                    step_reports.drop_from(steps_done);
                     after_event(event);
                 } else {
                     throw;
@@ -464,6 +474,7 @@ private:
 #endif
             }
         }
+        step_reports.release_all();  // every step trained counts
         if (validation_batch_ && validated_step != steps_done) validate();
         report_memory(host(), engine);
         if (profiling && profiled_steps > 1) {
