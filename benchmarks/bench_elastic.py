@@ -12,7 +12,8 @@ One invocation runs every scenario, one after the other:
   leave        `leave 3` appended to the --control file once the step before --event-step is logged
   join         3 ranks (pp 1 x dp 3 ZeRO-1, --world-max 4); `grow 1` appended to the --control file
                once the step before --event-step is logged: one process is spawned (MPI_Comm_spawn)
-               and joins at the next boundary, the state moves onto the 4 ranks
+               while the run trains on, and joins at the first boundary after it is ready; the
+               state moves onto the 4 ranks (--join-steps steps, so that it is ready in time)
   restart      checkpoint-restart: a plain run with --checkpoint-every --event-step, rank 3 killed by
                SIGKILL once that checkpoint is committed (the job ends), then --resume on the layout
                the crash's recovery chose, over that many ranks
@@ -199,8 +200,12 @@ class Run:
             return "\n".join(l for _, l in self.lines[-n:])
 
     # What the run logged.
-    def steps(self):
-        """[(step, ms, arrival seconds)] in log order (a redone step appears once)."""
+    def steps(self, clock="logged"):
+        """[(step, ms, seconds)] in log order (a redone step appears once). The seconds: with
+        clock "logged", each step's end as the run logged it ("ended_s", on the run's clock),
+        which an elastic run with ULFM prints a step or more late (it holds each line until
+        the mirror commits); with "arrival", or where the log has no "ended_s", the arrival of
+        its printed line on this script's clock (since the run's launch)."""
         with self.lock:
             lines = list(self.lines)
         out = []
@@ -209,8 +214,9 @@ class Run:
         arrivals = [t for t, l in lines if STEP_LINE.match(l)]
         if len(arrivals) != len(ms):
             fail(f"{self.name}: {len(arrivals)} step lines printed, {len(ms)} logged")
+        logged = clock == "logged" and all("ended_s" in r for r in ms)
         for r, t in zip(ms, arrivals):
-            out.append((r["step"], r["ms"], t))
+            out.append((r["step"], r["ms"], r["ended_s"] if logged else t))
         return out
 
     def events(self):
@@ -236,6 +242,12 @@ class Run:
                 if m:
                     return int(m.group(1))
         return None
+
+
+def reshard_ms(event):
+    """The event's switch of layout: checking the new one, the plan, the move and building its engine."""
+    p = event.get("phase_milliseconds", {})
+    return sum(p.get(phase, 0) for phase in ("check", "plan", "move", "build"))
 
 
 def median(values):
@@ -292,8 +304,13 @@ def main():
     p.add_argument("--steps", type=int, default=12, help="steps of each run")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the medians")
     p.add_argument("--event-step", type=int, default=6, help="the crash, the leave and the join happen before this step")
+    p.add_argument("--join-steps", type=int, default=None,
+                   help="steps of the join's run (default: --steps, 300 with --tiny, whose steps take "
+                        "milliseconds while the joiner's start takes over a second)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
     args = p.parse_args()
+    if args.join_steps is None:
+        args.join_steps = 300 if args.tiny else args.steps
     for path, what in ((args.train_gpt, "--train-gpt"), (args.mpirun, "--mpirun")):
         if not os.access(path, os.X_OK):
             fail(f"{what} = {path} is invalid: must be an executable file")
@@ -323,10 +340,10 @@ def main():
     crash = Run("crash", args, env={"WEFT_ELASTIC_KILL": f"3@{E}"}, **common)
     crash.start(LAYOUT + ["--elastic", "--mirror-every", "1"]).finish()
     # Leave: `leave 3` once step E-1 is logged; handled at the next boundary.
-    def control_run(name, command, np=4, layout=LAYOUT, extra=()):
+    def control_run(name, command, np=4, layout=LAYOUT, extra=(), steps=None):
         control = os.path.join(args.work, f"{name}.control")
         open(control, "w").close()
-        run = Run(name, args, np=np, **common).start(
+        run = Run(name, args, np=np, steps=steps, **common).start(
             layout + ["--elastic", "--mirror-every", "1", "--control", control] + list(extra))
         run.wait_for(lambda: run.step_logged(E - 1), f"step {E - 1}")
         with open(control, "a") as f:
@@ -335,9 +352,10 @@ def main():
 
     say(f"leave of rank 3 (control file) after step {E - 1}")
     leave = control_run("leave", "leave 3")
-    # Join: 3 ranks, `grow 1` once step E-1 is logged; the spawned process joins at the next boundary.
+    # Join: 3 ranks, `grow 1` once step E-1 is logged; the spawned process joins at the first
+    # boundary after it is ready.
     say(f"join: 3 ranks, grow 1 (control file) after step {E - 1}")
-    join = control_run("join", "grow 1", np=3, layout=JOIN_LAYOUT, extra=["--world-max", "4"])
+    join = control_run("join", "grow 1", np=3, layout=JOIN_LAYOUT, extra=["--world-max", "4"], steps=args.join_steps)
 
     crash_events, leave_events = crash.events(), leave.events()
     if len(crash_events) != 1 or crash_events[0]["event"] != "failure":
@@ -385,7 +403,7 @@ def main():
     resumed.start(to_flags + ["--resume", ckpt])
     t_restart_launch = resumed.t0
     resumed.finish()
-    rs = resumed.steps()
+    rs = resumed.steps(clock="arrival")  # against the kill, on this script's clock
     if not rs or rs[0][0] != saved:
         fail(f"restart-resumed: expected its first step to be {saved}, got {[s for s, _, _ in rs]}:\n{resumed.tail()}")
     t_first_step_end = resumed.t0 + rs[0][2]
@@ -412,7 +430,7 @@ def main():
     # From the end of step E-1 (the mirror and the kill follow at once) to the redone step E's
     # start: detection, the recovery and the mirror before E.
     crash_wall = (arrival[E] - cs_ms[E] / 1e3 - arrival[E - 1]) * 1e3
-    crash_reshard = ce.get("phase_milliseconds", {}).get("plan", 0) + ce.get("phase_milliseconds", {}).get("move", 0)
+    crash_reshard = reshard_ms(ce)
     crash_rebuild = ce.get("phase_milliseconds", {}).get("rebuild_communicators")
 
     ls_ = leave.steps()
@@ -422,18 +440,22 @@ def main():
     l_ms = {step: ms for step, ms, _ in ls_}
     ls_step = le["step"]
     leave_wall = (l_arrival[ls_step] - l_ms[ls_step] / 1e3 - l_arrival[ls_step - 1]) * 1e3
-    leave_reshard = le.get("phase_milliseconds", {}).get("plan", 0) + le.get("phase_milliseconds", {}).get("move", 0)
+    leave_reshard = reshard_ms(le)
 
     js = join.steps()
-    j_before = median([ms for step, ms, _ in js if args.warmup <= step < je["step"]])
-    j_after = median([ms for step, ms, _ in js if step > je["step"]])
+    asked = je.get("asked_before_step", je["step"])
+    j_before = median([ms for step, ms, _ in js if args.warmup <= step < asked])
+    # The steps trained while the joiner started (on this machine its start competes for the
+    # same cores).
+    j_during = median([ms for step, ms, _ in js if asked <= step < je["step"]])
+    j_after = median([ms for step, ms, _ in js if je["step"] < step <= je["step"] + 20])
     j_arrival = {step: t for step, _, t in js}
     j_ms = {step: ms for step, ms, _ in js}
     # From step E-1's end to the first step on 4 ranks: the mirror, the event, the mirror after it.
     join_wall = (j_arrival[je["step"]] - j_ms[je["step"]] / 1e3 - j_arrival[je["step"] - 1]) * 1e3
     j_phases = je.get("phase_milliseconds", {})
-    join_reshard = j_phases.get("plan", 0) + j_phases.get("move", 0)
-    join_spawn = j_phases.get("rebuild_communicators", float("nan"))
+    join_reshard = reshard_ms(je)
+    join_start = j_phases.get("start_joiners", float("nan"))
 
     ratio = restart_to_training / crash_wall if crash_wall > 0 else float("nan")
     ratio_event = restart_to_training / ce["milliseconds"] if ce["milliseconds"] > 0 else float("nan")
@@ -478,13 +500,14 @@ def main():
           f"{fmt_ms(le['milliseconds'])} | {phases_text(le)} | {fmt_bytes(le['moved_bytes'])} | 0 | "
           f"{fmt_ms(l_before)} / {fmt_ms(l_after)} | <= reshard + 1 step = {fmt_ms(leave_goal)}: "
           f"{goal(le['milliseconds'] <= leave_goal)} |")
-    print(f"| join (grow {len(je['ranks'])}, control file, before step {je['step']}; "
-          f"world {je['world_from']} -> {je['world_to']}) | "
-          f"{fmt_ms(je['milliseconds'])} stall (spawn + move); {fmt_ms(join_wall)} wall with the mirrors | "
-          f"{phases_text(je)} | {fmt_bytes(je['moved_bytes'])} | 0 | {fmt_ms(j_before)} / {fmt_ms(j_after)} | "
+    slowdown = j_during / j_before if j_before and j_during == j_during else float("nan")
+    print(f"| join (grow {len(je['ranks'])}, control file, asked before step {asked}, joined before step "
+          f"{je['step']}; world {je['world_from']} -> {je['world_to']}) | "
+          f"{fmt_ms(je['milliseconds'])} stall; {fmt_ms(join_wall)} wall with the mirrors | "
+          f"{phases_text(je)} | {fmt_bytes(je['moved_bytes'])} | 0 | {fmt_ms(j_before)} / {fmt_ms(j_after)}; "
+          f"{fmt_ms(j_during)} during the joiner's start ({je['step'] - asked} steps, {slowdown:.2f}x) | "
           f"stall <= reshard = {fmt_ms(join_reshard)}: {goal(je['milliseconds'] <= join_reshard)} "
-          f"(the spawn, {fmt_ms(join_spawn)}, does not overlap training: no step runs while the joiner "
-          f"is built, so the whole spawn is stall, no slowdown) |")
+          f"(the start, {fmt_ms(join_start)}, overlaps training) |")
     print(f"| checkpoint-restart (kill rank 3, --resume on {to_world} ranks) | {fmt_ms(restart_to_training)} | "
           f"job teardown {fmt_ms(restart_teardown)}, start + load {fmt_ms(restart_start)} | "
           f"- | {redone} (checkpoint at step {saved}) | - / {fmt_ms(median([ms for _, ms, _ in rs[1:]]))} | "

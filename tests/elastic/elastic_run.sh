@@ -12,10 +12,14 @@
 #   leave-signal      SIGUSR1 (sent from here, by kill) to rank 1 once step 3 is logged; rank 1
 #                     hands its state over and exits 0 at once, the others go on
 #   leave-control     `leave 2` appended to the --control file once step 3 is logged
-#   grow              2 ranks (pp 2) with --world-max 4: `grow 2` appended once step 3 is logged
-#                     starts two processes that join (MPI_Comm_spawn); the reference starts
-#                     on 4 ranks with --switch 0:pp=2,world=2 (two spares) and switches when
-#                     the joiners did
+#   grow              2 ranks (pp 2) with --world-max 4, 300 steps: `grow 2` appended once step 3
+#                     is logged starts two processes (MPI_Comm_spawn) while the run trains on;
+#                     they join at the first boundary where they are ready (the event says
+#                     both steps); the reference starts on 4 ranks with --switch
+#                     0:pp=2,world=2 (two spares) and switches where the joiners joined
+#   grow-late         as grow, 40 steps, `grow 2` once step 8 is logged: the run ends before
+#                     the joiners are ready; they are told so and exit 0, no join event, and the
+#                     losses equal an uninterrupted run's
 #   crash-then-grow   rank 3 crashes before step 5; once the failure is logged, `grow 1` brings
 #                     the world back to 4
 #   crash-buddies     ranks 1 and 2 (rank 1's buddy) crash before step 5: rank 1's optimizer shard
@@ -31,6 +35,14 @@
 #                     (3 s here), then continued: the others' watchdogs hand the stall to the
 #                     recovery, rank 1 joins it when it runs again, and the run goes on in the
 #                     same layout from the last boundary, no rank lost
+#   join-connect      as grow, but the two processes are a second job launched separately
+#                     (`mpirun -np 2 train_gpt <the same options> --join CONTROL`): it reads the
+#                     port the run published at CONTROL.port, appends `accept 2` and connects
+#                     (MPI_Comm_connect); both jobs exit 0. Open MPI 4 (MPIRUN is its mpirun,
+#                     not the ULFM one): both mpiruns meet through an ompi-server started here
+#   join-refused      as join-connect, but the second job is given --steps 40: it says that
+#                     --steps differs and exits 2; the run goes on without it (no event) and
+#                     its losses equal an uninterrupted run's
 set -uo pipefail
 scenario=$1 train_gpt=$2 mpirun=$3 data=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -38,7 +50,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_
 # A leave comes from outside, at a moment this script picks: those runs are long enough (a step
 # takes about 15 ms here) that it lands well before their end.
 steps=12
-[[ "$scenario" == leave-* || "$scenario" == *grow || "$scenario" == *leave || "$scenario" == stall ]] && steps=100
+[[ "$scenario" == leave-* || "$scenario" == *leave || "$scenario" == stall ]] && steps=100
+# A grow's processes take over a second to start while the steps go on (faster than 15 ms
+# each): enough steps that they are ready well before the end.
+[[ "$scenario" == *grow || "$scenario" == join-* ]] && steps=300
+# ... and here few enough that the run ends first, yet after the line is read.
+[[ "$scenario" == grow-late ]] && steps=40
 comm_timeout=60
 [[ "$scenario" == stall ]] && comm_timeout=3
 model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --microbatches 4 --lr 1e-3
@@ -46,7 +63,7 @@ model=(--layers 4 --d-model 64 --heads 4 --vocab 256 --seq-len 32 --batch 8 --mi
 layout=(--pp 2 --dp 2 --zero 1)
 ranks=4
 reference_layout=("${layout[@]}")
-if [[ "$scenario" == grow ]]; then
+if [[ "$scenario" == grow* || "$scenario" == join-* ]]; then
     layout=(--pp 2)
     ranks=2
     # The reference starts on 4 ranks and switches before step 0 to the elastic run's start.
@@ -74,8 +91,24 @@ wait_for_step() {
     fail "step $step never logged"
 }
 
+# Each run is bounded well inside CTest's 300 s, so that a hang is reported here with the
+# run's output (timeout's exit 124) rather than by CTest killing the script.
+launcher_flags=(--with-ft ulfm)
+if [[ "$scenario" == join-* ]]; then
+    # Two jobs of Open MPI 4 meet through one name server; --no-daemonize keeps it a child of
+    # this script, ended below.
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    ompi_server=$(dirname "$mpirun")/ompi-server
+    [[ -x "$ompi_server" ]] || fail "no ompi-server next to $mpirun"
+    "$ompi_server" --no-daemonize --report-uri "$work/ompi-server.uri" &
+    server=$!
+    trap 'kill $server 2>/dev/null' EXIT
+    for _ in $(seq 100); do [[ -s "$work/ompi-server.uri" ]] && break; sleep 0.05; done
+    [[ -s "$work/ompi-server.uri" ]] || fail "ompi-server wrote no URI"
+    launcher_flags=(--ompi-server "file:$work/ompi-server.uri")
+fi
 run_elastic() {
-    timeout 300 "$mpirun" --with-ft ulfm -np "$ranks" "$train_gpt" "${model[@]}" "${layout[@]}" --elastic \
+    timeout 120 "$mpirun" "${launcher_flags[@]}" -np "$ranks" "$train_gpt" "${model[@]}" "${layout[@]}" --elastic \
         --log-json "$work/elastic.jsonl" "$@" >"$work/elastic.out" 2>&1
 }
 
@@ -108,14 +141,15 @@ case "$scenario" in
         wait "$launcher"
         status=$?
         ;;
-    grow)
+    grow | grow-late)
         : >"$work/control"
         run_elastic --control "$work/control" --world-max 4 &
         launcher=$!
-        wait_for_step 3
+        if [[ "$scenario" == grow ]]; then wait_for_step 3; else wait_for_step 8; fi
         echo "grow 2" >>"$work/control"
         wait "$launcher"
         status=$?
+        [[ "$scenario" == grow-late ]] && must_say="the run ended before the 2 processes of \`grow 2\` were taken in"
         ;;
     crash-then-grow)
         : >"$work/control"
@@ -158,8 +192,36 @@ case "$scenario" in
         status=$?
         must_say="handing the stall to the elastic recovery"
         ;;
-    *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, crash-then-grow,
-crash-during-leave, crash-in-recovery, stall)" ;;
+    join-connect | join-refused)
+        : >"$work/control"
+        run_elastic --control "$work/control" --world-max 4 &
+        launcher=$!
+        wait_for_step 3
+        joiner_steps=$steps
+        [[ "$scenario" == join-refused ]] && joiner_steps=40
+        # The second job: the run's own options (its --steps aside, where refused).
+        joiner_options=("${model[@]}" "${layout[@]}")
+        joiner_options[$(( $(printf '%s\n' "${model[@]}" | grep -nx -- --steps | cut -d: -f1) ))]=$joiner_steps
+        timeout 120 "$mpirun" "${launcher_flags[@]}" -np 2 "$train_gpt" "${joiner_options[@]}" --elastic \
+            --join "$work/control" >"$work/joiner.out" 2>&1
+        joiner_status=$?
+        wait "$launcher"
+        status=$?
+        echo "--- the joining job (exit $joiner_status):"
+        cat "$work/joiner.out"
+        grep -q "^accept 2 " "$work/control" || fail "the joining job did not announce itself: $(cat "$work/control")"
+        if [[ "$scenario" == join-connect ]]; then
+            [[ $joiner_status -eq 0 ]] || fail "the joining job exited $joiner_status"
+        else
+            [[ $joiner_status -eq 2 ]] || fail "the refused job exited $joiner_status, not 2"
+            grep -q -- "--steps 40 (the running job's: 300) differs" "$work/joiner.out" ||
+                fail "the refused job does not name --steps"
+            must_say="the joining processes' options differ from the run's"
+        fi
+        [[ ! -e "$work/control.port" ]] || fail "the run left its port file behind"
+        ;;
+    *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, grow-late, crash-then-grow,
+crash-during-leave, crash-in-recovery, stall, join-connect, join-refused)" ;;
 esac
 cat "$work/elastic.out"
 [[ -z "$must_say" ]] || grep -q "$must_say" "$work/elastic.out" || fail "the output does not say: $must_say"
@@ -181,11 +243,12 @@ if [[ "$scenario" == crash-in-recovery ]]; then
     echo "elastic_run $scenario: ok (exit 2, checkpoint step 4 intact)"
     exit 0
 fi
-[[ $status -eq 0 ]] || fail "mpirun exited $status"
+[[ $status -eq 0 ]] || { tail -n 40 "$work/elastic.out"; fail "mpirun exited $status"; }
 
 # The events, and the run that switched to each one's layout at its step with --switch.
 switches=()
 expected_events=1
+[[ "$scenario" == grow-late || "$scenario" == join-refused ]] && expected_events=0
 [[ "$scenario" == crash-then-grow || "$scenario" == crash-during-leave ]] && expected_events=2
 while read -r event_step switch_spec; do
     switches+=(--switch "$event_step:$switch_spec")
@@ -202,9 +265,10 @@ for e in last_at.values():
     print(e["step"], ",".join(f"{k}={fields[k]}" for k in keys))
 EOF
 )
-((${#switches[@]} > 0)) || fail "expected $expected_events elastic event(s) in the log"
-event_step=${switches[1]%%:*}
-timeout 300 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${reference_layout[@]}" "${switches[@]}" \
+((${#switches[@]} > 0 || expected_events == 0)) || fail "expected $expected_events elastic event(s) in the log"
+event_step=none
+((${#switches[@]} > 0)) && event_step=${switches[1]%%:*}
+timeout 120 "$mpirun" -np 4 "$train_gpt" "${model[@]}" "${reference_layout[@]}" "${switches[@]}" \
     --log-json "$work/reference.jsonl" >"$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "the reference run failed"; }
 python3 - "$work/elastic.jsonl" "$work/reference.jsonl" "$event_step" "$steps" "$scenario" <<'EOF' || fail "losses differ from the --switch run"
 import json, sys

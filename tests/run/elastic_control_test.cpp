@@ -55,6 +55,7 @@ TEST_CASE("control lines: leave and grow, ranges, duplicates, comments and blank
     CHECK(parse_control_line("leave 7-7") == control_command::leave({7}));
     CHECK(parse_control_line("grow 2") == control_command::grow(2));
     CHECK(parse_control_line("\tgrow   12  # two racks back") == control_command::grow(12));
+    CHECK(parse_control_line("accept 2") == control_command::accept(2));
     CHECK_FALSE(parse_control_line("").has_value());
     CHECK_FALSE(parse_control_line("   \t").has_value());
     CHECK_FALSE(parse_control_line("# leave 1").has_value());
@@ -62,6 +63,7 @@ TEST_CASE("control lines: leave and grow, ranges, duplicates, comments and blank
     CHECK(weft::run::format_ranks({5, 1, 3, 4, 1}) == "1,3-5");
     CHECK(weft::run::to_string(control_command::leave({0, 1, 2, 6})) == "leave 0-2,6");
     CHECK(weft::run::to_string(control_command::grow(3)) == "grow 3");
+    CHECK(weft::run::to_string(control_command::accept(2)) == "accept 2");
 }
 
 TEST_CASE("a control line that cannot be parsed is quoted with the valid forms", "[run][elastic]") {
@@ -81,6 +83,8 @@ TEST_CASE("a control line that cannot be parsed is quoted with the valid forms",
         {"grow -1", "the count \"-1\""},
         {"grow 2 3", "the count \"2 3\""},
         {"grow 0x3", "the count \"0x3\""},
+        {"accept", "accept needs a count N"},
+        {"accept 0", "the count \"0\" is not a whole number in [1, 65536]"},
         {"GROW 1", "\"GROW\" is not a command"}};
     for (const auto& [line, why] : bad) {
         CAPTURE(line);
@@ -89,6 +93,7 @@ TEST_CASE("a control line that cannot be parsed is quoted with the valid forms",
         CHECK(message.find(why) != std::string::npos);
         CHECK(message.find("the valid forms are \"leave RANKS\"") != std::string::npos);
         CHECK(message.find("\"grow N\" (N >= 1)") != std::string::npos);
+        CHECK(message.find("\"accept N\" (N >= 1, written by a job launched with --join)") != std::string::npos);
     }
 }
 
@@ -107,6 +112,9 @@ TEST_CASE("a command is checked against the world it would change", "[run][elast
           std::string::npos);
     CHECK(control_check_error(control_command::grow(1), 4, 4).find("at most 0 more may join") != std::string::npos);
     CHECK(control_check_error(control_command::grow(1), 4, 0).find("--world-max = 0 is invalid") != std::string::npos);
+    CHECK(control_check_error(control_command::accept(2), 4, 6).empty());
+    CHECK(control_check_error(control_command::accept(3), 4, 6).find(
+              "accept = 3 is invalid: would make 7 ranks, past --world-max 6") != std::string::npos);
 }
 
 TEST_CASE("the control file: history is checked and not applied, appended lines come once", "[run][elastic]") {

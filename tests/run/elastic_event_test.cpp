@@ -50,3 +50,21 @@ TEST_CASE("an elastic event's JSON object", "[run][elastic]") {
     CHECK(json["event"] == "join");
     CHECK(json["phase_milliseconds"].dump() == R"({"agree":2.0,"move":500.0})");
 }
+
+TEST_CASE("a join's event names the boundary it was asked at and its overlapped start", "[run][elastic]") {
+    auto e = elastic_test_leave_event();
+    e.kind = weft::run::elastic_event_kind::join;
+    e.step = 41;
+    e.asked_step = 6;
+    e.ranks = {2, 3};
+    e.phases.start_joiners = 1.3016;
+    e.phases.build = 0.1;
+    CHECK(weft::run::format_elastic_event(e) ==
+          "elastic | join | before step 41 (asked before step 6) | ranks 2-3 | world 4 -> 2 | from pp 2 x dp 2 | "
+          "to pp 2 x dp 1 | moved 1.5 MiB | 120.0 ms to training (start_joiners 1301.6 ms, build 100.0 ms)");
+    const auto json = weft::run::elastic_event_json(e);
+    CHECK(json["asked_before_step"] == 6);
+    CHECK(json["phase_milliseconds"].size() == 2);
+    CHECK(json["phase_milliseconds"]["start_joiners"].get<double>() == Approx(1301.6));
+    CHECK(json["phase_milliseconds"]["build"].get<double>() == Approx(100.0));
+}

@@ -68,7 +68,13 @@ TEST_CASE("the elastic options: --elastic first, each value checked", "[run][opt
     CHECK(defaults.world_max == 0);
     CHECK(defaults.mirror_every == 1);
     CHECK(defaults.leave_signal == "USR1");
+    CHECK(defaults.join_control.empty());
+    weft::run::settings joining;
+    CHECK_FALSE(parse({"--elastic", "--join", "ctl"}, joining, g).has_value());
+    CHECK(joining.join_control == "ctl");
     for (const auto& bad : std::vector<std::vector<std::string>>{{"--control", "ctl"},
+                                                                 {"--join", "ctl"},
+                                                                 {"--elastic", "--join", ""},
                                                                  {"--world-max", "8"},
                                                                  {"--mirror-every", "2"},
                                                                  {"--elastic", "--mirror-every", "0"},

@@ -35,6 +35,10 @@ TEST_CASE("the GPT step log line has lr, tok/s, bubble and MFU") {
     CHECK(weft::train::format_step_json(s).find("\"grad_norm\": 1.20346}") != std::string::npos);
     s.grad_norm = std::nan("");
     CHECK(weft::train::format_step_json(s).find("\"grad_norm\": null}") != std::string::npos);
+    // The step's end on the run's clock: logged where known, not printed.
+    s.ended_seconds = 12.5;
+    CHECK(weft::train::format_step_json(s).find("\"grad_norm\": null, \"ended_s\": 12.5}") != std::string::npos);
+    CHECK(weft::train::format_step(s).find("12.5") == std::string::npos);
 }
 
 TEST_CASE("a step that was not applied says where it turned non-finite, and its JSON stays JSON") {

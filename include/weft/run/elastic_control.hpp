@@ -1,5 +1,7 @@
 // The control file of an elastic run (--control FILE): a scheduler or a person appends lines
-// `leave RANKS` or `grow N`, and the run applies them at its next step boundary. This header
+// `leave RANKS` or `grow N`, a job launched separately to join appends `accept N` (its own
+// `--join FILE` does that: run/join_connect.hpp), and the run applies them at its next step
+// boundary. This header
 // parses and checks a line, and watches the file for lines appended since the run started.
 // It needs no MPI: rank 0 polls the file and broadcasts what it read.
 #pragma once
@@ -25,17 +27,20 @@ namespace weft::run {
 // control line, so that a range such as 0-2000000000 cannot exhaust memory.
 inline constexpr int max_control_rank_count = 1 << 16;
 
-enum class control_kind { leave, grow };
+// grow: the run starts N processes (MPI_Comm_spawn); accept: N processes launched separately
+// are connecting to the run's published port (MPI_Comm_accept).
+enum class control_kind { leave, grow, accept };
 
 struct control_command {
     control_kind kind = control_kind::leave;
     std::vector<int> ranks;  // leave: the world ranks leaving, sorted, each once
-    int count = 0;           // grow: the processes to start, >= 1
+    int count = 0;           // grow, accept: the processes to take in, >= 1
 
     [[nodiscard]] static control_command leave(std::vector<int> ranks) {
         return {control_kind::leave, std::move(ranks), 0};
     }
     [[nodiscard]] static control_command grow(int count) { return {control_kind::grow, {}, count}; }
+    [[nodiscard]] static control_command accept(int count) { return {control_kind::accept, {}, count}; }
     friend bool operator==(const control_command&, const control_command&) = default;
 };
 
@@ -55,15 +60,20 @@ struct control_command {
     return text;
 }
 
-// The command a command shows in messages and logs: "leave 1,3-4" or "grow 2".
+// The command a command shows in messages and logs: "leave 1,3-4", "grow 2" or "accept 2".
 [[nodiscard]] inline std::string to_string(const control_command& command) {
-    return command.kind == control_kind::leave ? "leave " + format_ranks(command.ranks)
-                                               : "grow " + std::to_string(command.count);
+    switch (command.kind) {
+        case control_kind::leave: return "leave " + format_ranks(command.ranks);
+        case control_kind::grow: return "grow " + std::to_string(command.count);
+        case control_kind::accept: return "accept " + std::to_string(command.count);
+    }
+    return {};
 }
 
 inline constexpr std::string_view control_line_forms =
     "the valid forms are \"leave RANKS\" (RANKS: world ranks and ranges separated by commas, e.g. 1,3-4), "
-    "\"grow N\" (N >= 1), a blank line and a # comment";
+    "\"grow N\" (N >= 1), \"accept N\" (N >= 1, written by a job launched with --join), a blank line and a "
+    "# comment";
 
 namespace detail {
 
@@ -107,12 +117,12 @@ namespace detail {
     const std::string_view word = text.substr(0, word_end);
     const std::string_view rest = trim_control(text.substr(word_end));
     const std::string limit = std::to_string(max_control_rank_count);
-    if (word == "grow") {
-        if (rest.empty()) return "grow needs a count N";
+    if (word == "grow" || word == "accept") {
+        if (rest.empty()) return std::string(word) + " needs a count N";
         const auto count = control_number(rest);
         if (!count || *count < 1)
             return "the count \"" + std::string(rest) + "\" is not a whole number in [1, " + limit + "]";
-        command = control_command::grow(*count);
+        command = word == "grow" ? control_command::grow(*count) : control_command::accept(*count);
         return {};
     }
     if (word == "leave") {
@@ -165,7 +175,7 @@ namespace detail {
 }
 
 // Checks a command against the world it would change: a leave names ranks of [0, world_size)
-// and leaves at least one rank; a grow stays within world_max (--world-max, resolved: the
+// and leaves at least one rank; a grow or an accept stays within world_max (--world-max, resolved: the
 // ranks launched when it was 0). Throws weft::error naming the value and what is valid.
 inline void check_control_command(const control_command& command, int world_size, int world_max) {
     require(world_size >= 1, "world size", world_size, "must be >= 1");
@@ -183,8 +193,9 @@ inline void check_control_command(const control_command& command, int world_size
         return;
     }
     require(world_max >= 1, "--world-max", world_max, "must be resolved to >= 1 (0 means the ranks launched)");
-    require(command.count >= 1, "grow", command.count, "must be >= 1");
-    require(static_cast<long long>(world_size) + command.count <= world_max, "grow", command.count,
+    const char* what = command.kind == control_kind::grow ? "grow" : "accept";
+    require(command.count >= 1, what, command.count, "must be >= 1");
+    require(static_cast<long long>(world_size) + command.count <= world_max, what, command.count,
             "would make " + std::to_string(static_cast<long long>(world_size) + command.count) +
                 " ranks, past --world-max " + std::to_string(world_max) + "; at most " +
                 std::to_string(std::max(0, world_max - world_size)) + " more may join");

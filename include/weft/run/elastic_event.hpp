@@ -30,11 +30,15 @@ enum class elastic_event_kind { leave, failure, join };
 // The time an event's recovery spent in each phase, where the recovery measured it (a phase
 // that did not run, e.g. restore_from_checkpoint after a leave with notice, stays empty).
 struct elastic_phase_seconds {
+    std::optional<double> start_joiners;            // a join's processes started, connected and ready,
+                                                    // while the run trained on (not in the time to training)
     std::optional<double> detect;                   // the event to every rank knowing of it
     std::optional<double> agree;                    // agreeing on who left, failed or joined
     std::optional<double> rebuild_communicators;    // the new world and its groups
+    std::optional<double> check;                    // checking the new layout, every rank agreeing
     std::optional<double> plan;                     // the transition plan
     std::optional<double> move;                     // moving the state between ranks
+    std::optional<double> build;                    // the new layout's engine: its buffers and groups
     std::optional<double> restore_from_checkpoint;  // state no live rank held, from the newest checkpoint
     std::optional<double> redo;                     // steps trained again since that checkpoint
 
@@ -42,8 +46,15 @@ struct elastic_phase_seconds {
     [[nodiscard]] std::vector<std::pair<const char*, double>> measured() const {
         std::vector<std::pair<const char*, double>> out;
         const std::pair<const char*, const std::optional<double>*> all[] = {
-            {"detect", &detect}, {"agree", &agree}, {"rebuild_communicators", &rebuild_communicators},
-            {"plan", &plan},     {"move", &move},   {"restore_from_checkpoint", &restore_from_checkpoint},
+            {"start_joiners", &start_joiners},
+            {"detect", &detect},
+            {"agree", &agree},
+            {"rebuild_communicators", &rebuild_communicators},
+            {"check", &check},
+            {"plan", &plan},
+            {"move", &move},
+            {"build", &build},
+            {"restore_from_checkpoint", &restore_from_checkpoint},
             {"redo", &redo}};
         for (const auto& [name, value] : all)
             if (value->has_value()) out.emplace_back(name, **value);
@@ -54,6 +65,7 @@ struct elastic_phase_seconds {
 struct elastic_event {
     elastic_event_kind kind = elastic_event_kind::leave;
     long long step = 0;           // the event happened before this step
+    std::optional<long long> asked_step;  // a join: the boundary its grow was agreed at
     std::vector<int> ranks;       // who left, failed or joined, numbered in the old world
                                   // (a join: the ranks the new processes take in the new one)
     std::string from;             // elastic::layout::describe() of the layout before
@@ -78,6 +90,7 @@ struct elastic_event {
     std::snprintf(moved, sizeof moved, "moved %.1f MiB", static_cast<double>(e.bytes_moved) / (1024.0 * 1024.0));
     std::string line = "elastic | ";
     line.append(elastic_event_name(e.kind)).append(" | before step ").append(std::to_string(e.step));
+    if (e.asked_step) line.append(" (asked before step ").append(std::to_string(*e.asked_step)).append(")");
     line.append(" | ranks ").append(e.ranks.empty() ? std::string("none") : format_ranks(e.ranks));
     line.append(" | world ").append(std::to_string(e.world_from)).append(" -> ").append(std::to_string(e.world_to));
     line.append(" | from ").append(e.from).append(" | to ").append(e.to).append(" | ").append(moved);
@@ -106,6 +119,7 @@ struct elastic_event {
                                   {"world_to", e.world_to},
                                   {"moved_bytes", e.bytes_moved},
                                   {"milliseconds", 1e3 * e.seconds_to_training}};
+    if (e.asked_step) object["asked_before_step"] = *e.asked_step;
     nlohmann::ordered_json phases = nlohmann::ordered_json::object();
     for (const auto& [name, seconds] : e.phases.measured()) phases[name] = 1e3 * seconds;
     if (!phases.empty()) object["phase_milliseconds"] = std::move(phases);

@@ -14,8 +14,12 @@
 //   left (a rank failed with its buddy) is left zero by the move and the newest checkpoint is
 //   loaded into the new layout, online.
 // - Join (`grow N` in the control file): the ranks start N processes of the program
-//   (MPI_Comm_spawn), merge them in after themselves, tell them the step and the layouts
-//   (run/join_handshake.hpp) and move the state onto the grown world. Any MPI.
+//   (MPI_Comm_spawn), merge them in after themselves (run/joiner_start.hpp: on a thread of its
+//   own, while the run trains on, where the MPI allows threads), and at the first boundary where
+//   every rank's joiners are ready tell them the step and the layouts (run/join_handshake.hpp)
+//   and move the state onto the grown world. Any MPI. A job launched separately with
+//   `--join CONTROL` joins the same way through MPI_Comm_accept on the port rank 0 publishes
+//   (run/join_connect.hpp), announced by the `accept N` it appends to the control file.
 // - Stall (ULFM and MPI_THREAD_MULTIPLE): a wait past --comm-timeout makes the watchdog revoke
 //   every communicator (comm/mpi_fault.hpp) instead of ending the process, and the ranks
 //   recover as from a crash; a stalled rank that is alive again takes part, and nothing is
@@ -32,6 +36,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <deque>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -39,6 +44,7 @@
 #include <filesystem>
 #include <functional>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -55,7 +61,10 @@
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/run/elastic_control.hpp"
 #include "weft/run/elastic_event.hpp"
+#include "weft/run/join_connect.hpp"
 #include "weft/run/join_handshake.hpp"
+#include "weft/run/join_terms.hpp"
+#include "weft/run/joiner_start.hpp"
 #include "weft/run/leave_signal.hpp"
 #include "weft/run/settings.hpp"
 #include "weft/train/checkpoint_directory.hpp"
@@ -70,20 +79,6 @@ public:
     [[nodiscard]] const char* what() const noexcept override { return "this rank left the run"; }
 };
 
-// Under mpirun, for a process an elastic run's grow started: the world of its parents and
-// itself (the parents' ranks first), with the parent connection closed; nullopt for a process
-// mpirun started.
-[[nodiscard]] inline std::optional<comm::mpi> joined_world() {
-    MPI_Comm parent = MPI_COMM_NULL;
-    comm::detail::mpi_check(MPI_Comm_get_parent(&parent), "MPI_Comm_get_parent");
-    if (parent == MPI_COMM_NULL) return std::nullopt;
-    MPI_Comm merged = MPI_COMM_NULL;
-    comm::detail::mpi_check(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");
-    MPI_Comm_disconnect(&parent);
-    detail::joined_running_world.store(true);
-    return comm::mpi(merged, true);
-}
-
 // A joiner's first step, collective with the old ranks' grow: the handshake from rank 0.
 [[nodiscard]] inline join_handshake receive_join_handshake(comm::mpi& world) {
     join_handshake told;
@@ -93,8 +88,8 @@ public:
 
 // What a boundary decided.
 struct boundary_outcome {
-    std::optional<elastic_event> event;  // a leave or a join was handled
-    bool everyone_leaves = false;        // every rank was told to leave: stop as for SIGTERM
+    std::vector<elastic_event> events;  // the joins and leaves handled, in order
+    bool everyone_leaves = false;       // every rank was told to leave: stop as for SIGTERM
 };
 
 template <class Engine>
@@ -105,20 +100,36 @@ public:
     // run/elastic_layout.hpp); its world size may be below `ranks` (spares).
     using layout_chooser = std::function<parallel_config(int ranks, const parallel_config& current)>;
 
-    elastic_session(const settings& s, comm::mpi& world, layout_chooser choose)
+    elastic_session(const settings& s, comm::mpi& world, layout_chooser choose, const join_terms& terms)
         : settings_(s),
           world_(&world),
           choose_(std::move(choose)),
           launch_rank_(world.rank()),
-          launch_size_(joined_running_world() ? 0 : world.size()) {
+          launch_size_(joined_running_world() ? 0 : world.size()),
+          terms_(terms) {
         comm::set_peer_loss_recovery(comm::has_ulfm());
         comm::hand_stalls_to_recovery(comm::can_recover_from_stalls());
         if (const int signal = leave_signal_number(s.leave_signal); signal != 0) leave_signal_.emplace(signal);
-        if (world.rank() == 0 && !s.control_file.empty()) control_.emplace(s.control_file);
+        if (world.rank() == 0 && !s.control_file.empty()) {
+            control_.emplace(s.control_file);
+            port_.emplace(s.control_file);
+        }
     }
     elastic_session(const elastic_session&) = delete;
     elastic_session& operator=(const elastic_session&) = delete;
-    ~elastic_session() { comm::hand_stalls_to_recovery(false); }
+    ~elastic_session() {
+        comm::hand_stalls_to_recovery(false);
+        // An accept announced but never connected to waits in MPI_Comm_accept for good: the
+        // run ends without those processes, leaving the start's thread where it is (and
+        // MPI_Finalize, which might wait for it, bounded).
+        if (joining_ && joining_->source().accept && !joining_->wait_done(std::chrono::seconds(5))) {
+            if (world_->rank() == 0)
+                std::fprintf(stderr, "elastic | the %d processes announced by `%s` never connected: the run ends "
+                             "without them\n", joining_->count(), joining_->source().describe().c_str());
+            static_cast<void>(joining_.release());
+            detail::finalize_may_wait.store(true);
+        }
+    }
 
     [[nodiscard]] comm::mpi& world() { return *world_; }
 
@@ -137,16 +148,42 @@ public:
         const requests asked = just_joined_ ? requests{} : agreed_requests();
         just_joined_ = false;
         const std::vector<int>& leavers = asked.leavers;
-        if (!leavers.empty()) {
-            if (everyone_leaves(leavers, world_->size())) {
-                out.everyone_leaves = true;
-                return out;
+        if (!leavers.empty() && everyone_leaves(leavers, world_->size())) {
+            out.everyone_leaves = true;  // joiners still starting hear that the run ended
+            return out;
+        }
+        grows_asked_ += asked.grow;
+        if (asked.accept > 0) accepts_asked_.push_back(asked.accept);
+        // Joiners being started join at the first boundary where every rank's are ready, or at
+        // once (waiting for them) where ranks are to leave: the leave comes after, in the
+        // grown world, whose first ranks are these. A job that is to connect may never come, so
+        // a leave waits for it at the boundaries instead (postponed_leavers_).
+        std::vector<int> leaving = leavers;
+        const bool ready = joining_ && all_joiners_ready();
+        if (joining_ && !ready && joining_->source().accept && !leaving.empty()) {
+            postponed_leavers_ = std::exchange(leaving, {});
+        } else if (joining_ && (ready || !leaving.empty())) {
+            if (auto joined = finish_grow(engine, step, start)) out.events.push_back(std::move(*joined));
+            mirror_due_ = true;
+        }
+        if (!leaving.empty()) {
+            postponed_leavers_.clear();
+            out.events.push_back(leave(engine, step, leaving, start));
+            mirror_due_ = true;
+        }
+        // One start at a time; a job connecting (accept) goes first, as it waits for the run.
+        if (!joining_ && (!accepts_asked_.empty() || grows_asked_ > 0)) {
+            if (!accepts_asked_.empty()) {
+                start_joining(engine, step, {.count = accepts_asked_.front(), .accept = true,
+                                             .port = port_ ? port_->name() : std::string()});
+                accepts_asked_.pop_front();
+            } else {
+                start_joining(engine, step, {.count = std::exchange(grows_asked_, 0), .accept = false, .port = {}});
             }
-            out.event = leave(engine, step, leavers, start);
-            mirror_due_ = true;
-        } else if (asked.grow > 0) {
-            out.event = grow(engine, step, asked.grow, start);
-            mirror_due_ = true;
+            if (all_joiners_ready()) {  // started at once (no threads), or already there
+                if (auto joined = finish_grow(engine, step, start)) out.events.push_back(std::move(*joined));
+                mirror_due_ = true;
+            }
         }
         if (comm::has_ulfm() && mirror_due_) refresh_mirror(engine, step);
         return out;
@@ -164,6 +201,15 @@ public:
         if (mirror_.own().empty() || !mirror_layout_)
             throw error("a rank failed before the first mirror of the state was taken: nothing to recover from; "
                         "continue from the newest checkpoint with --resume");
+        if (joining_) {
+            // Its thread may wait in a collective with the failed rank for good: the process
+            // ends with it (launch's exit 2), never joining it.
+            const std::string asked = joining_->source().describe();
+            static_cast<void>(joining_.release());
+            throw error("a rank failed while the processes of `" + asked + "` asked before step " +
+                        std::to_string(grow_asked_at_) +
+                        " were starting: the run ends here; the newest checkpoint is intact: continue with --resume");
+        }
         // A stall during the recovery ends the run (exit 2) rather than start another one.
         comm::hand_stalls_to_recovery(false);
         try {
@@ -179,10 +225,15 @@ public:
     // Fault injection for tests and benchmarks: WEFT_ELASTIC_KILL="RANK@STEP[,RANK@STEP...]"
     // makes the process that is world rank RANK of the launch SIGKILL itself at the boundary
     // before step STEP (once the mirror is taken and the steps before it reported), so the
-    // others fail inside that step. The trainer calls it after at_boundary.
-    void crash_if_told(long long step) const {
+    // others fail inside that step. Several ranks at one step die together: every rank meets in
+    // a barrier first, so that none of them is still inside the mirror's agreement when the
+    // first dies (it would recover with the others and die only at the redone boundary). The
+    // trainer calls it after at_boundary, on every rank.
+    void crash_if_told(long long step) {
         const char* plan = std::getenv("WEFT_ELASTIC_KILL");
         if (plan == nullptr) return;
+        int victims = 0;
+        bool this_rank = false;
         std::string_view rest(plan);
         while (!rest.empty()) {
             const auto comma = rest.find(',');
@@ -195,10 +246,14 @@ public:
             const std::string_view rank_text = item.substr(0, at), step_text = item.substr(at + 1);
             std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
             std::from_chars(step_text.data(), step_text.data() + step_text.size(), when);
-            if (when == step && rank == launch_rank_) {
-                std::fflush(stdout);
-                std::raise(SIGKILL);
-            }
+            if (when != step) continue;
+            ++victims;
+            this_rank = this_rank || rank == launch_rank_;
+        }
+        if (victims > 1) MPI_Barrier(world_->native());
+        if (this_rank) {
+            std::fflush(stdout);
+            std::raise(SIGKILL);
         }
     }
 
@@ -216,8 +271,10 @@ private:
     static void take_figures(elastic_event& event, const elastic::switch_report& report) {
         event.to = report.to;
         event.bytes_moved = report.bytes_moved;
+        event.phases.check = report.check_seconds;
         event.phases.plan = report.plan_seconds;
         event.phases.move = report.move_seconds;
+        event.phases.build = report.build_seconds;
     }
 
     static double since(std::chrono::steady_clock::time_point t) {
@@ -226,27 +283,33 @@ private:
 
     struct requests {
         std::vector<int> leavers;
-        int grow = 0;
+        int grow = 0;    // processes to start
+        int accept = 0;  // processes of a job launched with --join to accept (one job per boundary)
     };
-    // The ranks told to leave by signal or by the control file, and the processes to start
-    // (rank 0 reads the file), agreed. A line that does not fit the world now is skipped with
-    // a message; the run goes on.
+    // The ranks told to leave by signal or by the control file, and the processes to start or
+    // accept (rank 0 reads the file), agreed. A line that does not fit the world now is skipped
+    // with a message; the run goes on.
     requests agreed_requests() {
         const auto n = static_cast<std::size_t>(world_->size());
-        std::vector<double> told(n + 1, 0.0);  // per rank: leaves; last: processes to start
+        // Per rank: leaves; then the processes to start, and those of a job to accept.
+        std::vector<double> told(n + 2, 0.0);
         // The leave signal, and a leave a failure interrupted (the leaver is still here, rolled
         // back): asked again. The flag is reset only once its leave is agreed.
         int signalled = detail::received_leave_signal.load();
         for (const int r : agreed_leavers(*world_, signalled != 0 || still_leaving_))
             told[static_cast<std::size_t>(r)] = 1;
         if (signalled != 0) detail::received_leave_signal.compare_exchange_strong(signalled, 0);
-        if (world_->rank() == 0 && control_)
+        for (const int r : postponed_leavers_) told[static_cast<std::size_t>(r)] = 1;
+        if (world_->rank() == 0 && control_) {
             for (const control_command& c : control_->poll()) {
                 try {
-                    const int grown = world_->size() + static_cast<int>(told[n]);
-                    check_control_command(c, grown, world_max());
+                    check_control_command(c, world_->size() + joiners_asked() + static_cast<int>(told[n]), world_max());
+                    require(c.kind != control_kind::accept || (port_ && !port_->name().empty()), "accept", c.count,
+                            "needs the port this run publishes for --join, and this MPI opened none");
                     if (c.kind == control_kind::grow)
                         told[n] += c.count;
+                    else if (c.kind == control_kind::accept)
+                        rank0_accepts_.push_back(c.count);
                     else
                         for (const int r : c.ranks) told[static_cast<std::size_t>(r)] = 1;
                 } catch (const error& e) {
@@ -255,12 +318,26 @@ private:
                                  why.substr(why.rfind("weft: ", 0) == 0 ? 6 : 0).c_str());
                 }
             }
+            // One job to accept per boundary, each with an accept of its own.
+            if (!rank0_accepts_.empty()) {
+                told[n + 1] = rank0_accepts_.front();
+                rank0_accepts_.pop_front();
+            }
+        }
         world_->broadcast(std::as_writable_bytes(std::span<double>(told)), 0);
         requests out;
         for (std::size_t r = 0; r < n; ++r)
             if (told[r] > 0) out.leavers.push_back(static_cast<int>(r));
         out.grow = static_cast<int>(told[n]);
+        out.accept = static_cast<int>(told[n + 1]);
         return out;
+    }
+    // The processes asked for and not in the world yet: being started, to start, to accept.
+    [[nodiscard]] int joiners_asked() const {
+        int count = (joining_ ? joining_->count() : 0) + grows_asked_;
+        for (const int accept : accepts_asked_) count += accept;
+        for (const int accept : rank0_accepts_) count += accept;
+        return count;
     }
     [[nodiscard]] int world_max() const { return settings_.world_max > 0 ? settings_.world_max : launch_size_; }
 
@@ -296,23 +373,67 @@ private:
         return event;
     }
 
-    // Starts `count` processes of this program (MPI_Comm_spawn, collective over the world),
-    // merges them in after the ranks there are, tells them the step and the layouts, and moves
-    // the state onto the grown world in the layout the chooser gives for it.
-    elastic_event grow(Engine& engine, long long step, int count, std::chrono::steady_clock::time_point start) {
+    // Starts the processes of `source` (run/joiner_start.hpp: spawned, or a job launched with
+    // --join accepted), on a thread where the MPI allows it; the run trains on until every
+    // rank's are ready. The layout over the grown world is chosen there too: the engine's model
+    // and options, which the chooser reads, do not change while it trains.
+    void start_joining(Engine& engine, long long step, joiner_source source) {
+        const int grown = world_->size() + source.count;
+        const parallel_config current = engine.config();
+        joining_ = std::make_unique<joiner_start>(
+            *world_, std::move(source), terms_, [this, grown, current] { return choose_(grown, current); },
+            mpi_allows_threads());
+        grow_asked_at_ = step;
+    }
+
+    // Collective: whether every rank's joiners are ready (or every rank's start is over, some
+    // having failed).
+    bool all_joiners_ready() {
+        double done[1] = {joining_->done() ? 1.0 : 0.0};
+        world_->allreduce_sum(std::span<double>(done));
+        return static_cast<int>(done[0]) == world_->size();
+    }
+
+    // Once the joiners are ready (or waiting for them): merges them in after the ranks there
+    // are, tells them the step and the layouts, and moves the state onto the grown world in the
+    // layout the chooser gives for it. A start that failed on any rank is dropped with a message
+    // (the run goes on in its world; joiners refused in the vote leave with exit 2, others that
+    // started time out and end).
+    std::optional<elastic_event> finish_grow(Engine& engine, long long step, std::chrono::steady_clock::time_point start) {
+        const std::unique_ptr<joiner_start> joining = std::move(joining_);
         const int n = world_->size();
+        const int count = joining->count();
+        std::optional<comm::mpi> merged;
+        std::string failure;
+        try {
+            merged.emplace(joining->take());
+        } catch (const std::exception& e) {
+            failure = e.what();
+            if (failure.rfind("weft: ", 0) == 0) failure.erase(0, 6);
+        }
+        double failed[1] = {failure.empty() ? 0.0 : 1.0};
+        world_->allreduce_sum(std::span<double>(failed));
+        if (failed[0] > 0) {
+            // One line where every rank failed alike (a refusal), else one from each that failed.
+            const bool everyone = static_cast<int>(failed[0]) == n;
+            if (world_->rank() == 0 || (!failure.empty() && !everyone))
+                std::fprintf(stderr, "elastic | `%s` (asked before step %lld) failed on %d rank(s)%s%s; the run goes on "
+                             "over its %d ranks\n", joining->source().describe().c_str(), grow_asked_at_,
+                             static_cast<int>(failed[0]), failure.empty() ? "" : ": ", failure.c_str(), n);
+            return std::nullopt;
+        }
         elastic_event event;
         event.kind = elastic_event_kind::join;
         event.step = step;
+        event.asked_step = grow_asked_at_;
         for (int r = n; r < n + count; ++r) event.ranks.push_back(r);
         event.from = engine.layout().describe();
         event.world_from = n;
         event.world_to = n + count;
+        event.phases.start_joiners = joining->seconds_to_ready();
         event.phases.agree = since(start);
-        const auto rebuild = std::chrono::steady_clock::now();
-        comm::mpi& grown = keep(spawn_and_merge(count));
-        event.phases.rebuild_communicators = since(rebuild);
-        const parallel_config config = choose_(grown.size(), engine.config());
+        comm::mpi& grown = keep(std::move(*merged));
+        const parallel_config& config = joining->chosen();  // for this layout: no event came between
         join_handshake told;
         told.step = step;
         told.running = layout_fields::of(engine.config());
@@ -325,29 +446,6 @@ private:
         world_ = &grown;
         mirror_.clear();
         return event;
-    }
-
-    comm::mpi spawn_and_merge(int count) {
-        const std::vector<std::string>& arguments = detail::launch_arguments();
-        require(!arguments.empty(), "grow", count, "needs the program's command line (run::launch records it)");
-        std::vector<char*> argv;
-        for (std::size_t i = 1; i < arguments.size(); ++i) argv.push_back(const_cast<char*>(arguments[i].c_str()));
-        argv.push_back(nullptr);
-        // The program itself, wherever the launcher found it.
-        std::string program = std::filesystem::read_symlink("/proc/self/exe").string();
-        MPI_Comm inter = MPI_COMM_NULL;
-        std::vector<int> codes(static_cast<std::size_t>(count), MPI_SUCCESS);
-        comm::detail::mpi_check(MPI_Comm_spawn(program.c_str(), argv.data(), count, MPI_INFO_NULL, 0,
-                                               world_->native(), &inter, codes.data()),
-                                "MPI_Comm_spawn");
-        MPI_Comm merged = MPI_COMM_NULL;
-        comm::detail::mpi_check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
-        // Only the merged world is used; a connection left open makes Open MPI 5's
-        // MPI_Finalize crash.
-        MPI_Comm_disconnect(&inter);
-        comm::mpi out(merged, true);
-        out.set_timeout(world_->timeout());
-        return out;
     }
 
     void refresh_mirror(Engine& engine, long long step) {
@@ -501,6 +599,14 @@ private:
     std::optional<leave_on_signal> leave_signal_;  // records the notice while the run trains
     std::optional<control_file> control_;
     std::list<comm::mpi> worlds_;  // the worlds made since the launch's (stable addresses)
+    join_terms terms_;                      // what joiners must agree with (run/join_terms.hpp)
+    std::optional<published_port> port_;     // rank 0 with --control: where --join jobs connect
+    int grows_asked_ = 0;                    // processes asked for and not started yet (one start at a time)
+    std::deque<int> accepts_asked_;          // --join jobs announced and agreed, not accepted yet
+    std::deque<int> rank0_accepts_;          // rank 0: --join jobs announced, not agreed yet (one per boundary)
+    std::vector<int> postponed_leavers_;     // leavers waiting for a --join job being accepted
+    std::unique_ptr<joiner_start> joining_;  // the processes being started
+    long long grow_asked_at_ = 0;            // the boundary their grow was agreed at
     elastic::buddy_mirror<scalar> mirror_;
     std::optional<elastic::layout> mirror_layout_;  // the layout the mirror was taken in
     int mirror_rank_ = 0;                           // this rank's number then

@@ -38,7 +38,11 @@ struct layout_fields {
 };
 
 struct join_handshake {
-    std::int64_t step = 0;                // the boundary the joiners arrive at
+    // The step of a handshake that says the run ended before the joiners were taken in: they
+    // leave (exit 0).
+    static constexpr std::int64_t run_ended = -1;
+
+    std::int64_t step = 0;                // the boundary the joiners arrive at (or run_ended)
     layout_fields running;                // the layout the old ranks train in
     std::int32_t partition_count = 0;     // its partition (unit counts per stage; 0: the default)
     std::array<std::int32_t, 256> partition{};
@@ -57,6 +61,9 @@ struct join_handshake {
 
 namespace detail {
 inline std::atomic<bool> joined_running_world{false};
+// Set where a join's start was given up while its thread waits inside MPI for good (an accept
+// nobody connected to): the launch then bounds MPI_Finalize, which might wait for it.
+inline std::atomic<bool> finalize_may_wait{false};
 // The program's command line as run::launch got it, before MPI_Init: what a grow starts the
 // new processes with.
 inline std::vector<std::string>& launch_arguments() {

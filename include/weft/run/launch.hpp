@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -119,6 +120,10 @@ void train_explaining_memory(Train& train, World& world) {
     }
 }
 
+// How long MPI_Finalize may take after a run that survives lost peers before the process ends
+// anyway (mpi_environment::finalize_within); it takes milliseconds when it works.
+inline constexpr std::chrono::seconds finalize_bound{10};
+
 }  // namespace detail
 
 // Calls train(world) on the MPI world (under mpirun) or on `ranks` threads, and returns the
@@ -147,36 +152,45 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
             // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
             // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
             comm::set_watchdog_label(program);
-            // A process an elastic run's grow started joins its parents' world (after them).
-            auto world = joined_world().value_or(comm::mpi::world());
-            try {
-                require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
-                        "under mpirun the world size is mpirun's -np (" + std::to_string(world.size()) +
-                            "); omit --ranks");
-                detail::train_explaining_memory(train, world);
-                return exit_code::done;
-            } catch (const stopped& stop) {
-                if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
-                return stop.exit_code();
-            } catch (const left_the_run&) {
-                // --elastic: this rank handed its state over. Under ULFM it ends now, freeing its
-                // node (MPI_Finalize would wait for the others); without, MPI_Finalize waits.
-                std::fflush(stdout);
-                std::fflush(stderr);
-                if constexpr (comm::has_ulfm()) std::_Exit(exit_code::done);
-                return exit_code::done;
-            } catch (const std::exception& e) {
-                std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
-                std::fflush(stderr);
-                // --elastic under ULFM: this rank's failure is the others' crash to recover
-                // from, so it ends alone; otherwise the whole job ends.
-                if (comm::peer_loss_recovery()) {
+            const int code = [&]() -> int {
+                // A process an elastic run's grow started, or one launched with --join, joins the
+                // running job's world (after its ranks).
+                auto world = joined_world(detail::join_option(argc, argv)).value_or(comm::mpi::world());
+                try {
+                    require(ranks == 0 || ranks == world.size(), "--ranks", ranks,
+                            "under mpirun the world size is mpirun's -np (" + std::to_string(world.size()) +
+                                "); omit --ranks");
+                    detail::train_explaining_memory(train, world);
+                    return exit_code::done;
+                } catch (const stopped& stop) {
+                    if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", program, stop.what());
+                    return stop.exit_code();
+                } catch (const left_the_run&) {
+                    // --elastic: this rank handed its state over. Under ULFM it ends now, freeing its
+                    // node (MPI_Finalize would wait for the others); without, MPI_Finalize waits.
                     std::fflush(stdout);
-                    std::_Exit(exit_code::failed);
+                    std::fflush(stderr);
+                    if constexpr (comm::has_ulfm()) std::_Exit(exit_code::done);
+                    return exit_code::done;
+                } catch (const std::exception& e) {
+                    std::fprintf(stderr, "%s (rank %d): %s\n", program, world.rank(), e.what());
+                    std::fflush(stderr);
+                    // --elastic under ULFM: this rank's failure is the others' crash to recover
+                    // from, so it ends alone; otherwise the whole job ends.
+                    if (comm::peer_loss_recovery()) {
+                        std::fflush(stdout);
+                        std::_Exit(exit_code::failed);
+                    }
+                    if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, exit_code::failed);
+                    return exit_code::failed;
                 }
-                if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, exit_code::failed);
-                return exit_code::failed;
-            }
+            }();
+            // A run that survives lost peers (--elastic under ULFM) has its work done and
+            // written by now; MPI_Finalize may still wait for a lost peer for good (see
+            // finalize_within), or for a join's start given up, so it is bounded.
+            if (comm::peer_loss_recovery() || detail::finalize_may_wait.load())
+                environment.finalize_within(detail::finalize_bound, code);
+            return code;
 #else
             throw weft::error(std::string("this ") + program +
                               " was built without MPI; run it without mpirun and use --ranks");

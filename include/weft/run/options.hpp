@@ -103,7 +103,7 @@ inline constexpr unsigned checkpoints = 128;  // --checkpoint-dir, --checkpoint-
 inline constexpr unsigned weights = 256;      // --init-from, --save
 inline constexpr unsigned logs = 512;         // --log-json
 inline constexpr unsigned mfu = 1024;         // --peak-tflops
-inline constexpr unsigned elastic = 2048;    // --elastic, --control, --world-max, --mirror-every, --leave-signal
+inline constexpr unsigned elastic = 2048;    // --elastic, --control, --world-max, --mirror-every, --leave-signal, --join
 inline constexpr unsigned all = 4095;
 }  // namespace options
 
@@ -347,6 +347,13 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
                        "from without a checkpoint")
             ->check(int_in(1, 1 << 30))
             ->capture_default_str()
+            ->needs(elastic)
+            ->group(group);
+        app.add_option("--join", s.join_control,
+                       "join a running elastic job instead of starting a run: FILE is that job's --control file; "
+                       "give the job's own options (launch with mpirun -np N, N the processes that join; "
+                       "docs/elastic.md)")
+            ->check(non_empty_path())
             ->needs(elastic)
             ->group(group);
         app.add_option("--leave-signal", s.leave_signal,

@@ -61,6 +61,7 @@ struct settings {
     int world_max = 0;                 // the most ranks a grow may reach; 0: the ranks launched
     int mirror_every = 1;              // steps between mirrors of a rank's unique state on a buddy
     std::string leave_signal = "USR1";  // USR1, USR2 or none (run/leave_signal.hpp)
+    std::string join_control;           // --join: the --control FILE of a running job to join (run/join_connect.hpp)
 
     [[nodiscard]] double final_lr() const { return min_lr > 0 ? min_lr : lr; }
     [[nodiscard]] long long decay_end() const { return decay_steps >= 0 ? decay_steps : steps; }

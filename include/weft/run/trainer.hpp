@@ -36,8 +36,9 @@
 #include "weft/run/elastic_event.hpp"
 #include "weft/run/elastic_layout.hpp"
 #include "weft/run/held_step_lines.hpp"
-#include "weft/run/join_handshake.hpp"
 #include "weft/run/exit_codes.hpp"
+#include "weft/run/join_handshake.hpp"
+#include "weft/run/join_terms.hpp"
 #include "weft/run/layout.hpp"
 #include "weft/run/memory_report.hpp"
 #include "weft/run/preemption.hpp"
@@ -67,15 +68,16 @@ inline std::string reason(const std::exception& e) {
 // nothing (check_elastic_settings refuses --elastic there before anything trains).
 template <class Engine, class World>
 struct elastic_hooks {
-    explicit elastic_hooks(const settings&, World&,
-                           std::function<parallel_config(int, const parallel_config&)>) {}
+    elastic_hooks(const settings&, World&, std::function<parallel_config(int, const parallel_config&)>,
+                  const join_terms&) {}
     [[nodiscard]] static constexpr bool active() { return false; }
 };
 #if WEFT_HAS_MPI
 template <class Engine>
 struct elastic_hooks<Engine, comm::mpi> {
-    elastic_hooks(const settings& s, comm::mpi& world, std::function<parallel_config(int, const parallel_config&)> choose) {
-        if (s.elastic) session.emplace(s, world, std::move(choose));
+    elastic_hooks(const settings& s, comm::mpi& world, std::function<parallel_config(int, const parallel_config&)> choose,
+                  const join_terms& terms) {
+        if (s.elastic) session.emplace(s, world, std::move(choose), terms);
     }
     [[nodiscard]] bool active() const { return session.has_value(); }
     std::optional<elastic_session<Engine>> session;
@@ -171,11 +173,33 @@ public:
 
 private:
 #if WEFT_HAS_MPI
-    // A process a grow started: it learns the step and the layouts from rank 0, builds its
-    // engine holding nothing in the running layout, takes its part of the state in the move
-    // every rank makes now (the old ranks' grow), and trains on with them.
+    // A process a grow started: once ready, it learns the step and the layouts from rank 0 (or
+    // that the run ended before taking it in: it leaves, exit 0), builds its engine holding
+    // nothing in the running layout, takes its part of the state in the move every rank makes
+    // now (the old ranks' grow), and trains on with them.
     void join(const batch_source& batch, const train::engine_options& options, backend_type backend) {
+        // Its inputs are checked: it votes on the run's terms (a job launched with --join was
+        // given its options by a person), and the old ranks may take it in.
+        const join_terms mine = make_join_terms(s_, model_);
+        join_terms theirs;
+        std::string difference;
+        const bool taken = join_vote(world_->native(), theirs, [&](const join_terms& run) {
+            difference = run.difference(mine);
+            return difference.empty();
+        });
+        if (!taken) {
+            int own_rank = 0;  // this job's rank 0 speaks for it
+            MPI_Comm_rank(MPI_COMM_WORLD, &own_rank);
+            const std::string why = difference.empty()
+                                        ? std::string("the running job refused these processes (its output says why)")
+                                        : "this process's " + difference + " differs: join with the run's own options";
+            if (own_rank == 0) std::fprintf(stderr, "weft: joining the running job: %s\n", why.c_str());
+            throw stopped("not taken in by the running job", exit_code::failed);
+        }
         const join_handshake told = receive_join_handshake(*world_);
+        // Ends like the old ranks, through MPI_Finalize: Open MPI counts a spawned process
+        // that exits without it as failed.
+        if (told.step == join_handshake::run_ended) return;
         train::engine_options running = options;
         running.partition = told.running_partition();
         Engine engine(*world_, told.running.config(), model_, running, train::joining, std::move(backend));
@@ -252,12 +276,14 @@ private:
         // The run's own votes and reports are host values, over the engine's world: an elastic
         // run's changes with its events.
         const auto host = [&]() -> auto& { return comm::host_side(engine.world()); };
+        const auto run_started = std::chrono::steady_clock::now();  // the steps' "ended_s"
         int rank = world_->rank();
         detail::elastic_hooks<Engine, world_type> elastic(
             s_, *world_,
             choose_layout_ ? choose_layout_ : [&engine](int ranks, const parallel_config& current) {
                 return choose_elastic_layout<Engine>(ranks, current, engine.model(), engine.options());
-            });
+            },
+            make_join_terms(s_, model_));
         // What a checkpoint brings in lives where the engine's state does (a GPU's memory).
         const state_memory_scope state_memory(engine.backend().state_memory());
         if (!s_.init_from.empty() && joined_at_ < 0) train::load(engine, s_.init_from);
@@ -409,7 +435,7 @@ private:
                         step_reports.release_before(*committed);
                     elastic.session->crash_if_told(steps_done);
                     if (outcome.everyone_leaves) stop_by("the leave signal on every rank");
-                    if (outcome.event) after_event(*outcome.event);
+                    for (const elastic_event& event : outcome.events) after_event(event);
                 }
 #endif
             // A spare only keeps count, and follows rank 0's stops.
@@ -428,6 +454,7 @@ private:
             auto stats = engine.step(saving_on_input_error([&] { return batch(position); }));
             ++steps_done;
             stats.lr = step_lr;
+            stats.ended_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started).count();
             if (tokens_per_sample_ > 1) stats.tokens_per_second = tokens_per_step / (stats.milliseconds / 1e3);
             if (flops_per_token_ > 0)
                 stats.mfu = train::mfu(flops_per_token_, tokens_per_step, stats.milliseconds / 1e3, peak_tflops);

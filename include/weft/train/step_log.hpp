@@ -19,6 +19,10 @@ struct step_stats {
     double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
     double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
     double grad_norm = -1;           // the global gradient norm before clipping; < 0: not printed
+    // Seconds from the run's start to this step's end, on the rank that logs; < 0: not logged.
+    // A log line may be written later than its step ended (run/held_step_lines.hpp), so a
+    // reader that times the gaps between steps reads this, not the line's arrival.
+    double ended_seconds = -1;
     // -1: the step was applied. Otherwise its loss or gradients were not finite, it was not
     // applied, and this is the stage where that showed first (train/finite_guard.hpp).
     int nonfinite_stage = -1;
@@ -89,6 +93,7 @@ struct step_stats {
                        ", \"ms\": " + json_number(s.milliseconds) + ", \"tokens_per_s\": " +
                        json_number(s.tokens_per_second) + ", \"bubble\": " + json_number(s.bubble);
     if (!(s.grad_norm < 0)) line += ", \"grad_norm\": " + json_number(s.grad_norm);
+    if (!(s.ended_seconds < 0)) line += ", \"ended_s\": " + json_number(s.ended_seconds);
     if (!s.applied()) line += ", \"nonfinite_stage\": " + std::to_string(s.nonfinite_stage);
     return line + "}";
 }

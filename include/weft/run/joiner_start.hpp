@@ -1,0 +1,221 @@
+// Taking in the processes of an elastic run's grow, or of a job launched with --join, while
+// the old ranks train on (issue 48's join). What takes long is the joiners' own start: the
+// program, MPI_Init, the connection and the merge (over a second on one machine, far more
+// across nodes). Those run here on a thread of this rank's own, over a duplicate of the world,
+// so that the steps on the world go on meanwhile; the switch waits only for what is left once
+// every rank's thread is done: the handshake and the move (run/elastic_session.hpp).
+//
+// The sequence, on every old rank (the thread) and every joiner (run::trainer's join):
+//   old ranks                                  joiners
+//   MPI_Comm_spawn over the duplicate    <->   MPI_Init, MPI_Comm_get_parent
+//   (or MPI_Comm_accept on the port      <->   MPI_Init, MPI_Comm_connect: run/join_connect.hpp)
+//   MPI_Intercomm_merge (old ranks first) <->  MPI_Intercomm_merge (run::joined_world)
+//                                              the run's input checks
+//   join_vote: rank 0's terms            ->    compared with their own (run/join_terms.hpp)
+//              every rank agrees?        <->   a "no" ends the start on every rank: the
+//                                              joiners exit 2, the run goes on without them
+//   the layout to go on in (the planner)
+//   --- the thread is done; at the first boundary where every old rank's is, on the main thread:
+//   broadcast the join_handshake         ->    the step and the layouts (or "the run ended")
+//   move_to_world over the merged world  <->   move_to_world
+//
+// MPI calls from two threads at once need MPI_THREAD_MULTIPLE. Where the MPI gave less, the
+// same calls run at once, at the boundary of the grow, and the run waits for them.
+#pragma once
+
+#include "weft/comm/mpi.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "weft/core/error.hpp"
+#include "weft/core/parallel_config.hpp"
+#include "weft/run/join_handshake.hpp"
+#include "weft/run/join_terms.hpp"
+
+namespace weft::run {
+
+// Whether this process may call MPI from a second thread while the first trains.
+[[nodiscard]] inline bool mpi_allows_threads() {
+    int provided = MPI_THREAD_SINGLE;
+    return MPI_Query_thread(&provided) == MPI_SUCCESS && provided == MPI_THREAD_MULTIPLE;
+}
+
+// The end of a join's start, collective over the merged world, on the old ranks' start thread
+// and on the joiners after their input checks: rank 0 sends its terms (`terms` becomes them on
+// every rank); every rank says whether it agrees with them (`agrees`); true when every rank does.
+template <class Agrees>
+bool join_vote(MPI_Comm merged, join_terms& terms, Agrees&& agrees) {
+    comm::detail::mpi_check(MPI_Bcast(&terms, static_cast<int>(sizeof terms), MPI_BYTE, 0, merged),
+                            "MPI_Bcast (join terms)");
+    int all = agrees(static_cast<const join_terms&>(terms)) ? 1 : 0;
+    comm::detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, merged),
+                            "MPI_Allreduce (join vote)");
+    return all == 1;
+}
+
+// Where a join's processes come from.
+struct joiner_source {
+    int count = 0;        // processes
+    bool accept = false;  // false: MPI_Comm_spawn them; true: accept a job launched with --join
+    std::string port;     // accept: the port (significant on rank 0 only)
+
+    [[nodiscard]] std::string describe() const {
+        return (accept ? "accept " : "grow ") + std::to_string(count);
+    }
+};
+
+class joiner_start {
+public:
+    // Collective over `world` (it is duplicated): starts the processes of `source` (or accepts
+    // them), agrees with them on `terms` (the run's: run/join_terms.hpp), then calls `choose`
+    // (the layout over the grown world; it must only read what the training does not change).
+    // `in_background`: on a thread of its own (needs mpi_allows_threads()); otherwise now.
+    joiner_start(comm::mpi& world, joiner_source source, const join_terms& terms,
+                 std::function<parallel_config()> choose, bool in_background)
+        : count_(source.count),
+          source_(std::move(source)),
+          terms_(terms),
+          started_(std::chrono::steady_clock::now()),
+          timeout_(world.timeout()),
+          choose_(std::move(choose)) {
+        if (!source_.accept) {
+            const std::vector<std::string>& arguments = detail::launch_arguments();
+            require(!arguments.empty(), "grow", count_, "needs the program's command line (run::launch records it)");
+            arguments_.assign(arguments.begin() + 1, arguments.end());
+            // The program itself, wherever the launcher found it.
+            program_ = std::filesystem::read_symlink("/proc/self/exe").string();
+        }
+        comm::detail::mpi_check(MPI_Comm_dup(world.native(), &parents_), "MPI_Comm_dup");
+        if (in_background)
+            thread_ = std::thread([this] { start(); });
+        else
+            start();
+    }
+    joiner_start(const joiner_start&) = delete;
+    joiner_start& operator=(const joiner_start&) = delete;
+    // A start the run never took (it ended first, on every rank): the joiners hear that the run
+    // ended, and exit 0. One that failed is only freed (joiners that voted "no" have left).
+    // An accept nobody connects to never ends: the session gives such a start up instead of
+    // destroying it (run/elastic_session.hpp).
+    ~joiner_start() {
+        if (thread_.joinable()) thread_.join();
+        if (merged_ == MPI_COMM_NULL || failure_) {
+            if (merged_ != MPI_COMM_NULL) MPI_Comm_free(&merged_);
+            free_parents();
+            return;
+        }
+        try {
+            comm::mpi grown(std::exchange(merged_, MPI_COMM_NULL), true);
+            if (grown.rank() == 0)
+                std::printf("elastic | the run ended before the %d processes of `%s` were taken in: they leave\n",
+                            count_, source_.describe().c_str());
+            join_handshake ended;
+            ended.step = join_handshake::run_ended;
+            grown.broadcast(std::as_writable_bytes(std::span<join_handshake>(&ended, 1)), 0);
+        } catch (...) {  // nothing more to tell them: the job's end ends them
+        }
+        free_parents();
+    }
+
+    // Whether this rank's part is done (the joiners are connected and ready, or it failed).
+    [[nodiscard]] bool done() const { return done_.load(); }
+    [[nodiscard]] int count() const { return count_; }
+    [[nodiscard]] const joiner_source& source() const { return source_; }
+    // Waits up to `patience` for done().
+    [[nodiscard]] bool wait_done(std::chrono::duration<double> patience) const {
+        const auto deadline = std::chrono::steady_clock::now() + patience;
+        while (!done() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return done();
+    }
+    // From the start to this rank's part being done.
+    [[nodiscard]] double seconds_to_ready() const { return seconds_to_ready_; }
+    // Once done() without a failure: what `choose` gave.
+    [[nodiscard]] const parallel_config& chosen() const { return *chosen_; }
+
+    // Once done() (or it waits): the merged world, the old ranks first; rethrows a failure.
+    [[nodiscard]] comm::mpi take() {
+        if (thread_.joinable()) thread_.join();
+        if (failure_) std::rethrow_exception(failure_);
+        comm::mpi grown(std::exchange(merged_, MPI_COMM_NULL), true);
+        grown.set_timeout(timeout_);
+        free_parents();
+        return grown;
+    }
+
+private:
+    [[nodiscard]] MPI_Comm spawn() {
+        std::vector<char*> argv;
+        for (std::string& argument : arguments_) argv.push_back(argument.data());
+        argv.push_back(nullptr);
+        MPI_Comm inter = MPI_COMM_NULL;
+        std::vector<int> codes(static_cast<std::size_t>(count_), MPI_SUCCESS);
+        comm::detail::mpi_check(
+            MPI_Comm_spawn(program_.c_str(), argv.data(), count_, MPI_INFO_NULL, 0, parents_, &inter, codes.data()),
+            "MPI_Comm_spawn");
+        return inter;
+    }
+    [[nodiscard]] MPI_Comm accept() {
+        MPI_Comm inter = MPI_COMM_NULL;
+        comm::detail::mpi_check(MPI_Comm_accept(source_.port.c_str(), MPI_INFO_NULL, 0, parents_, &inter),
+                                "MPI_Comm_accept");
+        return inter;
+    }
+
+    void start() {
+        try {
+            MPI_Comm inter = source_.accept ? accept() : spawn();
+            int arrived = 0;
+            MPI_Comm_remote_size(inter, &arrived);
+            MPI_Comm merged = MPI_COMM_NULL;
+            comm::detail::mpi_check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
+            // Only the merged world is used; a connection left open makes Open MPI 5's
+            // MPI_Finalize crash.
+            MPI_Comm_disconnect(&inter);
+            MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+            merged_ = merged;  // the destructor's to free, whatever follows
+            // A job launched with --join announced its size: one of another size is refused.
+            if (!join_vote(merged, terms_, [&](const join_terms&) { return arrived == count_; }))
+                throw error(arrived != count_ ? std::to_string(arrived) + " processes connected where `" +
+                                                    source_.describe() + "` announced " + std::to_string(count_)
+                                              : "the joining processes' options differ from the run's (their "
+                                                "message names the option); they leave");
+            chosen_.emplace(choose_());
+        } catch (...) {
+            failure_ = std::current_exception();
+        }
+        seconds_to_ready_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+        done_.store(true);
+    }
+    void free_parents() {
+        if (parents_ != MPI_COMM_NULL) MPI_Comm_free(&parents_);
+    }
+
+    int count_;
+    joiner_source source_;
+    join_terms terms_;
+    std::chrono::steady_clock::time_point started_;
+    comm::timeout_duration timeout_;
+    std::vector<std::string> arguments_;
+    std::string program_;
+    MPI_Comm parents_ = MPI_COMM_NULL;  // the world's duplicate the spawn is collective over
+    MPI_Comm merged_ = MPI_COMM_NULL;   // set by start(), then read once done_ is seen
+    std::function<parallel_config()> choose_;
+    std::optional<parallel_config> chosen_;
+    std::exception_ptr failure_;
+    double seconds_to_ready_ = 0;
+    std::atomic<bool> done_{false};
+    std::thread thread_;  // last: started once everything it reads is set
+};
+
+}  // namespace weft::run
