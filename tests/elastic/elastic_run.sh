@@ -12,6 +12,11 @@
 #   leave-signal      SIGUSR1 (sent from here, by kill) to rank 1 once step 3 is logged; rank 1
 #                     hands its state over and exits 0 at once, the others go on
 #   leave-control     `leave 2` appended to the --control file once step 3 is logged
+#   crash-rank0-control rank 0, which reads the --control file, crashes before step 5; once the
+#                     failure is logged, `leave 1` must still be read (by the new rank 0)
+#   leave-rank0       `leave 0` once step 3 is logged (rank 0 reads the control file: the next
+#                     rank takes the file over), then `leave 1` once that event is logged: the
+#                     second leave must be read too (4 -> 3 -> 2)
 #   grow              2 ranks (pp 2) with --world-max 4, 300 steps: `grow 2` appended once step 3
 #                     is logged starts two processes (MPI_Comm_spawn) while the run trains on;
 #                     they join at the first boundary where they are ready (the event says
@@ -50,7 +55,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_
 # A leave comes from outside, at a moment this script picks: those runs are long enough (a step
 # takes about 15 ms here) that it lands well before their end.
 steps=12
-[[ "$scenario" == leave-* || "$scenario" == *leave || "$scenario" == stall ]] && steps=100
+[[ "$scenario" == leave-* || "$scenario" == *leave || "$scenario" == stall || "$scenario" == crash-rank0-control ]] &&
+    steps=100
 # A grow's processes take over a second to start while the steps go on (faster than 15 ms
 # each): enough steps that they are ready well before the end.
 [[ "$scenario" == *grow || "$scenario" == join-* ]] && steps=300
@@ -141,6 +147,27 @@ case "$scenario" in
         wait "$launcher"
         status=$?
         ;;
+    crash-rank0-control)
+        : >"$work/control"
+        WEFT_ELASTIC_KILL="0@5" run_elastic --control "$work/control" &
+        launcher=$!
+        for _ in $(seq 600); do grep -Eq '"event": ?"failure"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        echo "leave 1" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        must_say="reads it from now on"
+        ;;
+    leave-rank0)
+        : >"$work/control"
+        run_elastic --control "$work/control" &
+        launcher=$!
+        wait_for_step 3
+        echo "leave 0" >>"$work/control"
+        for _ in $(seq 600); do grep -Eq '"event": ?"leave"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        echo "leave 1" >>"$work/control"
+        wait "$launcher"
+        status=$?
+        ;;
     grow | grow-late)
         : >"$work/control"
         run_elastic --control "$work/control" --world-max 4 &
@@ -221,7 +248,7 @@ case "$scenario" in
         [[ ! -e "$work/control.port" ]] || fail "the run left its port file behind"
         ;;
     *) fail "unknown scenario (valid: crash-0..3, crash-buddies, leave-signal, leave-control, grow, grow-late, crash-then-grow,
-crash-during-leave, crash-in-recovery, stall, join-connect, join-refused)" ;;
+crash-during-leave, crash-in-recovery, stall, join-connect, join-refused, leave-rank0, crash-rank0-control)" ;;
 esac
 cat "$work/elastic.out"
 [[ -z "$must_say" ]] || grep -q "$must_say" "$work/elastic.out" || fail "the output does not say: $must_say"
@@ -249,7 +276,8 @@ fi
 switches=()
 expected_events=1
 [[ "$scenario" == grow-late || "$scenario" == join-refused ]] && expected_events=0
-[[ "$scenario" == crash-then-grow || "$scenario" == crash-during-leave ]] && expected_events=2
+[[ "$scenario" == crash-then-grow || "$scenario" == crash-during-leave || "$scenario" == leave-rank0 ||
+    "$scenario" == crash-rank0-control ]] && expected_events=2
 while read -r event_step switch_spec; do
     switches+=(--switch "$event_step:$switch_spec")
 done < <(python3 - "$work/elastic.jsonl" "$expected_events" <<'EOF'

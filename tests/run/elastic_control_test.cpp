@@ -206,3 +206,24 @@ TEST_CASE("the control file: a file truncated and written again is read from its
     CHECK(control.poll() == std::vector<control_command>{control_command::leave({2})});
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("the control file: a watcher made at another's position goes on where it stopped", "[run][elastic]") {
+    const auto dir = control_test_dir("hand_over");
+    const auto file = dir / "control";
+    control_append(file, "grow 2\n");
+    weft::run::control_file first(file.string());
+    control_append(file, "leave 0\ngrow 1\nleave");  // the last line is still being written
+    CHECK(first.poll() == std::vector<control_command>{control_command::leave({0}), control_command::grow(1)});
+    const auto at = first.read_position();
+    CHECK(at.lines == 3);
+    CHECK(at.offset == std::string("grow 2\nleave 0\ngrow 1\n").size());
+    // The next reader applies nothing read before, the line being written once it ends, and
+    // numbers lines on from the first's.
+    weft::run::control_file next(file.string(), at);
+    CHECK(next.poll().empty());
+    control_append(file, " 1\nbad\n");
+    CHECK(next.poll() == std::vector<control_command>{control_command::leave({1})});
+    CHECK(next.rejected() == 1);
+    CHECK(next.lines() == 5);
+    std::filesystem::remove_all(dir);
+}

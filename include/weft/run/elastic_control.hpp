@@ -211,6 +211,13 @@ inline void check_control_command(const control_command& command, int world_size
 // FILE): a file that shrinks has been truncated or replaced, and is read again from its start.
 class control_file {
 public:
+    // How far a watcher has read: what another rank's watcher goes on from when the rank that
+    // reads the file leaves the run (run/elastic_session.hpp).
+    struct position {
+        std::uintmax_t offset = 0;  // bytes of complete lines read
+        long long lines = 0;
+    };
+
     explicit control_file(std::string path) : path_(std::move(path)) {
         namespace fs = std::filesystem;
         require(!path_.empty(), "--control", path_, "must name a file");
@@ -237,6 +244,12 @@ public:
         // A last line still being written when the run started is history too (see poll()).
         history_pending_ = !pending_.empty();
     }
+
+    // A watcher that goes on where another stopped (`from`, its read_position()): nothing
+    // before it is history; a line after it is read as if this watcher had been there all along.
+    control_file(std::string path, position from) : path_(std::move(path)), offset_(from.offset), lines_(from.lines) {}
+
+    [[nodiscard]] position read_position() const { return {offset_ - pending_.size(), lines_}; }
 
     // The commands of the complete lines appended since the last call (or since the watcher
     // was made), in order. A last line without its '\n' waits for it. A line that cannot be

@@ -215,6 +215,7 @@ public:
         try {
             const long long resume_at = recover_from_mirror(engine, event, detected, voted);
             comm::hand_stalls_to_recovery(comm::can_recover_from_stalls());
+            adopt_control_file();
             return resume_at;
         } catch (const comm::peer_lost& again) {
             throw error(std::string("another rank failed during the recovery (") + again.what() +
@@ -346,6 +347,7 @@ private:
         const int n = world_->size();
         const int stay = n - static_cast<int>(leavers.size());
         const bool leaving = std::binary_search(leavers.begin(), leavers.end(), world_->rank());
+        if (leavers.front() == 0) hand_over_control(leavers);
         // Who stays first, in rank order, then the leavers: the new layout's rank j is rank j.
         const std::vector<elastic::state_source> sources = elastic::stayers_first(n, leavers);
         elastic_event event;
@@ -371,6 +373,49 @@ private:
         world_ = &stays_on;
         mirror_.clear();
         return event;
+    }
+
+    // Collective over the world, before rank 0 leaves: the control file's watcher, the port and
+    // the `accept` lines read and not agreed on yet move to the first rank that stays (rank 0
+    // of the world after the leave), which goes on reading the file where rank 0 stopped and
+    // publishes a port of its own. Without it the run would silently stop reading the file.
+    void hand_over_control(const std::vector<int>& leavers) {
+        if (settings_.control_file.empty()) return;
+        int heir = 0;
+        while (std::binary_search(leavers.begin(), leavers.end(), heir)) ++heir;
+        // Where rank 0 stopped reading (-1: it holds no watcher, e.g. the heir of a leave that a
+        // crash rolled back already took it), and how many accepts it holds; then those accepts.
+        double read[3] = {-1, 0, 0};
+        if (world_->rank() == 0 && control_) {
+            const control_file::position at = control_->read_position();
+            read[0] = static_cast<double>(at.offset);
+            read[1] = static_cast<double>(at.lines);
+            read[2] = static_cast<double>(rank0_accepts_.size());
+            control_.reset();
+            port_.reset();  // its file goes before the heir writes its own
+        }
+        world_->broadcast(std::as_writable_bytes(std::span<double>(read)), 0);
+        std::vector<double> accepts(static_cast<std::size_t>(read[2]), 0.0);
+        if (world_->rank() == 0) std::copy(rank0_accepts_.begin(), rank0_accepts_.end(), accepts.begin());
+        if (!accepts.empty()) world_->broadcast(std::as_writable_bytes(std::span<double>(accepts)), 0);
+        if (world_->rank() != heir || read[0] < 0) return;
+        control_.emplace(settings_.control_file,
+                         control_file::position{static_cast<std::uintmax_t>(read[0]), static_cast<long long>(read[1])});
+        port_.emplace(settings_.control_file);
+        for (const double count : accepts) rank0_accepts_.push_back(static_cast<int>(count));
+    }
+
+    // After a recovery: where rank 0 failed, the new rank 0 reads the control file from now on
+    // and publishes a port of its own. The failed reader's position died with it, so the lines
+    // in the file now are history to the new watcher: a line appended after the last boundary
+    // the failed rank read is not applied, and the message says so.
+    void adopt_control_file() {
+        if (world_->rank() != 0 || control_ || settings_.control_file.empty()) return;
+        control_.emplace(settings_.control_file);
+        port_.emplace(settings_.control_file);
+        std::fprintf(stderr, "elastic | the rank that read --control %s failed: this rank (0 of %d) reads it from now on; "
+                     "a line appended since the last step boundary before the failure is not applied: append it "
+                     "again\n", settings_.control_file.c_str(), world_->size());
     }
 
     // Starts the processes of `source` (run/joiner_start.hpp: spawned, or a job launched with
