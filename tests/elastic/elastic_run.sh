@@ -96,6 +96,14 @@ wait_for_step() {
     done
     fail "step $step never logged"
 }
+wait_for_event() {
+    local kind=$1
+    for _ in $(seq 600); do
+        grep -Eq "\"event\": ?\"$kind\"" "$work/elastic.jsonl" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    fail "no $kind event logged"
+}
 
 # Each run is bounded well inside CTest's 300 s, so that a hang is reported here with the
 # run's output (timeout's exit 124) rather than by CTest killing the script.
@@ -151,7 +159,7 @@ case "$scenario" in
         : >"$work/control"
         WEFT_ELASTIC_KILL="0@5" run_elastic --control "$work/control" &
         launcher=$!
-        for _ in $(seq 600); do grep -Eq '"event": ?"failure"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        wait_for_event failure
         echo "leave 1" >>"$work/control"
         wait "$launcher"
         status=$?
@@ -163,7 +171,7 @@ case "$scenario" in
         launcher=$!
         wait_for_step 3
         echo "leave 0" >>"$work/control"
-        for _ in $(seq 600); do grep -Eq '"event": ?"leave"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        wait_for_event leave
         echo "leave 1" >>"$work/control"
         wait "$launcher"
         status=$?
@@ -182,7 +190,7 @@ case "$scenario" in
         : >"$work/control"
         WEFT_ELASTIC_KILL="3@5" run_elastic --control "$work/control" &
         launcher=$!
-        for _ in $(seq 600); do grep -Eq '"event": ?"failure"' "$work/elastic.jsonl" 2>/dev/null && break; sleep 0.05; done
+        wait_for_event failure
         echo "grow 1" >>"$work/control"
         wait "$launcher"
         status=$?
