@@ -88,22 +88,17 @@ rank_pid() {
         fi
     done
 }
-wait_for_step() {
-    local step=$1
+# Waits up to 30 s for a line of the run's --log-json that matches the extended regex PATTERN.
+wait_for_log() {
+    local pattern=$1 what=$2
     for _ in $(seq 600); do
-        grep -q "\"step\": $step," "$work/elastic.jsonl" 2>/dev/null && return 0
+        grep -Eq "$pattern" "$work/elastic.jsonl" 2>/dev/null && return 0
         sleep 0.05
     done
-    fail "step $step never logged"
+    fail "$what never logged"
 }
-wait_for_event() {
-    local kind=$1
-    for _ in $(seq 600); do
-        grep -Eq "\"event\": ?\"$kind\"" "$work/elastic.jsonl" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    fail "no $kind event logged"
-}
+wait_for_step() { wait_for_log "\"step\": $1," "step $1"; }
+wait_for_event() { wait_for_log "\"event\": ?\"$1\"" "a $1 event"; }
 
 # Each run is bounded well inside CTest's 300 s, so that a hang is reported here with the
 # run's output (timeout's exit 124) rather than by CTest killing the script.
