@@ -10,3 +10,10 @@ TEST_CASE("error messages name the parameter, the value and what is valid") {
     CHECK_THROWS_AS(weft::require(false, "x", 1, "y"), weft::error);
     CHECK_NOTHROW(weft::require(true, "x", 1, "y"));
 }
+
+TEST_CASE("unprefixed quotes a weft::error's message without its prefix", "[core]") {
+    CHECK(weft::unprefixed(weft::error("--steps = 0 is invalid")) == "--steps = 0 is invalid");
+    CHECK(weft::unprefixed(std::runtime_error("not weft's")) == "not weft's");
+    CHECK(weft::unprefixed(std::string_view("weft: weft: twice")) == "weft: twice");  // one prefix only
+    CHECK(weft::error(weft::unprefixed(weft::error("again"))).what() == std::string("weft: again"));
+}

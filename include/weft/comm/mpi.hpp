@@ -156,7 +156,7 @@ public:
             if (!c->settled) queue->settle_through(c.get());
             if (!c->refusal.empty()) {
                 // The refusal is a weft::error's text already ("weft: ..."): thrown as it was.
-                const std::string text = c->refusal.rfind("weft: ", 0) == 0 ? c->refusal.substr(6) : c->refusal;
+                const std::string text = unprefixed(c->refusal);
                 if (c->peer_failed) throw peer_lost(text);
                 throw error(text);
             }

@@ -3,6 +3,7 @@
 // would have been valid, so a user can fix the call without reading the source.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,15 @@ class error : public std::runtime_error {
 public:
     explicit error(const std::string& message) : std::runtime_error(std::string("weft: ").append(message)) {}
 };
+
+// A message without weft::error's "weft: ", to quote it inside another message (or throw it
+// again as a weft::error without doubling the prefix).
+[[nodiscard]] inline std::string unprefixed(std::string_view message) {
+    constexpr std::string_view prefix = "weft: ";
+    if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
+    return std::string(message);
+}
+[[nodiscard]] inline std::string unprefixed(const std::exception& e) { return unprefixed(std::string_view(e.what())); }
 
 namespace detail {
 

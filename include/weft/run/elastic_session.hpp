@@ -314,9 +314,8 @@ private:
                     else
                         for (const int r : c.ranks) told[static_cast<std::size_t>(r)] = 1;
                 } catch (const error& e) {
-                    const std::string why = e.what();
                     std::fprintf(stderr, "elastic | %s: %s; line ignored\n", control_->path().c_str(),
-                                 why.substr(why.rfind("weft: ", 0) == 0 ? 6 : 0).c_str());
+                                 unprefixed(e).c_str());
                 }
             }
             // One job to accept per boundary, each with an accept of its own.
@@ -453,8 +452,7 @@ private:
         try {
             merged.emplace(joining->take());
         } catch (const std::exception& e) {
-            failure = e.what();
-            if (failure.rfind("weft: ", 0) == 0) failure.erase(0, 6);
+            failure = unprefixed(e);
         }
         double failed[1] = {failure.empty() ? 0.0 : 1.0};
         world_->allreduce_sum(std::span<double>(failed));

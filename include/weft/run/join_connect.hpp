@@ -161,7 +161,7 @@ inline void append_control_line(const std::string& control_file, const std::stri
     int found = failure.empty() ? 1 : 0;
     MPI_Bcast(&found, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (found == 0) {
-        if (rank == 0) throw weft::error(failure.rfind("weft: ", 0) == 0 ? failure.substr(6) : failure);
+        if (rank == 0) throw weft::error(unprefixed(failure));
         throw weft::error("--join: rank 0 of this job found no running job to join (its message says why)");
     }
     MPI_Comm inter = MPI_COMM_NULL;

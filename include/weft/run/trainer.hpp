@@ -58,12 +58,6 @@ namespace weft::run {
 
 namespace detail {
 
-// An error's message without weft::error's "weft: ", to quote it inside another.
-inline std::string reason(const std::exception& e) {
-    const std::string text = e.what();
-    return text.rfind("weft: ", 0) == 0 ? text.substr(6) : text;
-}
-
 // --elastic's part of the loop (run/elastic_session.hpp) where the world is MPI's; elsewhere
 // nothing (check_elastic_settings refuses --elastic there before anything trains).
 template <class Engine, class World>
@@ -234,13 +228,13 @@ private:
                 for (int b = 0; b < s_.val_batches; ++b) static_cast<void>(validation_batch_(b));
             } catch (const error& e) {
                 throw error("--val-data cannot give " + std::to_string(s_.val_batches) +
-                            " validation batch(es) (--val-batches): " + detail::reason(e));
+                            " validation batch(es) (--val-batches): " + unprefixed(e));
             }
         }
         try {
             static_cast<void>(batch(0));
         } catch (const error& e) {
-            throw error("--data cannot give one batch: " + detail::reason(e));
+            throw error("--data cannot give one batch: " + unprefixed(e));
         }
         if (world_->rank() == 0) {
             if (!s_.checkpoint_dir.empty()) {
@@ -328,7 +322,7 @@ private:
             } catch (const error& e) {
                 if (s_.checkpoint_dir.empty() || saved_step == steps_done) throw;
                 checkpoint();
-                throw error(detail::reason(e) + " (the state after step " + std::to_string(steps_done) +
+                throw error(unprefixed(e) + " (the state after step " + std::to_string(steps_done) +
                             " is saved: continue with --resume " + s_.checkpoint_dir + ")");
             }
         };
