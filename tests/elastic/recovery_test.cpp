@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <map>
@@ -219,6 +220,89 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
         const unsigned long long step = engine.is_spare() ? 0 : engine.progress().step;
         auto losses = recovery_train(engine, recovery_steps_after);
         if (stays_on->rank() == 0) {
+            const std::lock_guard guard(lock);
+            out.losses = std::move(losses);
+            out.state = std::move(state);
+            out.step = step;
+        }
+    });
+    return out;
+}
+
+// Two ranks train in `from` (world 2, over their own communicator); two more join them, as an
+// elastic grow takes them in: each builds an engine holding nothing in the running layout over
+// the grown world of 4, the old ranks' coming first, and every rank moves onto it in `to`. With
+// `made_ahead`, the new layout's communicators are made first (engine::prepare_layout) and the
+// move adopts them. (An elastic run makes them on a second thread while the first trains; on
+// comm::local, whose deadlock check knows one waiting call per rank, they are made after the
+// steps. The ft build's grow scenario runs them beside training.)
+recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery_layout& to, bool made_ahead) {
+    std::mutex lock;
+    recovery_full_state shared;
+    recovery_outcome out;
+    recovery_comm::run(4, [&](recovery_comm& grown) {
+        const bool joiner = grown.rank() >= 2;
+        auto old_world = grown.split(joiner ? 1 : 0, grown.rank());  // outlives the engine
+        std::optional<recovery_engine> engine;
+        std::optional<recovery_engine::prepared_layout> prepared;
+        // Communicators start with their parent's timeout: those made ahead carry this one, and
+        // show that the move adopted them rather than splitting the grown world again.
+        const auto ahead_timeout = std::chrono::seconds(3600);
+        // The joiners, which hold nothing, make their state buffers ahead too.
+        const auto prepare = [&] {
+            const auto timeout = grown.timeout();
+            grown.set_timeout(ahead_timeout);
+            prepared.emplace(recovery_engine::prepare_layout(grown, to.config(), weft_test::elastic::model(),
+                                                             recovery_options(to),
+                                                             joiner ? &weft::host_state_memory() : nullptr));
+            grown.set_timeout(timeout);
+        };
+        if (joiner) {
+            engine.emplace(grown, from.config(), weft_test::elastic::model(), recovery_options(from),
+                           weft::train::joining);
+            if (made_ahead) prepare();
+        } else {
+            engine.emplace(old_world, from.config(), weft_test::elastic::model(), recovery_options(from));
+            recovery_train(*engine, recovery_steps_before);
+            if (made_ahead) prepare();
+        }
+        weft::elastic::switch_report report;
+        if (made_ahead) {
+            if (!prepared->groups && grown.rank() < to.config().world_size()) {
+                const std::lock_guard guard(lock);
+                out.problems.push_back("a rank of the new layout was prepared no groups");
+            }
+            report = engine->move_to_grown_world(grown, to.config(), {.partition = to.partition}, std::move(*prepared));
+        } else {
+            report = engine->move_to_world(grown, to.config(), {.partition = to.partition}, {});
+        }
+        // Every buffer the joiners hold in the new layout was made ahead: their parameters,
+        // gradients (ZeRO 0 and 1) and AdamW's two moments, which 3 steps have made.
+        std::size_t joiners_state_bytes = 0;
+        const auto next = recovery_map(to);
+        for (const int joiner_rank : {2, 3})
+            for (const std::size_t elements : weft::elastic::state_buffer_sizes(next, joiner_rank, 2))
+                joiners_state_bytes += weft::elastic::detail::state_buffer_bytes<float>(elements);
+        if (joiners_state_bytes == 0 || report.bytes_made_ahead != (made_ahead ? joiners_state_bytes : 0) ||
+            !report.within_memory_bound) {
+            const std::lock_guard guard(lock);
+            out.problems.push_back("made ahead: " + std::to_string(report.bytes_made_ahead) + " bytes, of the " +
+                                   std::to_string(joiners_state_bytes) + " the joiners hold; within the bound: " +
+                                   (report.within_memory_bound ? "yes" : "no"));
+        }
+        if (!engine->is_spare()) {
+            auto& parts = engine->parts();
+            for (auto* group : {&parts.pipeline_group(), &parts.data_group(), &parts.tensor_group()})
+                if ((group->timeout() == weft::comm::timeout_duration(ahead_timeout)) != made_ahead) {
+                    const std::lock_guard guard(lock);
+                    out.problems.push_back(made_ahead ? "a group made ahead was split again in the move"
+                                                      : "a group has the timeout of groups made ahead");
+                }
+        }
+        auto state = weft_test::gather_whole_state(*engine, grown, shared, lock);
+        const unsigned long long step = engine->is_spare() ? 0 : engine->progress().step;
+        auto losses = recovery_train(*engine, recovery_steps_after);
+        if (grown.rank() == 0) {
             const std::lock_guard guard(lock);
             out.losses = std::move(losses);
             out.state = std::move(state);
@@ -465,6 +549,57 @@ TEST_CASE("a leaver's state moves onto the ranks that stay, as a switch gives it
         INFO(from.name << " -> " << to.name << " as rank " << leaver << " leaves");
         recovery_check_against(recovery_after_leave(from, to, leaver), reference);
     }
+}
+
+// A grow, as elastic_session's finish_grow and run::trainer's join make it: the joiners' state
+// comes from the old ranks exactly as a switch gives it, whether the new layout's communicators
+// are split during the move or made ahead while the old ranks train (issue 48: the joiners'
+// communicator construction overlaps training). To a layout with a spare, the split of the
+// layout's ranks is made ahead too.
+TEST_CASE("a grow's joiners train on as a switch gives it, with the new layout's groups made ahead or not",
+          "[elastic][recovery][grow]") {
+    const auto from = weft_test::elastic::make("pp2 world2", 2, 1, 1, 0, weft::sched::one_f_one_b::kind, 1, {}, 2);
+    for (const auto& to : {recovery_pp2_dp2_zero1(), recovery_pp3()}) {
+        const auto reference = recovery_reference(from, to);
+        for (const bool made_ahead : {false, true}) {
+            INFO(from.name << " -> " << to.name << (made_ahead ? ", groups made ahead" : ", groups split in the move"));
+            recovery_check_against(recovery_after_grow(from, to, made_ahead), reference);
+        }
+    }
+}
+
+// Communicators made for another layout are refused on every rank before any byte moves,
+// naming the parameter, and the engines go on in the layout they had.
+TEST_CASE("communicators made ahead for another layout are refused before anything moves",
+          "[elastic][recovery][grow]") {
+    const auto from = recovery_pp2_dp2_zero1();
+    const auto to = recovery_pp3();
+    std::mutex lock;
+    std::vector<std::string> refusals;
+    std::vector<double> losses_after;
+    recovery_comm::run(4, [&](recovery_comm& world) {
+        recovery_engine engine(world, from.config(), weft_test::elastic::model(), recovery_options(from));
+        recovery_train(engine, 1);
+        // Made for pp2 dp2 zero1 (the running layout), handed to a move to pp3.
+        auto prepared = recovery_engine::prepare_layout(world, from.config(), weft_test::elastic::model(),
+                                                        recovery_options(from));
+        try {
+            static_cast<void>(engine.move_to_grown_world(world, to.config(), {.partition = to.partition},
+                                                         std::move(prepared)));
+        } catch (const weft::error& e) {
+            const std::lock_guard guard(lock);
+            refusals.emplace_back(e.what());
+        }
+        const auto losses = recovery_train(engine, 1);
+        if (world.rank() == 0) losses_after = losses;
+    });
+    REQUIRE(refusals.size() == 4);
+    for (const auto& refusal : refusals) {
+        INFO(refusal);
+        CHECK(refusal.find("prepared layout") != std::string::npos);
+        CHECK(refusal.find("nothing moved") == std::string::npos);  // its own error, not another rank's vote
+    }
+    CHECK(losses_after.size() == 1);
 }
 
 // The planner may choose a layout on fewer ranks than stay (run/elastic_layout.hpp: "a layout

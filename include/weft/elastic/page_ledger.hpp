@@ -101,6 +101,14 @@ public:
         }
         releasing_.clear();
     }
+    // A new buffer made ahead, every page already in memory (elastic/reserved_buffers.hpp; the
+    // meter counts it already).
+    [[nodiscard]] static page_ledger filled_ahead(state_vector<Scalar>& buffer, memory_meter& meter) {
+        page_ledger ledger(buffer, meter);
+        ledger.held_.assign(ledger.pages(), true);
+        return ledger;
+    }
+
     // Filling: elements [first, first + count) are about to be written; their pages take memory.
     void written(std::size_t first, std::size_t count) {
         if (!paged_) return;

@@ -27,6 +27,9 @@ struct switch_report {
     std::size_t memory_peak_bytes = 0;   // the most state plus staging any rank held
     std::size_t memory_bound_bytes = 0;  // that rank's max(old state, new state) + 2 x cap
     bool within_memory_bound = true;     // every rank held at most its own bound
+    // New state buffers made ahead of the move, all ranks together (a grow's joiners make theirs
+    // during their start: engine::prepare_layout).
+    std::size_t bytes_made_ahead = 0;
 
     [[nodiscard]] double gigabytes_per_second() const { return seconds > 0 ? bytes_moved / seconds / 1e9 : 0.0; }
 

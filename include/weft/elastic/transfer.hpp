@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -32,6 +33,7 @@
 #include "weft/core/state_vector.hpp"
 #include "weft/elastic/layout.hpp"
 #include "weft/elastic/page_ledger.hpp"
+#include "weft/elastic/reserved_buffers.hpp"
 #include "weft/elastic/transition_plan.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -56,6 +58,7 @@ struct transfer_figures {
     std::size_t new_state_bytes = 0;  // and after
     std::size_t staging_peak_bytes = 0;
     std::size_t memory_peak_bytes = 0;  // state plus staging held at once, at most
+    std::size_t bytes_made_ahead = 0;   // new buffers taken from those made ahead (a joiner's)
     [[nodiscard]] std::size_t memory_bound_bytes(std::size_t staging_cap) const {
         return std::max(old_state_bytes, new_state_bytes) + 2 * staging_cap;
     }
@@ -120,18 +123,25 @@ class state_mover {
 
 public:
     state_mover(const layout& from, const layout& to, const transition_plan& plan, Comm& world,
-                const transfer_options& options)
+                const transfer_options& options, reserved_buffers<Scalar>* reserved)
         : from_(from),
           to_(to),
           plan_(plan),
           world_(world),
           me_(world.rank()),
-          cap_elements_(std::max<std::size_t>(1, options.staging_bytes / sizeof(Scalar))) {}
+          cap_elements_(std::max<std::size_t>(1, options.staging_bytes / sizeof(Scalar))),
+          reserved_(reserved) {}
 
     state_type run(state_type&& old_state, const optim::optimizer_options& optimizer, const shared_scalars& scalars) {
         take_old(std::move(old_state));
         make_new();
         figures_.old_state_bytes = meter_.now();
+        if (reserved_ != nullptr) {  // what this move fills of them is held from now on
+            const auto kept = static_cast<std::size_t>(
+                std::count(scalars.kept_state_tensors.begin(), scalars.kept_state_tensors.end(), true));
+            reserved_->keep_only(state_buffer_sizes(to_, me_, kept));
+            meter_.add(reserved_->bytes());
+        }
         // The between-steps gradients are zero: nothing of them moves.
         for (old_stage& s : old_)
             if (s.tensors.full.holds_gradients()) {
@@ -310,21 +320,38 @@ private:
         return b.values->data() + at;
     }
 
+    // The new buffers of the wave's kind: made ahead where the reserve has one of the size
+    // (a joiner's), else lazy.
     void allocate_new(const wave& w) {
         const int zero = to_.config().zero_stage();
         for (new_stage& s : new_) {
+            std::optional<state_vector<Scalar>> ahead;
             if (w.what == held_class::parameters) {
-                if (zero == 3)
-                    s.parameter_range = lazy_zeros<Scalar>(parameter_elements(to_, s.holding),
-                                                           s.parameter_range.get_allocator().memory());
-                else
+                if (zero == 3) {
+                    ahead = take_reserved(parameter_elements(to_, s.holding));
+                    s.parameter_range = ahead ? std::move(*ahead)
+                                              : lazy_zeros<Scalar>(parameter_elements(to_, s.holding),
+                                                                   s.parameter_range.get_allocator().memory());
+                } else if ((ahead = take_reserved(s.full.padded_size()))) {
+                    s.full.parameter_storage() = std::move(*ahead);
+                } else {
                     s.full.allocate_parameters();
+                }
             } else {
                 if (s.optimizer.size() <= w.tensor) s.optimizer.resize(w.tensor + 1);
-                s.optimizer[w.tensor] = lazy_zeros<Scalar>(moment_elements(to_, s.holding));
+                ahead = take_reserved(moment_elements(to_, s.holding));
+                s.optimizer[w.tensor] = ahead ? std::move(*ahead) : lazy_zeros<Scalar>(moment_elements(to_, s.holding));
             }
-            s.ledger = page_ledger<Scalar>::filling(*new_buffer(w, s).values, meter_);
+            state_vector<Scalar>& buffer = *new_buffer(w, s).values;
+            s.ledger = ahead ? page_ledger<Scalar>::filled_ahead(buffer, meter_)
+                             : page_ledger<Scalar>::filling(buffer, meter_);
         }
+    }
+    [[nodiscard]] std::optional<state_vector<Scalar>> take_reserved(std::size_t elements) {
+        if (reserved_ == nullptr) return std::nullopt;
+        auto taken = reserved_->take(elements);
+        if (taken) figures_.bytes_made_ahead += state_buffer_bytes(*taken);
+        return taken;
     }
     // Ledgers for the old buffers of the wave's kind, every read this rank will make of them
     // announced, and the pages nothing reads given back at once.
@@ -534,8 +561,12 @@ private:
         std::size_t new_state_bytes = 0;
         for (new_stage& s : new_) {
             if (zero <= 1) {
-                s.full.allocate_gradients();
-                meter_.add(state_buffer_bytes<Scalar>(s.full.padded_size()));
+                if (auto ahead = take_reserved(s.full.padded_size())) {
+                    s.full.gradient_storage() = std::move(*ahead);  // the meter counts it already
+                } else {
+                    s.full.allocate_gradients();
+                    meter_.add(state_buffer_bytes<Scalar>(s.full.padded_size()));
+                }
                 new_state_bytes += state_buffer_bytes<Scalar>(s.full.padded_size());
             }
             new_state_bytes += state_buffer_bytes(s.full.parameter_storage()) + state_buffer_bytes(s.parameter_range);
@@ -552,6 +583,11 @@ private:
                                          k < s.optimizer.size() ? std::move(s.optimizer[k]) : state_vector<Scalar>{}});
             stepper.import_state(std::move(moved));
             state.stages.push_back({s.holding.stage, s.holding.units, std::move(tensors), std::move(stepper)});
+        }
+        // A reserve the layout did not use up (it was made for another) is freed.
+        if (reserved_ != nullptr && !reserved_->empty()) {
+            meter_.remove(reserved_->bytes());
+            *reserved_ = reserved_buffers<Scalar>{};
         }
         // What the new state holds once trained on: every page of its buffers.
         figures_.new_state_bytes = new_state_bytes;
@@ -570,6 +606,7 @@ private:
     std::vector<Scalar> send_buffer_, recv_buffer_;
     memory_meter meter_;
     transfer_figures figures_;
+    reserved_buffers<Scalar>* reserved_;  // new buffers made ahead (a joiner's), or null
 };
 
 }  // namespace detail
@@ -578,16 +615,18 @@ private:
 // `plan`; collective over `world` (every rank of the plan's world calls it, spares
 // included). The new optimizers take `optimizer`'s settings and the shared scalars' step
 // count (the engine sets the learning rate on the engine it builds around the state). `figures` receives what this rank
-// moved and held.
+// moved and held. `reserved`: new buffers made ahead (a joiner's: elastic/reserved_buffers.hpp),
+// taken by size in place of lazy ones; whatever is left of them is freed.
 template <class Scalar, communicator Comm>
 [[nodiscard]] shard::training_state<Scalar> move_state(shard::training_state<Scalar>&& state, const layout& from,
                                                        const layout& to, const transition_plan& plan, Comm& world,
                                                        const optim::optimizer_options& optimizer,
                                                        const shared_scalars& scalars, const transfer_options& options,
-                                                       transfer_figures& figures) {
+                                                       transfer_figures& figures,
+                                                       reserved_buffers<Scalar>* reserved = nullptr) {
     require(world.size() == plan.world(), "communicator size", world.size(),
             "must equal the plan's world " + std::to_string(plan.world()));
-    detail::state_mover<Scalar, Comm> mover(from, to, plan, world, options);
+    detail::state_mover<Scalar, Comm> mover(from, to, plan, world, options, reserved);
     auto moved = mover.run(std::move(state), optimizer, scalars);
     figures = mover.figures();
     return moved;

@@ -87,6 +87,9 @@ public:
     // The parameters' buffer itself, for a layout switch to give its pages back as it empties it.
     [[nodiscard]] state_vector<Scalar>& parameter_storage() { return params_; }
     [[nodiscard]] const state_vector<Scalar>& parameter_storage() const { return params_; }
+    // The gradients' buffer itself, for a layout switch to put one made ahead in place
+    // (elastic/reserved_buffers.hpp).
+    [[nodiscard]] state_vector<Scalar>& gradient_storage() { return grads_; }
 
 private:
     [[nodiscard]] std::size_t held(const state_vector<Scalar>& buffer) const {

@@ -32,6 +32,8 @@ enum class elastic_event_kind { leave, failure, join };
 struct elastic_phase_seconds {
     std::optional<double> start_joiners;            // a join's processes started, connected and ready,
                                                     // while the run trained on (not in the time to training)
+    std::optional<double> prepare_groups;           // of that, the grown layout's communicators, made
+                                                    // by the old ranks and the joiners together
     std::optional<double> detect;                   // the event to every rank knowing of it
     std::optional<double> agree;                    // agreeing on who left, failed or joined
     std::optional<double> rebuild_communicators;    // the new world and its groups
@@ -47,6 +49,7 @@ struct elastic_phase_seconds {
         std::vector<std::pair<const char*, double>> out;
         const std::pair<const char*, const std::optional<double>*> all[] = {
             {"start_joiners", &start_joiners},
+            {"prepare_groups", &prepare_groups},
             {"detect", &detect},
             {"agree", &agree},
             {"rebuild_communicators", &rebuild_communicators},
@@ -73,6 +76,7 @@ struct elastic_event {
     int world_from = 0;           // ranks before
     int world_to = 0;             // and after
     std::size_t bytes_moved = 0;  // sent between ranks, all ranks together
+    std::size_t bytes_made_ahead = 0;  // a join: the joiners' state buffers, in memory before the move
     double seconds_to_training = 0;  // the event detected to training again
     elastic_phase_seconds phases;
 };
@@ -94,6 +98,12 @@ struct elastic_event {
     line.append(" | ranks ").append(e.ranks.empty() ? std::string("none") : format_ranks(e.ranks));
     line.append(" | world ").append(std::to_string(e.world_from)).append(" -> ").append(std::to_string(e.world_to));
     line.append(" | from ").append(e.from).append(" | to ").append(e.to).append(" | ").append(moved);
+    if (e.bytes_made_ahead > 0) {
+        char ahead[64];
+        std::snprintf(ahead, sizeof ahead, " (into %.1f MiB made ahead)",
+                      static_cast<double>(e.bytes_made_ahead) / (1024.0 * 1024.0));
+        line.append(ahead);
+    }
     line.append(" | ").append(ms(e.seconds_to_training)).append(" to training");
     const auto phases = e.phases.measured();
     if (!phases.empty()) {
@@ -120,6 +130,7 @@ struct elastic_event {
                                   {"moved_bytes", e.bytes_moved},
                                   {"milliseconds", 1e3 * e.seconds_to_training}};
     if (e.asked_step) object["asked_before_step"] = *e.asked_step;
+    if (e.kind == elastic_event_kind::join) object["made_ahead_bytes"] = e.bytes_made_ahead;
     nlohmann::ordered_json phases = nlohmann::ordered_json::object();
     for (const auto& [name, seconds] : e.phases.measured()) phases[name] = 1e3 * seconds;
     if (!phases.empty()) object["phase_milliseconds"] = std::move(phases);

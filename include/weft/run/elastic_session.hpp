@@ -272,6 +272,7 @@ private:
     static void take_figures(elastic_event& event, const elastic::switch_report& report) {
         event.to = report.to;
         event.bytes_moved = report.bytes_moved;
+        event.bytes_made_ahead = report.bytes_made_ahead;
         event.phases.check = report.check_seconds;
         event.phases.plan = report.plan_seconds;
         event.phases.move = report.move_seconds;
@@ -421,13 +422,34 @@ private:
     // --join accepted), on a thread where the MPI allows it; the run trains on until every
     // rank's are ready. The layout over the grown world is chosen there too: the engine's model
     // and options, which the chooser reads, do not change while it trains.
+    // The grown layout's communicators are made there as well (Engine::prepare_layout, into
+    // prepared_, which only the start writes until finish_grow takes it).
     void start_joining(Engine& engine, long long step, joiner_source source) {
         const int grown = world_->size() + source.count;
         const parallel_config current = engine.config();
+        prepared_.reset();
         joining_ = std::make_unique<joiner_start>(
             *world_, std::move(source), terms_, [this, grown, current] { return choose_(grown, current); },
+            [this, model = engine.model(), options = grown_options(engine.options())](
+                comm::mpi& merged, const parallel_config& chosen) {
+                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options));
+            },
             mpi_allows_threads());
         grow_asked_at_ = step;
+    }
+
+    // A grow goes on in the default partition of the layout chosen (the partition of the
+    // running layout was for its stage count).
+    static train::engine_options grown_options(train::engine_options options) {
+        options.partition = {};
+        return options;
+    }
+    typename Engine::prepared_layout take_prepared() {
+        require(prepared_.has_value(), "grown layout's communicators", "none",
+                "must be made by the joiners' start before the move");
+        typename Engine::prepared_layout out = std::move(*prepared_);
+        prepared_.reset();
+        return out;
     }
 
     // Collective: whether every rank's joiners are ready (or every rank's start is over, some
@@ -474,6 +496,7 @@ private:
         event.world_from = n;
         event.world_to = n + count;
         event.phases.start_joiners = joining->seconds_to_ready();
+        event.phases.prepare_groups = joining->seconds_preparing();
         event.phases.agree = since(start);
         comm::mpi& grown = keep(std::move(*merged));
         const parallel_config& config = joining->chosen();  // for this layout: no event came between
@@ -483,7 +506,8 @@ private:
         told.set_running_partition(engine.layout().partition());
         told.next = layout_fields::of(config);
         grown.broadcast(std::as_writable_bytes(std::span<join_handshake>(&told, 1)), 0);
-        const auto report = engine.move_to_world(grown, config, {.partition = {}, .staging_bytes = staging_bytes()}, {});
+        const auto report = engine.move_to_grown_world(grown, config, {.partition = {}, .staging_bytes = staging_bytes()},
+                                                       take_prepared());
         take_figures(event, report);
         event.seconds_to_training = since(start);
         world_ = &grown;
@@ -648,6 +672,9 @@ private:
     std::deque<int> accepts_asked_;          // --join jobs announced and agreed, not accepted yet
     std::deque<int> rank0_accepts_;          // rank 0: --join jobs announced, not agreed yet (one per boundary)
     std::vector<int> postponed_leavers_;     // leavers waiting for a --join job being accepted
+    // The grown layout's communicators, made by joining_'s start (its thread writes them, and
+    // is joined before anything reads them): declared first, destroyed after it.
+    std::optional<typename Engine::prepared_layout> prepared_;
     std::unique_ptr<joiner_start> joining_;  // the processes being started
     long long grow_asked_at_ = 0;            // the boundary their grow was agreed at
     elastic::buddy_mirror<scalar> mirror_;

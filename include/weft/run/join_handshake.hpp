@@ -30,6 +30,7 @@ struct layout_fields {
         std::copy(name.begin(), name.end(), f.schedule.begin());
         return f;
     }
+    friend bool operator==(const layout_fields&, const layout_fields&) = default;
     [[nodiscard]] parallel_config config() const {
         return parallel_config({.pp = pp, .dp = dp, .tp = tp, .zero_stage = zero, .microbatches = microbatches,
                                 .chunks = chunks, .schedule = sched::parse_schedule_kind(schedule.data()),

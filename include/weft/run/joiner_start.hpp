@@ -2,8 +2,10 @@
 // the old ranks train on (issue 48's join). What takes long is the joiners' own start: the
 // program, MPI_Init, the connection and the merge (over a second on one machine, far more
 // across nodes). Those run here on a thread of this rank's own, over a duplicate of the world,
-// so that the steps on the world go on meanwhile; the switch waits only for what is left once
-// every rank's thread is done: the handshake and the move (run/elastic_session.hpp).
+// so that the steps on the world go on meanwhile, and so do the splits that make the grown
+// layout's communicators; the switch waits only for what is left once every rank's thread is
+// done: the handshake, the move and the new engine around the moved state
+// (run/elastic_session.hpp).
 //
 // The sequence, on every old rank (the thread) and every joiner (run::trainer's join):
 //   old ranks                                  joiners
@@ -14,7 +16,9 @@
 //   join_vote: rank 0's terms            ->    compared with their own (run/join_terms.hpp)
 //              every rank agrees?        <->   a "no" ends the start on every rank: the
 //                                              joiners exit 2, the run goes on without them
-//   the layout to go on in (the planner)
+//   the layout to go on in (the planner)  ->   the layout (or that none could be chosen)
+//   its communicators, split from the     <->  the same splits (weft::engine::prepare_layout)
+//   merged world (the session's prepare)
 //   --- the thread is done; at the first boundary where every old rank's is, on the main thread:
 //   broadcast the join_handshake         ->    the step and the layouts (or "the run ended")
 //   move_to_world over the merged world  <->   move_to_world
@@ -74,20 +78,36 @@ struct joiner_source {
     }
 };
 
+// The joiners' side of the end of a start, after their vote: the layout the old ranks chose,
+// broadcast over the merged world (`world`, the joiners' own view of it). Throws where the old
+// ranks could choose none (their output says why).
+[[nodiscard]] inline parallel_config receive_chosen_layout(comm::mpi& world) {
+    layout_fields chosen;
+    world.broadcast(std::as_writable_bytes(std::span<layout_fields>(&chosen, 1)), 0);
+    if (chosen.world == 0) throw error("the running job chose no layout for these processes (its output says why)");
+    return chosen.config();
+}
+
 class joiner_start {
 public:
+    // Collective over the merged world, on the old ranks' start thread and on the joiners:
+    // makes the grown layout's communicators over it (weft::engine::prepare_layout).
+    using preparer = std::function<void(comm::mpi& merged, const parallel_config& chosen)>;
+
     // Collective over `world` (it is duplicated): starts the processes of `source` (or accepts
     // them), agrees with them on `terms` (the run's: run/join_terms.hpp), then calls `choose`
-    // (the layout over the grown world; it must only read what the training does not change).
+    // (the layout over the grown world; it must only read what the training does not change),
+    // tells the joiners that layout and calls `prepare` with it, collectively with theirs.
     // `in_background`: on a thread of its own (needs mpi_allows_threads()); otherwise now.
     joiner_start(comm::mpi& world, joiner_source source, const join_terms& terms,
-                 std::function<parallel_config()> choose, bool in_background)
+                 std::function<parallel_config()> choose, preparer prepare, bool in_background)
         : count_(source.count),
           source_(std::move(source)),
           terms_(terms),
           started_(std::chrono::steady_clock::now()),
           timeout_(world.timeout()),
-          choose_(std::move(choose)) {
+          choose_(std::move(choose)),
+          prepare_(std::move(prepare)) {
         if (!source_.accept) {
             const std::vector<std::string>& arguments = detail::launch_arguments();
             require(!arguments.empty(), "grow", count_, "needs the program's command line (run::launch records it)");
@@ -140,6 +160,8 @@ public:
     }
     // From the start to this rank's part being done.
     [[nodiscard]] double seconds_to_ready() const { return seconds_to_ready_; }
+    // Of that, making the grown layout's communicators.
+    [[nodiscard]] double seconds_preparing() const { return seconds_preparing_; }
     // Once done() without a failure: what `choose` gave.
     [[nodiscard]] const parallel_config& chosen() const { return *chosen_; }
 
@@ -190,12 +212,32 @@ private:
                                                     source_.describe() + "` announced " + std::to_string(count_)
                                               : "the joining processes' options differ from the run's (their "
                                                 "message names the option); they leave");
-            chosen_.emplace(choose_());
+            choose_and_prepare(merged);
         } catch (...) {
             failure_ = std::current_exception();
         }
         seconds_to_ready_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
         done_.store(true);
+    }
+    // The joiners wait for the chosen layout (receive_chosen_layout): they hear of a failure to
+    // choose one too, and end, instead of waiting in the splits.
+    void choose_and_prepare(MPI_Comm merged) {
+        std::exception_ptr no_choice;
+        try {
+            chosen_.emplace(choose_());
+        } catch (...) {
+            no_choice = std::current_exception();
+        }
+        comm::mpi over(merged);  // a view: merged_ stays the destructor's or take()'s to free
+        over.set_timeout(timeout_);  // the communicators split from it keep it
+        layout_fields told;
+        told.world = 0;
+        if (!no_choice) told = layout_fields::of(*chosen_);
+        over.broadcast(std::as_writable_bytes(std::span<layout_fields>(&told, 1)), 0);
+        if (no_choice) std::rethrow_exception(no_choice);
+        const auto preparing = std::chrono::steady_clock::now();
+        prepare_(over, *chosen_);
+        seconds_preparing_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - preparing).count();
     }
     void free_parents() {
         if (parents_ != MPI_COMM_NULL) MPI_Comm_free(&parents_);
@@ -211,9 +253,11 @@ private:
     MPI_Comm parents_ = MPI_COMM_NULL;  // the world's duplicate the spawn is collective over
     MPI_Comm merged_ = MPI_COMM_NULL;   // set by start(), then read once done_ is seen
     std::function<parallel_config()> choose_;
+    preparer prepare_;
     std::optional<parallel_config> chosen_;
     std::exception_ptr failure_;
     double seconds_to_ready_ = 0;
+    double seconds_preparing_ = 0;
     std::atomic<bool> done_{false};
     std::thread thread_;  // last: started once everything it reads is set
 };

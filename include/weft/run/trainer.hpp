@@ -190,16 +190,25 @@ private:
             if (own_rank == 0) std::fprintf(stderr, "weft: joining the running job: %s\n", why.c_str());
             throw stopped("not taken in by the running job", exit_code::failed);
         }
+        // The layout the run goes on in, its communicators, made with the old ranks while they
+        // train (run/joiner_start.hpp), and this process's state buffers, put in memory now
+        // rather than page by page during the move; in its default partition, as a grow's.
+        const parallel_config chosen = receive_chosen_layout(*world_);
+        train::engine_options grown = options;
+        grown.partition = {};
+        auto prepared = Engine::prepare_layout(*world_, chosen, model_, grown, &backend.state_memory());
         const join_handshake told = receive_join_handshake(*world_);
         // Ends like the old ranks, through MPI_Finalize: Open MPI counts a spawned process
         // that exits without it as failed.
         if (told.step == join_handshake::run_ended) return;
+        require(told.next == layout_fields::of(chosen), "layout at the join", "the handshake's",
+                "must be the one the running job announced during the start");
         train::engine_options running = options;
         running.partition = told.running_partition();
         Engine engine(*world_, told.running.config(), model_, running, train::joining, std::move(backend));
-        static_cast<void>(engine.move_to_world(
-            *world_, told.next.config(),
-            {.partition = {}, .staging_bytes = static_cast<std::size_t>(s_.staging_mib * 1048576.0)}, {}));
+        static_cast<void>(engine.move_to_grown_world(
+            *world_, chosen, {.partition = {}, .staging_bytes = static_cast<std::size_t>(s_.staging_mib * 1048576.0)},
+            std::move(prepared)));
         joined_at_ = told.step;
         train(engine, batch);
     }

@@ -31,6 +31,7 @@
 #include "weft/core/parallel_config.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/elastic/layout.hpp"
+#include "weft/elastic/reserved_buffers.hpp"
 #include "weft/elastic/switch_report.hpp"
 #include "weft/elastic/transfer.hpp"
 #include "weft/elastic/transition_plan.hpp"
@@ -146,6 +147,7 @@ public:
     using runner_type = typename layout_type::runner_type;
     using sharding_type = typename layout_type::sharding_type;
     using state_type = typename layout_type::state_type;
+    using groups_type = typename layout_type::groups_type;
     static constexpr bool tensor_parallel_model = layout_type::tensor_parallel_model;
 
     // Collective over `world`: every rank constructs its engine with the same arguments. The
@@ -248,6 +250,61 @@ public:
                            std::move(held), lost);
     }
 
+    // ---- a grow's communicators and buffers, made ahead ------------------------------
+    // What a layout needs over a world, made before the move onto it (prepare_layout), so that
+    // the move adopts it instead of making it: its communicators, and for a rank that holds
+    // nothing before the move (a joiner) its state buffers, in memory. An elastic grow makes
+    // them on the old ranks' start thread and on the joiners while the old ranks train on.
+    struct prepared_layout {
+        std::string layout;                 // what they were made for: the layout's describe()
+        int rank = -1;                      // this rank in the world they were made over
+        int world_size = 0;                 // and its size
+        std::optional<Comm> active;         // the layout's ranks (or the spares), when not all of them
+        std::optional<groups_type> groups;  // the layout engine's groups; none on a spare
+        elastic::reserved_buffers<scalar> reserved;  // the state buffers made ahead, if any
+    };
+
+    // Collective over `world`, every rank with the same arguments but `reserve_in`: the
+    // communicators of the layout `config` gives (with options.partition) over `world`, for
+    // move_to_grown_world() onto it. `reserve_in`: for a rank that holds nothing now (a joiner),
+    // the memory to make its new state buffers in, every page of them in memory (the backend's
+    // state_memory()); null makes none, as a rank that holds state should, since its switch
+    // fills new buffers page by page as it empties its old ones. Checked as a switch checks
+    // the layout (a weft::error naming the parameter). Nothing of a running engine is
+    // touched, so another thread may train meanwhile.
+    [[nodiscard]] static prepared_layout prepare_layout(Comm& world, const parallel_config& config,
+                                                        const model_config& model, const engine_options& options,
+                                                        const state_memory* reserve_in = nullptr) {
+        prepared_layout out;
+        const elastic::layout next = layout_type::layout_of(checked_world(world, config), model, options);
+        out.layout = next.describe();
+        out.rank = world.rank();
+        out.world_size = world.size();
+        if (reserve_in != nullptr)
+            out.reserved = elastic::reserved_buffers<scalar>(
+                elastic::state_buffer_sizes(next, world.rank(),
+                                            optim::any_optimizer<scalar>(options.optimizer).state_names().size()),
+                *reserve_in);
+        Comm* over = &world;
+        if (config.world_size() != world.size()) {  // as activate() splits it
+            const bool in_layout = world.rank() < config.world_size();
+            out.active.emplace(world.split(in_layout ? 0 : 1, world.rank()));
+            over = in_layout ? &*out.active : nullptr;
+        }
+        if (over != nullptr) out.groups.emplace(layout_type::make_groups(*over, config, model, options));
+        return out;
+    }
+
+    // move_to_world onto a world whose first ranks are this world's, in order, with no sources
+    // (a grow: the joiners come after), with the new layout's communicators made ahead by prepare_layout()
+    // over `next_world` for `config` and how.partition. Made for another layout, world or rank,
+    // they are refused on every rank before any byte moves, and the engine stays as it was.
+    elastic::switch_report move_to_grown_world(Comm& next_world, const parallel_config& config,
+                                               const reconfigure_options& how, prepared_layout prepared) {
+        return switch_onto(next_world, next_world, config, how, {}, std::nullopt, elastic::lost_state::refused,
+                           &prepared);
+    }
+
     // Whether this rank holds nothing in the current layout (it waits for a switch).
     [[nodiscard]] bool is_spare() const { return core_ == nullptr; }
     // The current layout's ownership map (every rank's, spares' included).
@@ -282,7 +339,8 @@ private:
     // reconfigure() and move_to_world(): the move over `target`; `after` becomes the world.
     elastic::switch_report switch_onto(Comm& target, Comm& after, const parallel_config& config,
                                        const reconfigure_options& how, std::span<const elastic::state_source> sources,
-                                       std::optional<state_type> held, elastic::lost_state lost) {
+                                       std::optional<state_type> held, elastic::lost_state lost,
+                                       prepared_layout* prepared = nullptr) {
         const auto start = std::chrono::steady_clock::now();
         engine_options next_options = options_;
         next_options.partition = how.partition;
@@ -293,6 +351,7 @@ private:
                     "must hold at least one element (" + std::to_string(sizeof(scalar)) + " bytes)");
             next.emplace(layout_type::layout_of(checked_world(target, config), model_, next_options));
             if (!held) check_state_fits_layout();
+            if (prepared != nullptr) check_prepared(*prepared, target, next->describe());
         } catch (...) {
             problem = std::current_exception();
         }
@@ -328,9 +387,9 @@ private:
         elastic::transfer_figures figures;
         // The state moves as host memory, point to point: over the world's host side
         // (comm/host_side.hpp), which a device communicator such as NCCL pairs with.
-        state_type moved =
-            elastic::move_state<scalar>(std::move(state), *layout_, *next, plan, comm::host_side(target),
-                                        next_options.optimizer, scalars, {.staging_bytes = how.staging_bytes}, figures);
+        state_type moved = elastic::move_state<scalar>(
+            std::move(state), *layout_, *next, plan, comm::host_side(target), next_options.optimizer, scalars,
+            {.staging_bytes = how.staging_bytes}, figures, prepared != nullptr ? &prepared->reserved : nullptr);
         phases.move = since(start) - before_move;
         // The old layout's freed buffers that the memory keeps for reuse (exec::cuda's pool)
         // have sizes the new layout may never ask for: back to the system before it grows.
@@ -346,13 +405,18 @@ private:
         if (stays) {
             require(layout_->ranks() <= after.size(), "communicator to stay on", after.size(),
                     "must hold the new layout's " + std::to_string(layout_->ranks()) + " ranks");
-            active = activate(layout_->ranks());  // over the stayers only: spares among them too
+            // over the stayers only: spares among them too
+            active = prepared != nullptr ? adopt_active(*prepared) : activate(layout_->ranks());
         } else {
             active_.reset();
         }
         if (active != nullptr) {
-            core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
-                                                  std::move(*backend));
+            if (prepared != nullptr)
+                core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
+                                                      std::move(*backend), std::move(*prepared->groups));
+            else
+                core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
+                                                      std::move(*backend));
             core_->set_learning_rate(scalars.learning_rate);  // its optimizers start from the options' rate
         } else
             spare_backend_ = std::move(backend);
@@ -389,6 +453,23 @@ private:
         const bool in_layout = world_->rank() < world_size;
         active_.emplace(world_->split(in_layout ? 0 : 1, world_->rank()));
         return in_layout ? &*active_ : nullptr;
+    }
+
+    // activate(), with the communicator prepare_layout() split ahead.
+    Comm* adopt_active(prepared_layout& prepared) {
+        active_.reset();
+        if (!prepared.active) return world_;
+        active_.emplace(std::move(*prepared.active));
+        return prepared.groups ? &*active_ : nullptr;
+    }
+
+    // Communicators made ahead must be for this move: the layout, the world and the rank.
+    static void check_prepared(const prepared_layout& prepared, const Comm& target, const std::string& layout) {
+        require(prepared.layout == layout && prepared.world_size == target.size() && prepared.rank == target.rank(),
+                "prepared layout", prepared.layout + " at rank " + std::to_string(prepared.rank) + " of " +
+                                       std::to_string(prepared.world_size),
+                "must be prepare_layout()'s over this world for the layout moved to, " + layout + " at rank " +
+                    std::to_string(target.rank()) + " of " + std::to_string(target.size()));
     }
 
     // Every rank's state must be what the current layout says it holds (the plan reads it
@@ -483,7 +564,7 @@ private:
     elastic::switch_report report(Comm& over, const std::string& from, const elastic::transition_plan& plan,
                                   const elastic::shared_scalars& scalars, const elastic::transfer_figures& figures,
                                   std::size_t cap, double seconds, const phase_seconds& phases) {
-        constexpr std::size_t fields = 10;
+        constexpr std::size_t fields = 11;
         const double mine[fields] = {static_cast<double>(figures.bytes_sent),
                                      static_cast<double>(figures.bytes_copied),
                                      static_cast<double>(figures.staging_peak_bytes),
@@ -493,7 +574,8 @@ private:
                                      phases.check,
                                      phases.plan,
                                      phases.move,
-                                     phases.build};
+                                     phases.build,
+                                     static_cast<double>(figures.bytes_made_ahead)};
         std::vector<double> all(fields * static_cast<std::size_t>(over.size()));
         over.allgather(std::span<const double>(mine), std::span<double>(all));
         elastic::switch_report r;
@@ -523,6 +605,7 @@ private:
             r.plan_seconds = std::max(r.plan_seconds, f[7]);
             r.move_seconds = std::max(r.move_seconds, f[8]);
             r.build_seconds = std::max(r.build_seconds, f[9]);
+            r.bytes_made_ahead += static_cast<std::size_t>(f[10]);
         }
         return r;
     }

@@ -47,6 +47,7 @@
 #include "weft/train/engine_options.hpp"
 #include "weft/train/finite_guard.hpp"
 #include "weft/train/grad_norm.hpp"
+#include "weft/train/layout_groups.hpp"
 #include "weft/train/program_loop.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
@@ -67,6 +68,7 @@ public:
     using runner_type = stage_runner<Model, Backend>;
     using sharding_type = shard::stage_sharding<Sharding, scalar, Comm>;
     using state_type = shard::training_state<scalar>;
+    using groups_type = layout_groups<scalar, Comm>;
     // A model whose stages take a tensor-parallel group (GPT) runs with tp > 1.
     static constexpr bool tensor_parallel_model = models::tensor_parallel_stages<Model, Backend>;
 
@@ -77,13 +79,14 @@ public:
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
                   Backend backend = Backend{})
         : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::nullopt,
-                        std::move(backend)) {}
+                        std::move(backend), std::nullopt) {}
 
     // Runs a given compute-only program (e.g. one read from PyTorch's CSV) instead of
     // generating one; it must be for config.pp() ranks and config.microbatches().
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
                   const sched::program& compute_only, Backend backend = Backend{})
-        : layout_engine(world, config, model, options, compute_only, std::nullopt, std::move(backend)) {}
+        : layout_engine(world, config, model, options, compute_only, std::nullopt, std::move(backend),
+                        std::nullopt) {}
 
     // Continues from `state` (another engine's release_state(), or one a layout switch built):
     // it must hold this rank's stages of this layout, with tensors of their layouts and the
@@ -91,7 +94,35 @@ public:
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
                   state_type state, Backend backend = Backend{})
         : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::move(state),
-                        std::move(backend)) {}
+                        std::move(backend), std::nullopt) {}
+
+    // As above, over `groups` that make_groups() made ahead for this layout over `world`: the
+    // engine adopts them and splits nothing, so that building it is not collective.
+    layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
+                  state_type state, Backend backend, groups_type groups)
+        : layout_engine(world, with_schedule_chosen(config), model, options, std::nullopt, std::move(state),
+                        std::move(backend), std::move(groups)) {}
+
+    // The communicators of the layout `requested` gives (with options.partition) over
+    // `world`, made ahead of the engine that adopts them (the constructor above). Collective
+    // over `world`, the layout's ranks (world.size() == its world size), every rank with the
+    // same arguments. Checked as the constructor checks the layout. For communicators whose
+    // work is ordered on the host: one that joins the backend's compute stream (comm::nccl)
+    // must be split after the engine has set it (the constructors without groups).
+    [[nodiscard]] static groups_type make_groups(Comm& world, const parallel_config& requested,
+                                                 const model_config& model, const engine_options& options) {
+        static_assert(!joins_compute_stream,
+                      "weft: groups made ahead would not order their work after the backend's compute stream");
+        const parallel_config config = checked_config(with_schedule_chosen(requested), model, options);
+        const sched::program program = lowered_program(generate(config), config, model, options);
+        comm::process_grid<Comm> grid(world, config);
+        std::vector<Comm> extra =
+            more_channels(grid.pipeline(), program_loop<Model, Backend, Comm>::own_routes(program).count);
+        tied_gradients<scalar, Comm> ties(Model::tied_parameters(model),
+                                          stage_units_of(model, options, program.num_stages), program.stage_rank,
+                                          grid.pipeline());
+        return groups_type{std::move(grid), std::move(extra), std::move(ties)};
+    }
 
     // Runners and shardings point into the engine's own state and groups.
     layout_engine(const layout_engine&) = delete;
@@ -337,21 +368,26 @@ private:
     };
 
     layout_engine(Comm& world, const parallel_config& config, const model_config& model, const engine_options& options,
-                  const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend)
+                  const std::optional<sched::program>& compute_only, std::optional<state_type> state, Backend backend,
+                  std::optional<groups_type> made_ahead)
         : backend_(std::move(backend)),
           world_(&world),
           config_(checked_config(config, model, options)),
           model_(model),
           options_(options),
           rows_per_microbatch_(options.batch_size / config.dp() / config.microbatches()),
-          grid_(ordered_after_backend(world), config),
+          grid_(grid_over(world, config, made_ahead)),
           loop_(lowered_program(compute_only ? *compute_only : generate(config), config, model, options),
                 grid_.coordinates().pp_index, model, rows_per_microbatch_, options.recv_lookahead),
-          extra_channels_(more_channels(grid_.pipeline(), loop_.channel_count())),
+          extra_channels_(made_ahead ? std::move(made_ahead->extra_channels)
+                                     : more_channels(grid_.pipeline(), loop_.channel_count())),
           channels_(channel_pointers(grid_.pipeline(), extra_channels_)),
           units_(stage_units_of(model, options, loop_.program().num_stages)),
           state_(in_state_memory([&] { return state ? adopted(std::move(*state)) : initial_state(); })),
-          ties_(Model::tied_parameters(model), units_, loop_.program().stage_rank, grid_.pipeline()) {
+          ties_(made_ahead ? std::move(made_ahead->ties)
+                           : tied_gradients<scalar, Comm>(Model::tied_parameters(model), units_,
+                                                          loop_.program().stage_rank, grid_.pipeline())) {
+        if (made_ahead) check_made_ahead();
         const state_memory_scope memory(backend_.state_memory());  // what the shardings make
         for (auto& stage : state_.stages) {
             auto& tensors = stage.tensors;
@@ -370,6 +406,27 @@ private:
                                    norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
                                                      Model::tied_parameters(model_), units_));
         }
+    }
+
+    // The process grid: made ahead, or split from `world` once it is ordered after the backend.
+    comm::process_grid<Comm> grid_over(Comm& world, const parallel_config& config,
+                                       std::optional<groups_type>& made_ahead) {
+        Comm& ordered = ordered_after_backend(world);
+        if (made_ahead) return std::move(made_ahead->grid);
+        return comm::process_grid<Comm>(ordered, config);
+    }
+
+    // Groups made ahead must be this layout's at this rank (weft::engine checks the layout they
+    // were made for before any state moves; this catches a caller that did not).
+    void check_made_ahead() {
+        const comm::grid_coordinates expected = comm::grid_coordinates_of(world_->rank(), config_);
+        const comm::grid_coordinates& got = grid_.coordinates();
+        const bool fits = got.pp_index == expected.pp_index && got.dp_index == expected.dp_index &&
+                          got.tp_index == expected.tp_index && grid_.pipeline().size() == config_.pp() &&
+                          grid_.data().size() == config_.dp() && grid_.tensor().size() == config_.tp() &&
+                          extra_channels_.size() + 1 == static_cast<std::size_t>(loop_.channel_count());
+        require(fits, "groups made ahead", "of another layout or rank",
+                "must be make_groups()'s for this layout at rank " + std::to_string(world_->rank()));
     }
 
     // The pipeline's channels beyond the pipeline group itself (program_loop): one split of

@@ -101,11 +101,18 @@ public:
         if (routes) {
             for (const auto& route : sched::routes_of(program_)) static_cast<void>(routes->of(route));
             routes_ = std::move(*routes);
-        } else if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order) {
-            routes_ = sched::one_channel_per_route(program_);
         } else {
-            routes_ = sched::one_channel(program_);
+            routes_ = own_routes(program_);
         }
+    }
+
+    // The channels a lowered program runs on by itself (no routes given): one per route at a
+    // rank for a communicator that pairs messages in posting order, else one.
+    [[nodiscard]] static sched::message_channels own_routes(const sched::program& lowered) {
+        if constexpr (comm::matching_of<Comm> == comm::message_matching::in_posting_order)
+            return sched::one_channel_per_route(lowered);
+        else
+            return sched::one_channel(lowered);
     }
 
     // How many communicators run() takes: one for a communicator that pairs messages by tag,
