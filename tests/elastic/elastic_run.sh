@@ -295,7 +295,7 @@ last_at = {e["step"]: e for e in events}
 # run trains (issue 48): the event says how long the first took and how much of the second.
 for e in events:
     if e["event"] == "join":
-        assert "prepare_groups" in e["phase_milliseconds"], e
+        assert "prepare_layout" in e["phase_milliseconds"], e
         assert e["made_ahead_bytes"] > 0, e
 for e in last_at.values():
     fields = dict(kv.split("=", 1) for kv in e["to"].split())

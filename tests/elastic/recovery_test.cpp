@@ -232,11 +232,14 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
 // Two ranks train in `from` (world 2, over their own communicator); two more join them, as an
 // elastic grow takes them in: each builds an engine holding nothing in the running layout over
 // the grown world of 4, the old ranks' coming first, and every rank moves onto it in `to`. With
-// `made_ahead`, the new layout's communicators are made first (engine::prepare_layout) and the
-// move adopts them. (An elastic run makes them on a second thread while the first trains; on
-// comm::local, whose deadlock check knows one waiting call per rank, they are made after the
-// steps. The ft build's grow scenario runs them beside training.)
-recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery_layout& to, bool made_ahead) {
+// `made_ahead`, the new layout's communicators and the move's plan are made first
+// (engine::prepare_layout; the joiners' state buffers too) and the move adopts them; a plan made
+// from `planned_from` instead of `from` (a switch came between) is made anew in the move. (An
+// elastic run makes them on a second thread while the first trains; on comm::local, whose
+// deadlock check knows one waiting call per rank, they are made after the steps. The ft build's
+// grow scenario runs them beside training.)
+recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery_layout& to, bool made_ahead,
+                                     const recovery_layout* planned_from = nullptr) {
     std::mutex lock;
     recovery_full_state shared;
     recovery_outcome out;
@@ -252,9 +255,14 @@ recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery
         const auto prepare = [&] {
             const auto timeout = grown.timeout();
             grown.set_timeout(ahead_timeout);
-            prepared.emplace(recovery_engine::prepare_layout(grown, to.config(), weft_test::elastic::model(),
-                                                             recovery_options(to),
-                                                             joiner ? &weft::host_state_memory() : nullptr));
+            const auto moving_from = recovery_map(planned_from != nullptr ? *planned_from : from);
+            prepared.emplace(recovery_engine::prepare_layout(
+                grown, to.config(), weft_test::elastic::model(), recovery_options(to),
+                {.reserve_in = joiner ? &weft::host_state_memory() : nullptr, .moving_from = &moving_from}));
+            if (!prepared->plan) {
+                const std::lock_guard guard(lock);
+                out.problems.push_back("no plan made ahead");
+            }
             grown.set_timeout(timeout);
         };
         if (joiner) {
@@ -562,8 +570,13 @@ TEST_CASE("a grow's joiners train on as a switch gives it, with the new layout's
     for (const auto& to : {recovery_pp2_dp2_zero1(), recovery_pp3()}) {
         const auto reference = recovery_reference(from, to);
         for (const bool made_ahead : {false, true}) {
-            INFO(from.name << " -> " << to.name << (made_ahead ? ", groups made ahead" : ", groups split in the move"));
+            INFO(from.name << " -> " << to.name << (made_ahead ? ", made ahead" : ", made in the move"));
             recovery_check_against(recovery_after_grow(from, to, made_ahead), reference);
+        }
+        {
+            const auto other = weft_test::elastic::make("dp2", 1, 2, 1, 0, weft::sched::gpipe::kind);
+            INFO(from.name << " -> " << to.name << ", made ahead with a plan from " << other.name);
+            recovery_check_against(recovery_after_grow(from, to, true, &other), reference);
         }
     }
 }

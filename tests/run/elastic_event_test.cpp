@@ -58,18 +58,18 @@ TEST_CASE("a join's event names the boundary it was asked at and its overlapped 
     e.asked_step = 6;
     e.ranks = {2, 3};
     e.phases.start_joiners = 1.3016;
-    e.phases.prepare_groups = 0.0502;
+    e.phases.prepare_layout = 0.0502;
     e.phases.build = 0.1;
     e.bytes_made_ahead = 3 * 1024 * 1024;
     CHECK(weft::run::format_elastic_event(e) ==
           "elastic | join | before step 41 (asked before step 6) | ranks 2-3 | world 4 -> 2 | from pp 2 x dp 2 | "
           "to pp 2 x dp 1 | moved 1.5 MiB (into 3.0 MiB made ahead) | 120.0 ms to training (start_joiners 1301.6 ms, "
-          "prepare_groups 50.2 ms, build 100.0 ms)");
+          "prepare_layout 50.2 ms, build 100.0 ms)");
     const auto json = weft::run::elastic_event_json(e);
     CHECK(json["asked_before_step"] == 6);
     CHECK(json["made_ahead_bytes"] == 3 * 1024 * 1024);
     CHECK(json["phase_milliseconds"].size() == 3);
     CHECK(json["phase_milliseconds"]["start_joiners"].get<double>() == Approx(1301.6));
-    CHECK(json["phase_milliseconds"]["prepare_groups"].get<double>() == Approx(50.2));
+    CHECK(json["phase_milliseconds"]["prepare_layout"].get<double>() == Approx(50.2));
     CHECK(json["phase_milliseconds"]["build"].get<double>() == Approx(100.0));
 }

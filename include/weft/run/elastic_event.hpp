@@ -32,8 +32,8 @@ enum class elastic_event_kind { leave, failure, join };
 struct elastic_phase_seconds {
     std::optional<double> start_joiners;            // a join's processes started, connected and ready,
                                                     // while the run trained on (not in the time to training)
-    std::optional<double> prepare_groups;           // of that, the grown layout's communicators, made
-                                                    // by the old ranks and the joiners together
+    std::optional<double> prepare_layout;           // of that, the grown layout's communicators and the
+                                                    // joiners' state buffers, made with the joiners
     std::optional<double> detect;                   // the event to every rank knowing of it
     std::optional<double> agree;                    // agreeing on who left, failed or joined
     std::optional<double> rebuild_communicators;    // the new world and its groups
@@ -49,7 +49,7 @@ struct elastic_phase_seconds {
         std::vector<std::pair<const char*, double>> out;
         const std::pair<const char*, const std::optional<double>*> all[] = {
             {"start_joiners", &start_joiners},
-            {"prepare_groups", &prepare_groups},
+            {"prepare_layout", &prepare_layout},
             {"detect", &detect},
             {"agree", &agree},
             {"rebuild_communicators", &rebuild_communicators},

@@ -422,20 +422,30 @@ private:
     // --join accepted), on a thread where the MPI allows it; the run trains on until every
     // rank's are ready. The layout over the grown world is chosen there too: the engine's model
     // and options, which the chooser reads, do not change while it trains.
-    // The grown layout's communicators are made there as well (Engine::prepare_layout, into
-    // prepared_, which only the start writes until finish_grow takes it).
+    // The grown layout's communicators and the move's plan are made there as well
+    // (Engine::prepare_layout, into prepared_, which only the start writes until finish_grow
+    // takes it).
     void start_joining(Engine& engine, long long step, joiner_source source) {
         const int grown = world_->size() + source.count;
         const parallel_config current = engine.config();
         prepared_.reset();
         joining_ = std::make_unique<joiner_start>(
-            *world_, std::move(source), terms_, [this, grown, current] { return choose_(grown, current); },
-            [this, model = engine.model(), options = grown_options(engine.options())](
+            *world_, std::move(source), terms_, announced_layout(engine),
+            [this, grown, current] { return choose_(grown, current); },
+            [this, model = engine.model(), options = grown_options(engine.options()), running = engine.layout()](
                 comm::mpi& merged, const parallel_config& chosen) {
-                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options));
+                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options, {.moving_from = &running}));
             },
             mpi_allows_threads());
         grow_asked_at_ = step;
+    }
+
+    // The running layout, as a join's start announces it to the joiners.
+    static join_handshake announced_layout(Engine& engine) {
+        join_handshake running;
+        running.running = layout_fields::of(engine.config());
+        running.set_running_partition(engine.layout().partition());
+        return running;
     }
 
     // A grow goes on in the default partition of the layout chosen (the partition of the
@@ -496,7 +506,7 @@ private:
         event.world_from = n;
         event.world_to = n + count;
         event.phases.start_joiners = joining->seconds_to_ready();
-        event.phases.prepare_groups = joining->seconds_preparing();
+        event.phases.prepare_layout = joining->seconds_preparing();
         event.phases.agree = since(start);
         comm::mpi& grown = keep(std::move(*merged));
         const parallel_config& config = joining->chosen();  // for this layout: no event came between

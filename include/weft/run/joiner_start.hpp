@@ -17,8 +17,8 @@
 //              every rank agrees?        <->   a "no" ends the start on every rank: the
 //                                              joiners exit 2, the run goes on without them
 //   the layout to go on in (the planner)  ->   the layout (or that none could be chosen)
-//   its communicators, split from the     <->  the same splits (weft::engine::prepare_layout)
-//   merged world (the session's prepare)
+//   its communicators, split from the     <->  the same splits, and their state buffers
+//   merged world (the session's prepare)       (weft::engine::prepare_layout)
 //   --- the thread is done; at the first boundary where every old rank's is, on the main thread:
 //   broadcast the join_handshake         ->    the step and the layouts (or "the run ended")
 //   move_to_world over the merged world  <->   move_to_world
@@ -78,14 +78,15 @@ struct joiner_source {
     }
 };
 
-// The joiners' side of the end of a start, after their vote: the layout the old ranks chose,
-// broadcast over the merged world (`world`, the joiners' own view of it). Throws where the old
-// ranks could choose none (their output says why).
-[[nodiscard]] inline parallel_config receive_chosen_layout(comm::mpi& world) {
-    layout_fields chosen;
-    world.broadcast(std::as_writable_bytes(std::span<layout_fields>(&chosen, 1)), 0);
-    if (chosen.world == 0) throw error("the running job chose no layout for these processes (its output says why)");
-    return chosen.config();
+// The joiners' side of the end of a start, after their vote: the running layout and the one the
+// old ranks chose to go on in (`next`), broadcast over the merged world (`world`, the joiners'
+// own view of it). Throws where the old ranks could choose none (their output says why).
+[[nodiscard]] inline join_handshake receive_start_layouts(comm::mpi& world) {
+    join_handshake layouts;
+    world.broadcast(std::as_writable_bytes(std::span<join_handshake>(&layouts, 1)), 0);
+    if (layouts.next.world == 0)
+        throw error("the running job chose no layout for these processes (its output says why)");
+    return layouts;
 }
 
 class joiner_start {
@@ -97,13 +98,15 @@ public:
     // Collective over `world` (it is duplicated): starts the processes of `source` (or accepts
     // them), agrees with them on `terms` (the run's: run/join_terms.hpp), then calls `choose`
     // (the layout over the grown world; it must only read what the training does not change),
-    // tells the joiners that layout and calls `prepare` with it, collectively with theirs.
-    // `in_background`: on a thread of its own (needs mpi_allows_threads()); otherwise now.
-    joiner_start(comm::mpi& world, joiner_source source, const join_terms& terms,
+    // tells the joiners that layout and `running`'s (the running layout and its partition) and
+    // calls `prepare` with it, collectively with theirs. `in_background`: on a thread of its
+    // own (needs mpi_allows_threads()); otherwise now.
+    joiner_start(comm::mpi& world, joiner_source source, const join_terms& terms, const join_handshake& running,
                  std::function<parallel_config()> choose, preparer prepare, bool in_background)
         : count_(source.count),
           source_(std::move(source)),
           terms_(terms),
+          announced_(running),
           started_(std::chrono::steady_clock::now()),
           timeout_(world.timeout()),
           choose_(std::move(choose)),
@@ -160,7 +163,8 @@ public:
     }
     // From the start to this rank's part being done.
     [[nodiscard]] double seconds_to_ready() const { return seconds_to_ready_; }
-    // Of that, making the grown layout's communicators.
+    // Of that, the `prepare` call: the grown layout's communicators (and whatever else every
+    // rank makes there with the joiners: their state buffers, which the splits wait for).
     [[nodiscard]] double seconds_preparing() const { return seconds_preparing_; }
     // Once done() without a failure: what `choose` gave.
     [[nodiscard]] const parallel_config& chosen() const { return *chosen_; }
@@ -219,7 +223,7 @@ private:
         seconds_to_ready_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
         done_.store(true);
     }
-    // The joiners wait for the chosen layout (receive_chosen_layout): they hear of a failure to
+    // The joiners wait for the layouts (receive_start_layouts): they hear of a failure to
     // choose one too, and end, instead of waiting in the splits.
     void choose_and_prepare(MPI_Comm merged) {
         std::exception_ptr no_choice;
@@ -230,10 +234,10 @@ private:
         }
         comm::mpi over(merged);  // a view: merged_ stays the destructor's or take()'s to free
         over.set_timeout(timeout_);  // the communicators split from it keep it
-        layout_fields told;
-        told.world = 0;
-        if (!no_choice) told = layout_fields::of(*chosen_);
-        over.broadcast(std::as_writable_bytes(std::span<layout_fields>(&told, 1)), 0);
+        join_handshake told = announced_;
+        told.next.world = 0;
+        if (!no_choice) told.next = layout_fields::of(*chosen_);
+        over.broadcast(std::as_writable_bytes(std::span<join_handshake>(&told, 1)), 0);
         if (no_choice) std::rethrow_exception(no_choice);
         const auto preparing = std::chrono::steady_clock::now();
         prepare_(over, *chosen_);
@@ -246,6 +250,7 @@ private:
     int count_;
     joiner_source source_;
     join_terms terms_;
+    join_handshake announced_;  // the running layout, told to the joiners with the chosen one
     std::chrono::steady_clock::time_point started_;
     comm::timeout_duration timeout_;
     std::vector<std::string> arguments_;

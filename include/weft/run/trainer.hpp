@@ -190,13 +190,20 @@ private:
             if (own_rank == 0) std::fprintf(stderr, "weft: joining the running job: %s\n", why.c_str());
             throw stopped("not taken in by the running job", exit_code::failed);
         }
-        // The layout the run goes on in, its communicators, made with the old ranks while they
-        // train (run/joiner_start.hpp), and this process's state buffers, put in memory now
-        // rather than page by page during the move; in its default partition, as a grow's.
-        const parallel_config chosen = receive_chosen_layout(*world_);
+        // The layout the run goes on in (in its default partition, as a grow's), its
+        // communicators and the move's plan, made with the old ranks while they train
+        // (run/joiner_start.hpp), and this process's state buffers, put in memory now rather
+        // than page by page during the move.
+        const join_handshake announced = receive_start_layouts(*world_);
+        const parallel_config chosen = announced.next.config();
         train::engine_options grown = options;
         grown.partition = {};
-        auto prepared = Engine::prepare_layout(*world_, chosen, model_, grown, &backend.state_memory());
+        train::engine_options announced_running = options;
+        announced_running.partition = announced.running_partition();
+        const elastic::layout moving_from =
+            Engine::layout_type::layout_of(announced.running.config(), model_, announced_running);
+        auto prepared = Engine::prepare_layout(*world_, chosen, model_, grown,
+                                               {.reserve_in = &backend.state_memory(), .moving_from = &moving_from});
         const join_handshake told = receive_join_handshake(*world_);
         // Ends like the old ranks, through MPI_Finalize: Open MPI counts a spawned process
         // that exits without it as failed.

@@ -250,11 +250,12 @@ public:
                            std::move(held), lost);
     }
 
-    // ---- a grow's communicators and buffers, made ahead ------------------------------
+    // ---- a grow's communicators, plan and buffers, made ahead ------------------------
     // What a layout needs over a world, made before the move onto it (prepare_layout), so that
-    // the move adopts it instead of making it: its communicators, and for a rank that holds
-    // nothing before the move (a joiner) its state buffers, in memory. An elastic grow makes
-    // them on the old ranks' start thread and on the joiners while the old ranks train on.
+    // the move adopts it instead of making it: its communicators, the transition plan from the
+    // layout the move will start in, and for a rank that holds nothing before the move (a
+    // joiner) its state buffers, in memory. An elastic grow makes them on the old ranks' start
+    // thread and on the joiners while the old ranks train on.
     struct prepared_layout {
         std::string layout;                 // what they were made for: the layout's describe()
         int rank = -1;                      // this rank in the world they were made over
@@ -262,24 +263,42 @@ public:
         std::optional<Comm> active;         // the layout's ranks (or the spares), when not all of them
         std::optional<groups_type> groups;  // the layout engine's groups; none on a spare
         elastic::reserved_buffers<scalar> reserved;  // the state buffers made ahead, if any
+        std::optional<elastic::transition_plan> plan;  // from `plan_from` (none: planned in the move)
+        std::string plan_from;                         // that layout's describe()
+    };
+    // What prepare_layout makes besides the communicators.
+    struct prepare_options {
+        // For a rank that holds nothing now (a joiner): the memory to make its new state buffers
+        // in, every page of them in memory (the backend's state_memory()). Null makes none, as
+        // a rank that holds state should: its switch fills new buffers page by page as it
+        // empties its old ones, within its memory bound.
+        const state_memory* reserve_in = nullptr;
+        // The layout the move will start in (the running one; every rank's alike): its plan is
+        // made now. A move that starts in another (a switch came between) plans anew.
+        const elastic::layout* moving_from = nullptr;
     };
 
-    // Collective over `world`, every rank with the same arguments but `reserve_in`: the
+    // Collective over `world`, every rank with the same arguments but how.reserve_in: the
     // communicators of the layout `config` gives (with options.partition) over `world`, for
-    // move_to_grown_world() onto it. `reserve_in`: for a rank that holds nothing now (a joiner),
-    // the memory to make its new state buffers in, every page of them in memory (the backend's
-    // state_memory()); null makes none, as a rank that holds state should, since its switch
-    // fills new buffers page by page as it empties its old ones. Checked as a switch checks
-    // the layout (a weft::error naming the parameter). Nothing of a running engine is
-    // touched, so another thread may train meanwhile.
+    // move_to_grown_world() onto it, and what `how` asks for. Checked as a switch checks the
+    // layout (a weft::error naming the parameter). Nothing of a running engine is touched, so
+    // another thread may train meanwhile.
     [[nodiscard]] static prepared_layout prepare_layout(Comm& world, const parallel_config& config,
                                                         const model_config& model, const engine_options& options,
-                                                        const state_memory* reserve_in = nullptr) {
+                                                        const prepare_options& how = {}) {
+        const state_memory* reserve_in = how.reserve_in;
         prepared_layout out;
         const elastic::layout next = layout_type::layout_of(checked_world(world, config), model, options);
         out.layout = next.describe();
         out.rank = world.rank();
         out.world_size = world.size();
+        if (how.moving_from != nullptr) {
+            out.plan.emplace(elastic::plan_transition(*how.moving_from, next, world.size(), {},
+                                                      elastic::lost_state::refused));
+            out.plan_from = how.moving_from->describe();
+        }
+        // The buffers first: over a grow, the old ranks' splits below then wait for the joiners'
+        // buffers, so that an old rank's start is done only once they are in memory too.
         if (reserve_in != nullptr)
             out.reserved = elastic::reserved_buffers<scalar>(
                 elastic::state_buffer_sizes(next, world.rank(),
@@ -360,8 +379,11 @@ private:
         const elastic::shared_scalars scalars = share_scalars(target, held ? &*held : nullptr);
         phase_seconds phases;
         phases.check = since(start);
-        const elastic::transition_plan plan =
-            elastic::plan_transition(*layout_, *next, target.size(), sources, lost);
+        // Made ahead (prepare_layout) where it was for the layout the move starts in.
+        const bool planned_ahead = prepared != nullptr && prepared->plan && prepared->plan_from == layout_->describe();
+        const elastic::transition_plan plan = planned_ahead
+                                                  ? std::move(*prepared->plan)
+                                                  : elastic::plan_transition(*layout_, *next, target.size(), sources, lost);
         phases.plan = since(start) - phases.check;
 
         // Out of the current engine (which points into its communicators) before they go.
