@@ -682,8 +682,9 @@ private:
     std::deque<int> accepts_asked_;          // --join jobs announced and agreed, not accepted yet
     std::deque<int> rank0_accepts_;          // rank 0: --join jobs announced, not agreed yet (one per boundary)
     std::vector<int> postponed_leavers_;     // leavers waiting for a --join job being accepted
-    // The grown layout's communicators, made by joining_'s start (its thread writes them, and
-    // is joined before anything reads them): declared first, destroyed after it.
+    // What the grown layout needs (communicators, the move's plan), made by joining_'s start
+    // (its thread writes it, and is joined before anything reads it): declared first,
+    // destroyed after it.
     std::optional<typename Engine::prepared_layout> prepared_;
     std::unique_ptr<joiner_start> joining_;  // the processes being started
     long long grow_asked_at_ = 0;            // the boundary their grow was agreed at

@@ -92,7 +92,8 @@ struct joiner_source {
 class joiner_start {
 public:
     // Collective over the merged world, on the old ranks' start thread and on the joiners:
-    // makes the grown layout's communicators over it (weft::engine::prepare_layout).
+    // makes what the move onto it needs, the grown layout's communicators and the move's plan
+    // (weft::engine::prepare_layout; the joiners make their state buffers there too).
     using preparer = std::function<void(comm::mpi& merged, const parallel_config& chosen)>;
 
     // Collective over `world` (it is duplicated): starts the processes of `source` (or accepts

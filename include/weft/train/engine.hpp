@@ -17,6 +17,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -286,7 +287,6 @@ public:
     [[nodiscard]] static prepared_layout prepare_layout(Comm& world, const parallel_config& config,
                                                         const model_config& model, const engine_options& options,
                                                         const prepare_options& how = {}) {
-        const state_memory* reserve_in = how.reserve_in;
         prepared_layout out;
         const elastic::layout next = layout_type::layout_of(checked_world(world, config), model, options);
         out.layout = next.describe();
@@ -298,12 +298,19 @@ public:
             out.plan_from = how.moving_from->describe();
         }
         // The buffers first: over a grow, the old ranks' splits below then wait for the joiners'
-        // buffers, so that an old rank's start is done only once they are in memory too.
-        if (reserve_in != nullptr)
-            out.reserved = elastic::reserved_buffers<scalar>(
-                elastic::state_buffer_sizes(next, world.rank(),
-                                            optim::any_optimizer<scalar>(options.optimizer).state_names().size()),
-                *reserve_in);
+        // buffers, so that an old rank's start is done only once they are in memory too. They
+        // only save the move time: where the memory refuses them, the move makes its own, and
+        // this rank still meets the others in the splits.
+        if (how.reserve_in != nullptr) {
+            try {
+                out.reserved = elastic::reserved_buffers<scalar>(
+                    elastic::state_buffer_sizes(next, world.rank(),
+                                                optim::any_optimizer<scalar>(options.optimizer).state_names().size()),
+                    *how.reserve_in);
+            } catch (const std::bad_alloc&) {
+                out.reserved = {};
+            }
+        }
         Comm* over = &world;
         if (config.world_size() != world.size()) {  // as activate() splits it
             const bool in_layout = world.rank() < config.world_size();
@@ -315,9 +322,10 @@ public:
     }
 
     // move_to_world onto a world whose first ranks are this world's, in order, with no sources
-    // (a grow: the joiners come after), with the new layout's communicators made ahead by prepare_layout()
-    // over `next_world` for `config` and how.partition. Made for another layout, world or rank,
-    // they are refused on every rank before any byte moves, and the engine stays as it was.
+    // (a grow: the joiners come after), with what prepare_layout() made ahead over `next_world`
+    // for `config` and how.partition: its communicators, plan and buffers. Made for another
+    // layout, world or rank, they are refused on every rank before any byte moves, and the
+    // engine stays as it was.
     elastic::switch_report move_to_grown_world(Comm& next_world, const parallel_config& config,
                                                const reconfigure_options& how, prepared_layout prepared) {
         return switch_onto(next_world, next_world, config, how, {}, std::nullopt, elastic::lost_state::refused,
