@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "test_programs.hpp"
@@ -231,6 +232,69 @@ TEST_CASE("SVG: a standalone picture with one box per compute action") {
     const std::string svg = ws::render_svg(overlapped);
     CHECK(xml_problem(svg).empty());
     CHECK(count(svg, "fill=\"#b07aa1\"") == 2);  // the pair's box and its legend swatch
+}
+
+// Where a picture's texts end, estimated as a browser lays them out at most (0.62 em a
+// character, as the renderer plans for): each <text>'s [first, last) pixel, against the picture's
+// width. Entities count as one character.
+namespace {
+struct svg_text_extent {
+    std::string text;
+    double first = 0;
+    double last = 0;
+};
+double svg_attribute(std::string_view element, std::string_view name, double fallback) {
+    const std::string key = " " + std::string(name) + "=\"";
+    const auto at = element.find(key);
+    if (at == std::string_view::npos) return fallback;
+    return std::stod(std::string(element.substr(at + key.size())));
+}
+std::vector<svg_text_extent> svg_text_extents(const std::string& svg) {
+    std::vector<svg_text_extent> out;
+    for (std::size_t at = svg.find("<text "); at != std::string::npos; at = svg.find("<text ", at + 1)) {
+        const std::size_t open_end = svg.find('>', at);
+        const std::size_t close = svg.find("</text>", open_end);
+        const std::string_view element(svg.data() + at, open_end - at);
+        std::string text = svg.substr(open_end + 1, close - open_end - 1);
+        std::size_t characters = 0;
+        for (std::size_t i = 0; i < text.size(); ++i, ++characters)
+            if (text[i] == '&') i = text.find(';', i);
+        const double width = 0.62 * svg_attribute(element, "font-size", 10) * static_cast<double>(characters);
+        const double x = svg_attribute(element, "x", 0);
+        const bool ends = element.find("text-anchor=\"end\"") != std::string_view::npos;
+        const bool middle = element.find("text-anchor=\"middle\"") != std::string_view::npos;
+        const double first = ends ? x - width : middle ? x - width / 2 : x;
+        out.push_back({std::move(text), first, first + width});
+    }
+    return out;
+}
+}  // namespace
+
+// The legend and the axis caption were once laid out past the picture's right edge (the
+// legend of a schedule with chunks, "lighter: ...", was cut off), and a narrow program's caption
+// past its left edge.
+TEST_CASE("SVG: every text lies inside the picture, the legend and the axis caption included") {
+    std::vector<std::pair<std::string, ws::program>> programs;
+    for (const auto& g : every_schedule()) programs.emplace_back(g.name, g.program);
+    programs.emplace_back("1f1b on 1 rank, 1 micro-batch", ws::one_f_one_b::generate(1, 1));
+    programs.emplace_back("overlapped pair", overlapped);
+    bool saw_chunk_note = false;
+    for (const auto& [name, program] : programs) {
+        for (const std::string& title : {std::string(), name + " with a title long enough to reach past 720 pixels "
+                                                             "at thirteen pixels a character, as a user may write"}) {
+            INFO(name << (title.empty() ? "" : ", with a long title"));
+            const std::string svg = ws::render_svg(program, ws::simulate(program), {.title = title});
+            const double width = svg_attribute(svg, "width", 0);
+            REQUIRE(width >= 720);
+            for (const auto& t : svg_text_extents(svg)) {
+                INFO("\"" << t.text << "\" spans [" << t.first << ", " << t.last << ") of " << width);
+                CHECK(t.first >= 0);
+                CHECK(t.last <= width);
+                saw_chunk_note = saw_chunk_note || t.text.find("later chunk") != std::string::npos;
+            }
+        }
+    }
+    CHECK(saw_chunk_note);  // a schedule with chunks was among them
 }
 
 TEST_CASE("SVG boxes sit at their simulated times") {

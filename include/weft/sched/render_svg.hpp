@@ -57,6 +57,12 @@ namespace detail {
     return step;
 }
 
+// The width a line of text takes at `font_size` pixels, estimated wide (0.62 em a character,
+// wider than most sans-serif glyphs on average) so that what is laid out by it fits.
+[[nodiscard]] inline double svg_text_width(std::string_view text, double font_size) {
+    return 0.62 * font_size * static_cast<double>(text.size());
+}
+
 }  // namespace detail
 
 [[nodiscard]] inline std::string render_svg(const program& p, const simulation& sim, const svg_options& options = {}) {
@@ -75,8 +81,25 @@ namespace detail {
     const double lanes_height = options.lane_height * static_cast<double>(p.ranks.size());
     const double axis_y = top + lanes_height;
     const double legend_y = axis_y + 34;
-    const double width = std::max(left + lanes_width + 16, 720.0);
     const double height = legend_y + 26;
+
+    // The legend's entries, left to right, and the axis caption, right-aligned under the lanes'
+    // end unless that would push it past the left margin: the picture is wide enough for them
+    // and for the title, however narrow the lanes.
+    struct entry {
+        action_kind kind;
+        std::string_view text;
+    };
+    constexpr entry legend[] = {{action_kind::F, "F forward"},
+                                {action_kind::B, "B backward"},
+                                {action_kind::I, "I backward (inputs)"},
+                                {action_kind::W, "W backward (weights)"},
+                                {action_kind::OVERLAP_F_B, "F+B overlapped"}};
+    constexpr std::string_view chunk_note = "lighter: a rank's later chunk";
+    constexpr double font = 10, title_font = 13;
+    const std::string caption = "time (makespan " + weft::detail::number_text(makespan) + ", bubble rate " +
+                                weft::detail::fixed_text(100 * sim.bubble_rate, 1) + "%)";
+    const double caption_end = std::max(left + lanes_width, left + detail::svg_text_width(caption, font));
 
     // A rank's later chunks are drawn lighter, so the two passes of a V or loop tell apart.
     std::vector<int> chunk_of(p.stage_rank.size(), 0);
@@ -88,6 +111,11 @@ namespace detail {
         chunk_of[s] = chunks_seen[static_cast<std::size_t>(r)]++;
         several_chunks = several_chunks || chunk_of[s] > 0;
     }
+    double legend_end = left;
+    for (const entry& e : legend) legend_end += 16 + detail::svg_text_width(e.text, font) + 6;
+    if (several_chunks) legend_end += detail::svg_text_width(chunk_note, font);
+    const double width = std::max({left + lanes_width + 16, legend_end + 16, caption_end + 16,
+                                   left + detail::svg_text_width(options.title, title_font) + 16, 720.0});
     const auto opacity = [&](int stage) -> std::string {
         if (stage < 0 || static_cast<std::size_t>(stage) >= chunk_of.size() ||
             chunk_of[static_cast<std::size_t>(stage)] == 0)
@@ -145,30 +173,20 @@ namespace detail {
                "\" y2=\"" + fixed_text(axis_y + 4) + "\" stroke=\"#333333\"/><text x=\"" + fixed_text(x) + "\" y=\"" +
                fixed_text(axis_y + 15) + "\" text-anchor=\"middle\">" + weft::detail::number_text(t) + "</text>\n";
     }
-    out += "<text x=\"" + fixed_text(left + lanes_width) + "\" y=\"" + fixed_text(axis_y + 27) +
-           "\" text-anchor=\"end\">time (makespan " + weft::detail::number_text(makespan) + ", bubble rate " +
-           weft::detail::fixed_text(100 * sim.bubble_rate, 1) + "%)</text>\n";
+    out += "<text x=\"" + fixed_text(caption_end) + "\" y=\"" + fixed_text(axis_y + 27) + "\" text-anchor=\"end\">" +
+           caption + "</text>\n";
 
     // Legend.
-    struct entry {
-        action_kind kind;
-        std::string_view text;
-    };
-    constexpr entry legend[] = {{action_kind::F, "F forward"},
-                                {action_kind::B, "B backward"},
-                                {action_kind::I, "I backward (inputs)"},
-                                {action_kind::W, "W backward (weights)"},
-                                {action_kind::OVERLAP_F_B, "F+B overlapped"}};
     double x = left;
     for (const entry& e : legend) {
         out += "<rect x=\"" + fixed_text(x) + "\" y=\"" + fixed_text(legend_y) +
                "\" width=\"12\" height=\"12\" fill=\"" + std::string(detail::svg_fill(e.kind)) + "\"/><text x=\"" +
                fixed_text(x + 16) + "\" y=\"" + fixed_text(legend_y + 10) + "\">" + std::string(e.text) + "</text>\n";
-        x += 22 + 6.2 * static_cast<double>(e.text.size());
+        x += 16 + detail::svg_text_width(e.text, font) + 6;
     }
     if (several_chunks)
-        out += "<text x=\"" + fixed_text(x) + "\" y=\"" + fixed_text(legend_y + 10) +
-               "\">lighter: a rank's later chunk</text>\n";
+        out += "<text x=\"" + fixed_text(x) + "\" y=\"" + fixed_text(legend_y + 10) + "\">" + std::string(chunk_note) +
+               "</text>\n";
     out += "</svg>\n";
     return out;
 }
