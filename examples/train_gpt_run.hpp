@@ -8,6 +8,7 @@
 #include <string>
 
 #include "weft/weft.hpp"
+#include "weft/core/compiled_for.hpp"
 #include "weft/data/token_batches.hpp"
 #include "weft/io/token_file.hpp"
 #include "weft/models/gpt.hpp"
@@ -59,10 +60,11 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         .on_start([&](engine_t& engine) {
             if (world.rank() != 0) return;
             std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
-                        "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d\n",
+                        "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d | %s\n",
                         static_cast<long long>(parameters), o.sizes.layers, o.sizes.d_model, o.sizes.heads,
                         o.sizes.vocab, o.sizes.seq_len, o.batch, o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero,
-                        o.microbatches, engine.config().chunks());
+                        o.microbatches, engine.config().chunks(),
+                        weft::describe_build_target(WEFT_COMPILED_FOR, weft::cpu_instruction_sets()).c_str());
         })
         .on_finish([&](engine_t& engine) {
             if (world.rank() != 0 || engine.is_spare()) return;
