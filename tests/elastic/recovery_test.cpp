@@ -234,12 +234,13 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
 // the grown world of 4, the old ranks' coming first, and every rank moves onto it in `to`. With
 // `made_ahead`, the new layout's communicators and the move's plan are made first
 // (engine::prepare_layout; the joiners' state buffers too) and the move adopts them; a plan made
-// from `planned_from` instead of `from` (a switch came between) is made anew in the move. (An
+// from `planned_from` instead of `from` (a switch came between) is made anew in the move; without
+// `communicators_ahead` (an elastic run under ULFM) the move splits them itself. (An
 // elastic run makes them on a second thread while the first trains; on comm::local, whose
 // deadlock check knows one waiting call per rank, they are made after the steps. The ft build's
 // grow scenario runs them beside training.)
 recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery_layout& to, bool made_ahead,
-                                     const recovery_layout* planned_from = nullptr) {
+                                     const recovery_layout* planned_from = nullptr, bool communicators_ahead = true) {
     std::mutex lock;
     recovery_full_state shared;
     recovery_outcome out;
@@ -258,7 +259,9 @@ recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery
             const auto moving_from = recovery_map(planned_from != nullptr ? *planned_from : from);
             prepared.emplace(recovery_engine::prepare_layout(
                 grown, to.config(), weft_test::elastic::model(), recovery_options(to),
-                {.reserve_in = joiner ? &weft::host_state_memory() : nullptr, .moving_from = &moving_from}));
+                {.reserve_in = joiner ? &weft::host_state_memory() : nullptr,
+                 .moving_from = &moving_from,
+                 .communicators = communicators_ahead}));
             if (!prepared->plan) {
                 const std::lock_guard guard(lock);
                 out.problems.push_back("no plan made ahead");
@@ -276,7 +279,7 @@ recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery
         }
         weft::elastic::switch_report report;
         if (made_ahead) {
-            if (!prepared->groups && grown.rank() < to.config().world_size()) {
+            if (!prepared->groups && communicators_ahead && grown.rank() < to.config().world_size()) {
                 const std::lock_guard guard(lock);
                 out.problems.push_back("a rank of the new layout was prepared no groups");
             }
@@ -301,9 +304,11 @@ recovery_outcome recovery_after_grow(const recovery_layout& from, const recovery
         if (!engine->is_spare()) {
             auto& parts = engine->parts();
             for (auto* group : {&parts.pipeline_group(), &parts.data_group(), &parts.tensor_group()})
-                if ((group->timeout() == weft::comm::timeout_duration(ahead_timeout)) != made_ahead) {
+                if ((group->timeout() == weft::comm::timeout_duration(ahead_timeout)) !=
+                    (made_ahead && communicators_ahead)) {
                     const std::lock_guard guard(lock);
-                    out.problems.push_back(made_ahead ? "a group made ahead was split again in the move"
+                    out.problems.push_back(made_ahead && communicators_ahead
+                                               ? "a group made ahead was split again in the move"
                                                       : "a group has the timeout of groups made ahead");
                 }
         }
@@ -577,6 +582,10 @@ TEST_CASE("a grow's joiners train on as a switch gives it, with the new layout's
             const auto other = weft_test::elastic::make("dp2", 1, 2, 1, 0, weft::sched::gpipe::kind);
             INFO(from.name << " -> " << to.name << ", made ahead with a plan from " << other.name);
             recovery_check_against(recovery_after_grow(from, to, true, &other), reference);
+        }
+        {
+            INFO(from.name << " -> " << to.name << ", plan and buffers made ahead, communicators in the move");
+            recovery_check_against(recovery_after_grow(from, to, true, nullptr, false), reference);
         }
     }
 }

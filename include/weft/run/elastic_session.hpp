@@ -434,19 +434,29 @@ private:
             [this, grown, current] { return choose_(grown, current); },
             [this, model = engine.model(), options = grown_options(engine.options()), running = engine.layout()](
                 comm::mpi& merged, const parallel_config& chosen) {
-                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options, {.moving_from = &running}));
+                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options,
+                                                         {.moving_from = &running,
+                                                          .communicators = communicators_ahead()}));
             },
             mpi_allows_threads());
         grow_asked_at_ = step;
     }
 
-    // The running layout, as a join's start announces it to the joiners.
+    // The running layout, as a join's start announces it to the joiners, with whether the
+    // communicators are made during the start.
     static join_handshake announced_layout(Engine& engine) {
         join_handshake running;
         running.running = layout_fields::of(engine.config());
         running.set_running_partition(engine.layout().partition());
+        running.communicators_ahead = communicators_ahead() ? 1 : 0;
         return running;
     }
+    // Under ULFM the start's thread makes no communicator: Open MPI's communicator creation
+    // there runs the same agreement machinery as the mirror's MPIX_Comm_agree on the main
+    // thread, and the two at once failed a split with MPI_ERR_PROC_FAILED (crash-then-grow, in
+    // CI). The splits then come at the switch, as without a start thread; the plan and the
+    // joiners' buffers, which need no MPI, are still made ahead.
+    static bool communicators_ahead() { return !comm::has_ulfm(); }
 
     // A grow goes on in the default partition of the layout chosen (the partition of the
     // running layout was for its stage count).

@@ -89,6 +89,14 @@ struct joiner_source {
     return layouts;
 }
 
+// The end of a start, collective over the merged world, on the old ranks' start thread and on
+// the joiners once they have prepared the chosen layout: an old rank's start is done only when
+// the joiners' buffers are made too (where the communicators are not made ahead, nothing else
+// waits for them). Plain MPI, as the vote: weft's communicators are for the main thread.
+inline void end_of_start(MPI_Comm merged) {
+    comm::detail::mpi_check(MPI_Barrier(merged), "MPI_Barrier (end of the join's start)");
+}
+
 class joiner_start {
 public:
     // Collective over the merged world, on the old ranks' start thread and on the joiners:
@@ -242,6 +250,7 @@ private:
         if (no_choice) std::rethrow_exception(no_choice);
         const auto preparing = std::chrono::steady_clock::now();
         prepare_(over, *chosen_);
+        end_of_start(merged);
         seconds_preparing_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - preparing).count();
     }
     void free_parents() {

@@ -261,6 +261,7 @@ public:
         std::string layout;                 // what they were made for: the layout's describe()
         int rank = -1;                      // this rank in the world they were made over
         int world_size = 0;                 // and its size
+        bool communicators_made = false;    // false: the move splits them (prepare_options)
         std::optional<Comm> active;         // the layout's ranks (or the spares), when not all of them
         std::optional<groups_type> groups;  // the layout engine's groups; none on a spare
         elastic::reserved_buffers<scalar> reserved;  // the state buffers made ahead, if any
@@ -277,6 +278,10 @@ public:
         // The layout the move will start in (the running one; every rank's alike): its plan is
         // made now. A move that starts in another (a switch came between) plans anew.
         const elastic::layout* moving_from = nullptr;
+        // Whether to make the communicators now; false leaves their splits to the move (every
+        // rank alike). An elastic run under ULFM does: there, splitting on a second thread while
+        // the first runs its agreements (the mirror's) failed with MPI_ERR_PROC_FAILED in CI.
+        bool communicators = true;
     };
 
     // Collective over `world`, every rank with the same arguments but how.reserve_in: the
@@ -311,6 +316,8 @@ public:
                 out.reserved = {};
             }
         }
+        if (!how.communicators) return out;
+        out.communicators_made = true;
         Comm* over = &world;
         if (config.world_size() != world.size()) {  // as activate() splits it
             const bool in_layout = world.rank() < config.world_size();
@@ -427,6 +434,7 @@ private:
         const std::string from = layout_->describe();
         options_ = next_options;
         layout_ = std::move(next);
+        const bool adopts_communicators = prepared != nullptr && prepared->communicators_made;
         // Where the ranks that stay are fewer than those the state moved among (a leave), the
         // stayers are `after`'s ranks, numbered as in `target`; a leaver's `after` is not.
         const bool stays = &after == &target || (target.rank() < after.size() && after.rank() == target.rank());
@@ -436,12 +444,12 @@ private:
             require(layout_->ranks() <= after.size(), "communicator to stay on", after.size(),
                     "must hold the new layout's " + std::to_string(layout_->ranks()) + " ranks");
             // over the stayers only: spares among them too
-            active = prepared != nullptr ? adopt_active(*prepared) : activate(layout_->ranks());
+            active = adopts_communicators ? adopt_active(*prepared) : activate(layout_->ranks());
         } else {
             active_.reset();
         }
         if (active != nullptr) {
-            if (prepared != nullptr)
+            if (adopts_communicators)
                 core_ = std::make_unique<layout_type>(*active, layout_->config(), model_, options_, std::move(moved),
                                                       std::move(*backend), std::move(*prepared->groups));
             else
