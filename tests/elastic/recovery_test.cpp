@@ -235,7 +235,7 @@ recovery_outcome recovery_after_leave(const recovery_layout& from, const recover
 // `made_ahead`, the new layout's communicators and the move's plan are made first
 // (engine::prepare_layout; the joiners' state buffers too) and the move adopts them; a plan made
 // from `planned_from` instead of `from` (a switch came between) is made anew in the move; without
-// `communicators_ahead` (an elastic run under ULFM) the move splits them itself. (An
+// `communicators_ahead` (prepare_options.communicators off) the move splits them itself. (An
 // elastic run makes them on a second thread while the first trains; on comm::local, whose
 // deadlock check knows one waiting call per rank, they are made after the steps. The ft build's
 // grow scenario runs them beside training.)

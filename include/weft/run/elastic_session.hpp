@@ -142,8 +142,13 @@ public:
         // A process a grow started arrives in the middle of its parents' boundary: they have
         // mirrored, agreed on the requests and moved the state (run::trainer's join); the
         // mirror after the event is next.
-        if (!just_joined_ && comm::has_ulfm() && (mirror_due_ || step % settings_.mirror_every == 0))
-            refresh_mirror(engine, step);
+        // While joiners start there is none: a crash then ends the run anyway (recover()), and
+        // the mirror's agreement would run beside the start thread's communicator creation,
+        // which Open MPI 5's fault tolerance runs through the same agreements. The first
+        // boundary after the start mirrors.
+        const bool due = mirror_due_ || step % settings_.mirror_every == 0;
+        if (!just_joined_ && comm::has_ulfm() && due && joining_) mirror_due_ = true;
+        if (!just_joined_ && comm::has_ulfm() && due && !joining_) refresh_mirror(engine, step);
         const auto start = std::chrono::steady_clock::now();
         const requests asked = just_joined_ ? requests{} : agreed_requests();
         just_joined_ = false;
@@ -185,7 +190,7 @@ public:
                 mirror_due_ = true;
             }
         }
-        if (comm::has_ulfm() && mirror_due_) refresh_mirror(engine, step);
+        if (comm::has_ulfm() && mirror_due_ && !joining_) refresh_mirror(engine, step);
         return out;
     }
 
@@ -434,29 +439,19 @@ private:
             [this, grown, current] { return choose_(grown, current); },
             [this, model = engine.model(), options = grown_options(engine.options()), running = engine.layout()](
                 comm::mpi& merged, const parallel_config& chosen) {
-                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options,
-                                                         {.moving_from = &running,
-                                                          .communicators = communicators_ahead()}));
+                prepared_.emplace(Engine::prepare_layout(merged, chosen, model, options, {.moving_from = &running}));
             },
             mpi_allows_threads());
         grow_asked_at_ = step;
     }
 
-    // The running layout, as a join's start announces it to the joiners, with whether the
-    // communicators are made during the start.
+    // The running layout, as a join's start announces it to the joiners.
     static join_handshake announced_layout(Engine& engine) {
         join_handshake running;
         running.running = layout_fields::of(engine.config());
         running.set_running_partition(engine.layout().partition());
-        running.communicators_ahead = communicators_ahead() ? 1 : 0;
         return running;
     }
-    // Under ULFM the start's thread makes no communicator: Open MPI's communicator creation
-    // there runs the same agreement machinery as the mirror's MPIX_Comm_agree on the main
-    // thread, and the two at once failed a split with MPI_ERR_PROC_FAILED (crash-then-grow, in
-    // CI). The splits then come at the switch, as without a start thread; the plan and the
-    // joiners' buffers, which need no MPI, are still made ahead.
-    static bool communicators_ahead() { return !comm::has_ulfm(); }
 
     // A grow goes on in the default partition of the layout chosen (the partition of the
     // running layout was for its stage count).

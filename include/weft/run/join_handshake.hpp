@@ -48,9 +48,6 @@ struct join_handshake {
     std::int32_t partition_count = 0;     // its partition (unit counts per stage; 0: the default)
     std::array<std::int32_t, 256> partition{};
     layout_fields next;                   // the layout every rank goes on in (default partition)
-    // In a start's announcement (run/joiner_start.hpp): whether every rank makes the new
-    // layout's communicators during the start (1) or at the switch (0).
-    std::int32_t communicators_ahead = 0;
 
     [[nodiscard]] std::vector<int> running_partition() const {
         return {partition.begin(), partition.begin() + partition_count};

@@ -203,9 +203,7 @@ private:
         const elastic::layout moving_from =
             Engine::layout_type::layout_of(announced.running.config(), model_, announced_running);
         auto prepared = Engine::prepare_layout(*world_, chosen, model_, grown,
-                                               {.reserve_in = &backend.state_memory(),
-                                                .moving_from = &moving_from,
-                                                .communicators = announced.communicators_ahead != 0});
+                                               {.reserve_in = &backend.state_memory(), .moving_from = &moving_from});
         end_of_start(world_->native());
         const join_handshake told = receive_join_handshake(*world_);
         // Ends like the old ranks, through MPI_Finalize: Open MPI counts a spawned process

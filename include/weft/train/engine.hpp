@@ -279,8 +279,7 @@ public:
         // made now. A move that starts in another (a switch came between) plans anew.
         const elastic::layout* moving_from = nullptr;
         // Whether to make the communicators now; false leaves their splits to the move (every
-        // rank alike). An elastic run under ULFM does: there, splitting on a second thread while
-        // the first runs its agreements (the mirror's) failed with MPI_ERR_PROC_FAILED in CI.
+        // rank alike), for a caller that cannot split where it prepares.
         bool communicators = true;
     };
 
