@@ -23,21 +23,30 @@
 
 namespace weft::elastic {
 
-// The sizes, in elements, of the buffers a rank holds in layout `l` between steps: per stage,
-// the parameters (the ZeRO-3 range, or the flat buffer padded to the ZeRO ranges), the
-// gradients (ZeRO 0 and 1 keep them between steps), and `optimizer_tensors` optimizer state
-// tensors (the stage's tensors, or from ZeRO-1 on the valid part of the range). The same
-// sizes a switch makes (elastic/transfer.hpp).
+// Elements of a stage's buffers in layout `l`, as a switch makes them (elastic/transfer.hpp)
+// and a reserve makes them ahead: the flat buffer (padded to the ZeRO ranges; the gradients,
+// which ZeRO 0 and 1 keep between steps), the parameters (the ZeRO-3 range, or the flat
+// buffer), and each optimizer state tensor (the stage's tensors, or from ZeRO-1 on the valid
+// part of the range).
+[[nodiscard]] inline std::size_t flat_elements(const layout& l, const stage_holding& h) {
+    return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.padded;
+}
+[[nodiscard]] inline std::size_t parameter_elements(const layout& l, const stage_holding& h) {
+    return l.config().zero_stage() == 3 ? h.range.size : flat_elements(l, h);
+}
+[[nodiscard]] inline std::size_t moment_elements(const layout& l, const stage_holding& h) {
+    return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.valid();
+}
+
+// The sizes of every buffer a rank holds in layout `l` between steps, with
+// `optimizer_tensors` optimizer state tensors per stage.
 [[nodiscard]] inline std::vector<std::size_t> state_buffer_sizes(const layout& l, int rank,
                                                                  std::size_t optimizer_tensors) {
-    const int zero = l.config().zero_stage();
     std::vector<std::size_t> out;
     for (const stage_holding& h : l.holdings(rank)) {
-        const std::size_t flat = zero == 0 ? h.registry.total_size() : h.range.padded;
-        out.push_back(zero == 3 ? h.range.size : flat);
-        if (zero <= 1) out.push_back(flat);
-        const std::size_t moment = zero == 0 ? h.registry.total_size() : h.range.valid();
-        for (std::size_t k = 0; k < optimizer_tensors; ++k) out.push_back(moment);
+        out.push_back(parameter_elements(l, h));
+        if (l.config().zero_stage() <= 1) out.push_back(flat_elements(l, h));
+        for (std::size_t k = 0; k < optimizer_tensors; ++k) out.push_back(moment_elements(l, h));
     }
     return out;
 }
@@ -52,7 +61,7 @@ public:
         for (const std::size_t elements : sizes) {
             state_vector<Scalar> buffer = lazy_zeros<Scalar>(elements, memory);
             memory.fill_zero(buffer.data(), buffer.size() * sizeof(Scalar));
-            bytes_ += state_buffer_bytes_of(buffer);
+            bytes_ += detail::state_buffer_bytes(buffer);
             buffers_.push_back(std::move(buffer));
         }
     }
@@ -64,7 +73,7 @@ public:
         if (it == buffers_.end()) return std::nullopt;
         state_vector<Scalar> out = std::move(*it);
         buffers_.erase(it);
-        bytes_ -= state_buffer_bytes_of(out);
+        bytes_ -= detail::state_buffer_bytes(out);
         return out;
     }
 
@@ -75,7 +84,7 @@ public:
         for (state_vector<Scalar>& b : buffers_) {
             const auto wanted = std::find(sizes.begin(), sizes.end(), b.size());
             if (wanted == sizes.end()) {
-                bytes_ -= state_buffer_bytes_of(b);
+                bytes_ -= detail::state_buffer_bytes(b);
                 continue;
             }
             sizes.erase(wanted);
@@ -89,9 +98,6 @@ public:
     [[nodiscard]] bool empty() const { return buffers_.empty(); }
 
 private:
-    // As a switch's memory meter counts them (elastic/page_ledger.hpp).
-    static std::size_t state_buffer_bytes_of(const state_vector<Scalar>& b) { return detail::state_buffer_bytes(b); }
-
     std::vector<state_vector<Scalar>> buffers_;
     std::size_t bytes_ = 0;
 };

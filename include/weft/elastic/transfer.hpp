@@ -183,19 +183,7 @@ private:
                 {h, nn::flat_parameters<Scalar>::released(h.registry, static_cast<std::size_t>(shards)), {}, {}, {}});
     }
 
-    // ---- buffer sizes -------------------------------------------------------------
-    // Elements of a stage's buffers in layout `l`: the flat buffer (padded to the ZeRO ranges),
-    // the parameters (the ZeRO-3 range, or the flat buffer), and each optimizer state tensor
-    // (the stage's tensors, or from ZeRO-1 on the valid part of the range).
-    static std::size_t flat_elements(const layout& l, const stage_holding& h) {
-        return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.padded;
-    }
-    static std::size_t parameter_elements(const layout& l, const stage_holding& h) {
-        return l.config().zero_stage() == 3 ? h.range.size : flat_elements(l, h);
-    }
-    static std::size_t moment_elements(const layout& l, const stage_holding& h) {
-        return l.config().zero_stage() == 0 ? h.registry.total_size() : h.range.valid();
-    }
+    // ---- buffer sizes: elastic/reserved_buffers.hpp's flat_, parameter_ and moment_elements --
 
     // ---- the order of the waves ---------------------------------------------------
     // The sizes, in elements, of one rank's buffers of each kind in a layout.
