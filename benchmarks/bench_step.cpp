@@ -294,8 +294,9 @@ struct row {
 void print_table(const std::vector<row>& rows, int threads, bool heap_retained) {
     std::printf("weft bench_step: one GPT-2 training step on the CPU (forward + backward_input + backward_weight + "
                 "AdamW), one stage, one micro-batch\n");
-    std::printf("weft threads: %d (Eigen), PyTorch threads: %d; times are medians of the timed steps\n",
-                Eigen::nbThreads(), threads);
+    std::printf("weft threads: %d (exec::cpu's pool; gemm_ms on one), PyTorch threads: %d; times are medians of "
+                "the timed steps\n",
+                threads, threads);
     std::printf("PyTorch: %s\n", torch_version.empty() ? "not run" : torch_version.c_str());
     std::printf("heap: %s\n\n", heap_retained ? "freed memory retained (exec::retain_freed_memory, as train_gpt runs)"
                                               : "the C library's default (--default-heap)");
@@ -329,7 +330,7 @@ void print_table(const std::vector<row>& rows, int threads, bool heap_retained) 
 void print_json(const std::vector<row>& rows, int threads, bool heap_retained) {
     std::printf("{\"weft_threads\": %d, \"torch_threads\": %d, \"torch_version\": \"%s\", \"heap_retained\": %s, "
                 "\"configs\": [",
-                Eigen::nbThreads(), threads, torch_version.c_str(), heap_retained ? "true" : "false");
+                threads, threads, torch_version.c_str(), heap_retained ? "true" : "false");
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
         const auto& p = r.weft.median;
@@ -588,13 +589,10 @@ int main(int argc, char** argv) {
             throw weft::error("--parallel needs MPI; this bench_step was built without it (WEFT_HAS_MPI is off)");
 #endif
         }
-        // Eigen parallelises its GEMMs only when built with OpenMP; otherwise this is a no-op
-        // and weft runs on one thread whatever --threads says (the table prints what ran).
-        Eigen::setNbThreads(threads);
         const bool heap_retained = !default_heap && weft::exec::retain_freed_memory();
 
         std::vector<row> rows;
-        backend cpu;
+        backend cpu(threads);  // weft's kernels on --threads threads, as train_gpt --threads runs them
         for (bench_config c : configs) {
             if (which != "all" && which != c.name) continue;
             if (steps != 0) c.steps = steps;

@@ -59,11 +59,14 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
         .manifest({{"program", "train_gpt"}, {"seq_len", o.sizes.seq_len}})
         .on_start([&](engine_t& engine) {
             if (world.rank() != 0) return;
+            int threads = 1;  // a rank's kernel threads (--threads; the GPU's are its own)
+            if constexpr (requires { engine.backend().threads(); }) threads = engine.backend().threads();
             std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
-                        "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d | %s\n",
+                        "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d | "
+                        "threads %d | %s\n",
                         static_cast<long long>(parameters), o.sizes.layers, o.sizes.d_model, o.sizes.heads,
                         o.sizes.vocab, o.sizes.seq_len, o.batch, o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero,
-                        o.microbatches, engine.config().chunks(),
+                        o.microbatches, engine.config().chunks(), threads,
                         weft::describe_build_target(WEFT_COMPILED_FOR, weft::cpu_instruction_sets()).c_str());
         })
         .on_finish([&](engine_t& engine) {

@@ -5,6 +5,4 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # The same for Open MPI 5 (the ft preset's, .venv-ft): its launcher, PRRTE, reads only this one.
 export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-# Shared-memory transport without CMA: ptrace-restricted containers reject it.
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -4,10 +4,15 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include "weft/comm/mpi_single_copy.hpp"
+
 #include <cstdio>
 
 int main(int argc, char* argv[]) {
     int provided = 0;
+#if defined(OPEN_MPI)
+    weft::comm::choose_single_copy(true);  // as weft::comm::mpi_environment does
+#endif
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -22,9 +22,10 @@
 #                     they join at the first boundary where they are ready (the event says
 #                     both steps); the reference starts on 4 ranks with --switch
 #                     0:pp=2,world=2 (two spares) and switches where the joiners joined
-#   grow-late         as grow, 40 steps, `grow 2` once step 30 is logged: the run ends before
-#                     the joiners are ready; they are told so and exit 0, no join event, and the
-#                     losses equal an uninterrupted run's
+#   grow-late         as grow, 40 steps, the joiners held before their vote until step 39 is
+#                     logged (WEFT_ELASTIC_JOINER_WAIT_FOR): the run ends before they are ready;
+#                     they are told so and exit 0, no join event, and the losses equal an
+#                     uninterrupted run's
 #   crash-then-grow   rank 3 crashes before step 5; once the failure is logged, `grow 1` brings
 #                     the world back to 4
 #   crash-buddies     ranks 1 and 2 (rank 1's buddy) crash before step 5: rank 1's optimizer shard
@@ -174,10 +175,16 @@ case "$scenario" in
         ;;
     grow | grow-late)
         : >"$work/control"
+        held="$work/joiners-may-vote"
+        [[ "$scenario" == grow-late ]] && export WEFT_ELASTIC_JOINER_WAIT_FOR="$held"
         run_elastic --control "$work/control" --world-max 4 &
         launcher=$!
-        if [[ "$scenario" == grow ]]; then wait_for_step 3; else wait_for_step 30; fi
+        wait_for_step 3
         echo "grow 2" >>"$work/control"
+        if [[ "$scenario" == grow-late ]]; then
+            wait_for_step 39
+            : >"$held"
+        fi
         wait "$launcher"
         status=$?
         [[ "$scenario" == grow-late ]] && must_say="the run ended before the 2 processes of \`grow 2\` were taken in"

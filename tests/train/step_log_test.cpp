@@ -15,6 +15,14 @@ TEST_CASE("the step log line has the fields users grep for") {
     CHECK(weft::train::group_thousands(0) == "0");
 }
 
+TEST_CASE("the simulated bubble stands beside the measured one, in the line and the JSON") {
+    weft::train::step_stats s{5, 2.0, 10.0, 100.0, 0.25};
+    s.simulated_bubble = 0.2;
+    CHECK(weft::train::format_step(s) == "step 5 | loss 2.0000 | 10.0 ms | 100 samples/s | bubble 25.0% (simulated 20.0%)");
+    CHECK(weft::train::format_step_json(s) ==
+          "{\"step\": 5, \"loss\": 2, \"ms\": 10, \"tokens_per_s\": -1, \"bubble\": 0.25, \"simulated_bubble\": 0.2}");
+}
+
 TEST_CASE("the step's JSON line keeps nine significant digits") {
     weft::train::step_stats stats{7, 2.718281828459, 12.5, 0, 0.25};
     stats.tokens_per_second = 1024;

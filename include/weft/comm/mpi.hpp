@@ -251,6 +251,23 @@ public:
     }
     [[nodiscard]] timeout_duration timeout() const { return timeout_; }
 
+    // Lets MPI move messages on while the caller computes (the CPU kernels call it between
+    // them through exec/kernel_progress.hpp). Open MPI advances a transfer only inside an MPI
+    // call: a large message waits for its receiver to read it (single-copy) or, without
+    // single-copy, for both sides to pass each fragment on, so without this an activation sent
+    // at the start of a forward leaves when the receiver's forward ends. One MPI_Iprobe runs
+    // the progress engine for every request of the process. Never throws and never waits: a
+    // failure here is met by the next real call on the communicator.
+    void progress() noexcept {
+        if (comm_ == MPI_COMM_NULL) return;
+        try {
+            detail::deferred_registry::instance().progress();
+        } catch (...) {  // the next wait reports it
+        }
+        int arrived = 0;
+        static_cast<void>(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, MPI_STATUS_IGNORE));
+    }
+
     [[nodiscard]] request isend(std::span<const std::byte> data, int dest, int tag) {
         check_usable();
         detail::deferred_registry::instance().progress();

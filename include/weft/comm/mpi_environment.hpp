@@ -10,6 +10,7 @@
 #include <string>
 
 #include "weft/comm/mpi.hpp"
+#include "weft/comm/mpi_single_copy.hpp"
 #include "weft/core/call_or_end_process.hpp"
 #include "weft/core/error.hpp"
 
@@ -24,6 +25,7 @@ public:
         int initialized = 0;
         detail::mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
         if (initialized == 0) {
+            single_copy_ = choose_single_copy(is_open_mpi);
             detail::mpi_check(MPI_Init_thread(&argc, &argv, std::max(required, wanted), &provided_), "MPI_Init_thread");
             owns_ = true;
         } else {
@@ -59,10 +61,19 @@ public:
     }
 
     [[nodiscard]] int thread_level() const { return provided_; }
+    // How large messages between this machine's ranks are copied (decided before MPI_Init;
+    // not_open_mpi also where MPI was initialised by someone else).
+    [[nodiscard]] const single_copy_choice& single_copy() const { return single_copy_; }
     [[nodiscard]] bool owns_mpi() const { return owns_; }
 
 private:
+#if defined(OPEN_MPI)
+    static constexpr bool is_open_mpi = true;
+#else
+    static constexpr bool is_open_mpi = false;
+#endif
     int provided_ = MPI_THREAD_SINGLE;
+    single_copy_choice single_copy_;
     bool owns_ = false;
 };
 

@@ -1,16 +1,20 @@
 // The CPU compute backend: an object whose member kernels nn/ layers call on Eigen row-major
 // matrices in host memory (rows = samples). float for training, double for gradient checks.
-// Every kernel is single-threaded and runs in a fixed order, so results are bit-reproducible;
-// the object holds no state yet, and is where a thread pool or scratch memory would live.
+// Every kernel runs in a fixed order, so results are bit-reproducible. With threads (--threads,
+// set_threads) the heavy kernels split their work into parts that each compute what one thread
+// would (whole rows, whole columns, whole attention heads; element ranges that keep the data's
+// alignment), so the losses stay those of one thread (tests/exec/cpu_threads_test.cpp).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +25,8 @@
 #include "weft/core/memory_space.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/exec/cpu_thread_pool.hpp"
+#include "weft/exec/kernel_progress.hpp"
 #include "weft/exec/softmax_rows.hpp"
 #include "weft/optim/adamw_update.hpp"
 #include "weft/optim/gradient_scale.hpp"
@@ -41,6 +47,15 @@ private:
     using row_vector = Eigen::Matrix<Scalar, 1, Eigen::Dynamic>;
     using const_row_map = Eigen::Map<const row_vector>;
     using row_map = Eigen::Map<row_vector>;
+    using array = Eigen::Array<Scalar, Eigen::Dynamic, 1>;
+
+    // Elements [first, first + n) of a matrix's storage, as an array.
+    template <class Dense>
+    static auto flat(Dense& m, std::size_t first, std::size_t n) {
+        using element = std::remove_reference_t<decltype(*m.data())>;
+        using mapped = std::conditional_t<std::is_const_v<element>, const array, array>;
+        return Eigen::Map<mapped>(m.data() + first, Eigen::Index(n));
+    }
 
     static void require_size(std::size_t got, std::size_t want, std::string_view what) {
         if (got != want)
@@ -62,7 +77,65 @@ private:
         require_size(labels_size, std::size_t(logits.rows()), std::string(kernel) + ": labels.size()");
     }
 
+    // The parts a kernel is split into for the pool. Rows: in units of 8, so that a part starts
+    // where Eigen's GEMM starts a panel of the whole product (its panels are 4 or 8 rows of the
+    // result; the rows left over after the last whole panel take another code path, which sums
+    // in another order), and of at least 2 units (smaller parts cost more in waking threads than
+    // they save). Elements: runs of whole cache lines from the matrix's start, so every part
+    // sees the vector alignment the whole matrix has.
+    static constexpr std::size_t rows_per_unit = 8;
+    static constexpr std::size_t row_units_per_part = 2;
+    static constexpr std::size_t elements_per_unit = 64;
+    static constexpr std::size_t units_per_part = 64;
+
+    // Calls piece(begin, end) over [0, count) split into parts of at least `grain`, on the pool.
+    // Every threaded kernel starts here, on its calling thread: messages in flight move on first
+    // (exec/kernel_progress.hpp).
+    template <class Piece>
+    void in_parts(std::size_t count, std::size_t grain, Piece&& piece) const {
+        drive_kernel_progress();
+        if (!pool_ || pool_->parts_for(count, grain) <= 1) {
+            if (count > 0) piece(std::size_t(0), count);
+            return;
+        }
+        pool_->for_parts(count, grain, std::function<void(std::size_t, std::size_t)>(std::forward<Piece>(piece)));
+    }
+    // In parts of whole rows: piece(first_row, row_count).
+    template <class Piece>
+    void in_row_parts(Eigen::Index rows, Piece&& piece) const {
+        const auto count = std::size_t(rows);
+        in_parts((count + rows_per_unit - 1) / rows_per_unit, row_units_per_part,
+                 [&](std::size_t begin, std::size_t end) {
+                     const std::size_t first = begin * rows_per_unit;
+                     piece(Eigen::Index(first), Eigen::Index(std::min(count, end * rows_per_unit) - first));
+                 });
+    }
+    // In parts of whole cache-line units of `count` elements: piece(first, count).
+    template <class Piece>
+    void in_element_parts(std::size_t count, Piece&& piece) const {
+        const std::size_t units = (count + elements_per_unit - 1) / elements_per_unit;
+        in_parts(units, units_per_part, [&](std::size_t begin, std::size_t end) {
+            const std::size_t first = begin * elements_per_unit;
+            piece(first, std::min(count, end * elements_per_unit) - first);
+        });
+    }
+
+    std::shared_ptr<cpu_thread_pool> pool_;  // null: every kernel on the calling thread
+
 public:
+    cpu_backend() = default;
+    explicit cpu_backend(int threads) { set_threads(threads); }
+
+    // The threads this rank's kernels use (>= 1): the calling thread and threads - 1 of the pool.
+    // Copies of the backend share the pool; kernels called on several threads at once take
+    // turns on it.
+    void set_threads(int threads) {
+        require(threads >= 1 && threads <= cpu_thread_pool::max_threads, "--threads", threads,
+                "must be an integer in [1, " + std::to_string(cpu_thread_pool::max_threads) + "]");
+        pool_ = threads == 1 ? nullptr : std::make_shared<cpu_thread_pool>(threads);
+    }
+    [[nodiscard]] int threads() const { return pool_ ? pool_->threads() : 1; }
+
     // The training state lives in host memory; kernels finish before they return, so there
     // is nothing to wait for; a matrix is host memory already, so the copies are plain ones.
     [[nodiscard]] const weft::state_memory& state_memory() const { return host_state_memory(); }
@@ -81,7 +154,11 @@ public:
 
     [[nodiscard]] matrix add(const matrix& a, const matrix& b) const {
         require_shape(b, a.rows(), a.cols(), "add: b");
-        return a + b;
+        matrix sum(a.rows(), a.cols());
+        in_element_parts(std::size_t(a.size()), [&](std::size_t first, std::size_t n) {
+            flat(sum, first, n) = flat(a, first, n) + flat(b, first, n);
+        });
+        return sum;
     }
 
     // y = x W + b with W stored [in, out] so the flat buffer reads like the math.
@@ -89,10 +166,13 @@ public:
                                  std::span<const Scalar> b, int in, int out) const {
         require_shape(x, x.rows(), in, "linear_forward: x");
         require_size(w.size(), std::size_t(in) * std::size_t(out), "linear_forward: weight size");
-        matrix y = x * const_map(w.data(), in, out);
-        if (b.empty()) return y;  // no bias
-        require_size(b.size(), std::size_t(out), "linear_forward: bias size");
-        y.rowwise() += const_row_map(b.data(), out);
+        if (!b.empty()) require_size(b.size(), std::size_t(out), "linear_forward: bias size");
+        matrix y(x.rows(), out);
+        in_row_parts(x.rows(), [&](Eigen::Index first, Eigen::Index n) {
+            auto part = y.middleRows(first, n);
+            part.noalias() = x.middleRows(first, n) * const_map(w.data(), in, out);
+            if (!b.empty()) part.rowwise() += const_row_map(b.data(), out);
+        });
         return y;
     }
 
@@ -102,7 +182,11 @@ public:
         require_shape(dy, dy.rows(), out, "linear_backward_input: dy");
         require_size(w.size(), std::size_t(in) * std::size_t(out),
                      "linear_backward_input: weight size");
-        return dy * const_map(w.data(), in, out).transpose();
+        matrix dx(dy.rows(), in);
+        in_row_parts(dy.rows(), [&](Eigen::Index first, Eigen::Index n) {
+            dx.middleRows(first, n).noalias() = dy.middleRows(first, n) * const_map(w.data(), in, out).transpose();
+        });
+        return dx;
     }
 
     // dW += X^T dY, db += column sums of dY
@@ -115,9 +199,16 @@ public:
         require_size(db.size(), std::size_t(out), "linear_backward_weight: bias size");
         // The micro-batch's gradient is formed apart and added in one rounding, so
         // grads end up the same whichever order micro-batches' W run in.
-        const matrix dw_batch = x.transpose() * dy;
+        // In parts of dW's rows (x's columns), each over every row of the micro-batch.
+        matrix dw_batch(in, out);
+        in_row_parts(in, [&](Eigen::Index first, Eigen::Index n) {
+            dw_batch.middleRows(first, n).noalias() = x.middleCols(first, n).transpose() * dy;
+        });
         const row_vector db_batch = dy.colwise().sum();
-        Eigen::Map<matrix>(dw.data(), in, out) += dw_batch;
+        Eigen::Map<matrix> dw_all(dw.data(), in, out);
+        in_element_parts(std::size_t(dw_batch.size()), [&](std::size_t first, std::size_t n) {
+            flat(dw_all, first, n) += flat(dw_batch, first, n);
+        });
         row_map(db.data(), out) += db_batch;
     }
 
@@ -191,7 +282,10 @@ public:
     void scale(std::span<Scalar> values, Scalar factor) const { optim::scale_on_host<Scalar>(values, factor); }
     void adamw_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> m,
                       std::span<Scalar> v, const optim::adamw_factors<Scalar>& f, bool decays) const {
-        optim::adamw_update_on_host<Scalar>(params, grads, m, v, f, decays);
+        in_element_parts(params.size(), [&](std::size_t first, std::size_t n) {
+            optim::adamw_update_on_host<Scalar>(params.subspan(first, n), grads.subspan(first, n),
+                                                m.subspan(first, n), v.subspan(first, n), f, decays);
+        });
     }
     void sgd_update(std::span<Scalar> params, std::span<const Scalar> grads, std::span<Scalar> momentum_buffer,
                     const optim::sgd_factors<Scalar>& f, bool decays) const {
@@ -206,17 +300,24 @@ public:
     // Eigen's array tanh is vectorized for float (a rational approximation within a few ulp
     // of std::tanh); a scalar std::tanh per element took a fifth of a small GPT step.
     [[nodiscard]] matrix gelu_forward(const matrix& x) const {
-        const auto v = x.array();
-        return (Scalar(0.5) * v * (Scalar(1) + (gelu_k * (v + gelu_c * v * v * v)).tanh())).matrix();
+        matrix y(x.rows(), x.cols());
+        in_element_parts(std::size_t(x.size()), [&](std::size_t first, std::size_t n) {
+            const auto v = flat(x, first, n);
+            flat(y, first, n) = Scalar(0.5) * v * (Scalar(1) + (gelu_k * (v + gelu_c * v * v * v)).tanh());
+        });
+        return y;
     }
 
     [[nodiscard]] matrix gelu_backward(const matrix& x, const matrix& dy) const {
         require_shape(dy, x.rows(), x.cols(), "gelu_backward: dy");
-        const auto v = x.array();
-        const matrix t = (gelu_k * (v + gelu_c * v * v * v)).tanh().matrix();  // once, used twice below
-        const auto ta = t.array();
-        const auto dt = (Scalar(1) - ta * ta) * gelu_k * (Scalar(1) + Scalar(3) * gelu_c * v * v);
-        return (dy.array() * (Scalar(0.5) * (Scalar(1) + ta) + Scalar(0.5) * v * dt)).matrix();
+        matrix dx(x.rows(), x.cols());
+        in_element_parts(std::size_t(x.size()), [&](std::size_t first, std::size_t n) {
+            const auto v = flat(x, first, n);
+            const array t = (gelu_k * (v + gelu_c * v * v * v)).tanh();  // once, used twice below
+            const auto dt = (Scalar(1) - t * t) * gelu_k * (Scalar(1) + Scalar(3) * gelu_c * v * v);
+            flat(dx, first, n) = flat(dy, first, n) * (Scalar(0.5) * (Scalar(1) + t) + Scalar(0.5) * v * dt);
+        });
+        return dx;
     }
 
     // Per-row layer norm. mean and rstd (rows x 1) are saved for both backward halves.
@@ -230,7 +331,8 @@ public:
         mean.resize(x.rows(), 1);
         rstd.resize(x.rows(), 1);
         matrix y(x.rows(), n);
-        for (Eigen::Index r = 0; r < x.rows(); ++r) {
+        in_row_parts(x.rows(), [&](Eigen::Index first, Eigen::Index count) {
+          for (Eigen::Index r = first; r < first + count; ++r) {
             const Scalar mu = x.row(r).sum() / Scalar(n);
             const Scalar var = (x.row(r).array() - mu).square().sum() / Scalar(n);
             const Scalar rs = Scalar(1) / std::sqrt(var + eps);
@@ -239,7 +341,8 @@ public:
             y.row(r) = ((x.row(r).array() - mu) * rs * const_row_map(gamma.data(), n).array() +
                         const_row_map(beta.data(), n).array())
                            .matrix();
-        }
+          }
+        });
         return y;
     }
 
@@ -253,13 +356,15 @@ public:
         require_shape(rstd, x.rows(), 1, "layer_norm_backward_input: rstd");
         require_size(gamma.size(), std::size_t(n), "layer_norm_backward_input: weight size");
         matrix dx(x.rows(), n);
-        for (Eigen::Index r = 0; r < x.rows(); ++r) {
+        in_row_parts(x.rows(), [&](Eigen::Index first, Eigen::Index count) {
+          for (Eigen::Index r = first; r < first + count; ++r) {
             const row_vector xhat = ((x.row(r).array() - mean(r, 0)) * rstd(r, 0)).matrix();
             const row_vector g = (dy.row(r).array() * const_row_map(gamma.data(), n).array()).matrix();
             const Scalar mean_g = g.sum() / Scalar(n);
             const Scalar mean_gx = (g.array() * xhat.array()).sum() / Scalar(n);
             dx.row(r) = ((g.array() - mean_g - xhat.array() * mean_gx) * rstd(r, 0)).matrix();
-        }
+          }
+        });
         return dx;
     }
 
@@ -273,15 +378,20 @@ public:
         require_shape(rstd, x.rows(), 1, "layer_norm_backward_weight: rstd");
         require_size(dgamma.size(), std::size_t(n), "layer_norm_backward_weight: weight size");
         require_size(dbeta.size(), std::size_t(n), "layer_norm_backward_weight: bias size");
-        // Summed apart, then added once: see linear_backward_weight.
-        row_vector dg = row_vector::Zero(n);
-        row_vector db = row_vector::Zero(n);
-        for (Eigen::Index r = 0; r < x.rows(); ++r) {
-            dg.array() += dy.row(r).array() * (x.row(r).array() - mean(r, 0)) * rstd(r, 0);
-            db += dy.row(r);
-        }
-        row_map(dgamma.data(), n) += dg;
-        row_map(dbeta.data(), n) += db;
+        // Summed apart, then added once: see linear_backward_weight. In parts of columns,
+        // each over every row in order.
+        in_element_parts(std::size_t(n), [&](std::size_t first_column, std::size_t count) {
+            const auto c = Eigen::Index(first_column), w = Eigen::Index(count);
+            row_vector dg = row_vector::Zero(w);
+            row_vector db = row_vector::Zero(w);
+            for (Eigen::Index r = 0; r < x.rows(); ++r) {
+                dg.array() += dy.row(r).segment(c, w).array() * (x.row(r).segment(c, w).array() - mean(r, 0)) *
+                              rstd(r, 0);
+                db += dy.row(r).segment(c, w);
+            }
+            row_map(dgamma.data(), n).segment(c, w) += dg;
+            row_map(dbeta.data(), n).segment(c, w) += db;
+        });
     }
 
     // Mean softmax cross-entropy over rows; dlogits = scale * d(mean loss)/d(logits).
@@ -292,22 +402,29 @@ public:
         const auto classes = logits.cols();
         require_size(labels.size(), std::size_t(rows_n), "cross_entropy: labels.size()");
         require(rows_n > 0, "cross_entropy: logits.rows()", rows_n, "must be positive");
-        dlogits.resize(rows_n, classes);
-        double total = 0;
-        const Scalar row_scale = scale / Scalar(rows_n);
         for (Eigen::Index r = 0; r < rows_n; ++r) {
             const std::int32_t label = labels[std::size_t(r)];
             if (label < 0 || label >= classes)
                 throw invalid_argument("cross_entropy: labels[" + std::to_string(r) + "]", label,
                                        "must be a class id in [0, " + std::to_string(classes) +
                                            ")");
-            const Scalar max = logits.row(r).maxCoeff();
-            const row_vector e = (logits.row(r).array() - max).exp().matrix();
-            const Scalar sum = e.sum();
-            total += double(std::log(sum) - (logits(r, label) - max));
-            dlogits.row(r) = e * (row_scale / sum);
-            dlogits(r, label) -= row_scale;
         }
+        dlogits.resize(rows_n, classes);
+        std::vector<double> row_loss(static_cast<std::size_t>(rows_n));  // summed in row order below, as one thread would
+        const Scalar row_scale = scale / Scalar(rows_n);
+        in_row_parts(rows_n, [&](Eigen::Index first, Eigen::Index count) {
+            for (Eigen::Index r = first; r < first + count; ++r) {
+                const std::int32_t label = labels[std::size_t(r)];
+                const Scalar max = logits.row(r).maxCoeff();
+                const row_vector e = (logits.row(r).array() - max).exp().matrix();
+                const Scalar sum = e.sum();
+                row_loss[std::size_t(r)] = double(std::log(sum) - (logits(r, label) - max));
+                dlogits.row(r) = e * (row_scale / sum);
+                dlogits(r, label) -= row_scale;
+            }
+        });
+        double total = 0;
+        for (const double loss : row_loss) total += loss;
         return Scalar(total / double(rows_n));
     }
 
@@ -404,7 +521,9 @@ public:
         require_shape(x, x.rows(), in, "transposed_linear_forward: x");
         require_size(w.size(), std::size_t(out) * std::size_t(in), "transposed_linear_forward: weight size");
         matrix y(x.rows(), out);
-        y.noalias() = x * const_map(w.data(), out, in).transpose();
+        in_row_parts(x.rows(), [&](Eigen::Index first, Eigen::Index n) {
+            y.middleRows(first, n).noalias() = x.middleRows(first, n) * const_map(w.data(), out, in).transpose();
+        });
         return y;
     }
 
@@ -415,7 +534,9 @@ public:
         require_size(w.size(), std::size_t(out) * std::size_t(in),
                      "transposed_linear_backward_input: weight size");
         matrix dx(dy.rows(), in);
-        dx.noalias() = dy * const_map(w.data(), out, in);
+        in_row_parts(dy.rows(), [&](Eigen::Index first, Eigen::Index n) {
+            dx.middleRows(first, n).noalias() = dy.middleRows(first, n) * const_map(w.data(), out, in);
+        });
         return dx;
     }
 
@@ -424,8 +545,13 @@ public:
         require_shape(dy, x.rows(), dy.cols(), "transposed_linear_backward_weight: dy");
         require_size(dw.size(), std::size_t(dy.cols() * x.cols()), "transposed_linear_backward_weight: weight size");
         matrix dw_batch(dy.cols(), x.cols());
-        dw_batch.noalias() = dy.transpose() * x;
-        Eigen::Map<matrix>(dw.data(), dy.cols(), x.cols()) += dw_batch;
+        in_row_parts(dy.cols(), [&](Eigen::Index first, Eigen::Index n) {
+            dw_batch.middleRows(first, n).noalias() = dy.middleCols(first, n).transpose() * x;
+        });
+        Eigen::Map<matrix> dw_all(dw.data(), dy.cols(), x.cols());
+        in_element_parts(std::size_t(dw_batch.size()), [&](std::size_t first, std::size_t n) {
+            flat(dw_all, first, n) += flat(dw_batch, first, n);
+        });
     }
 
     // Causal multi-head self-attention on qkv = [q | k | v] (rows = tokens of whole
@@ -438,8 +564,10 @@ public:
         matrix y(qkv.rows(), a.width);
         probs.resize(a.seqs * a.heads * a.t, a.t);
         const Scalar scale = Scalar(1) / std::sqrt(Scalar(a.d));
-        for (Eigen::Index b = 0; b < a.seqs; ++b)
-            for (Eigen::Index h = 0; h < a.heads; ++h) {
+        // In parts of whole (sequence, head) pairs, which share nothing.
+        in_parts(std::size_t(a.seqs * a.heads), 1, [&](std::size_t first_pair, std::size_t end_pair) {
+            for (auto pair = Eigen::Index(first_pair); pair < Eigen::Index(end_pair); ++pair) {
+                const Eigen::Index b = pair / a.heads, h = pair % a.heads;
                 const auto q = qkv.block(b * a.t, h * a.d, a.t, a.d);
                 const auto k = qkv.block(b * a.t, a.width + h * a.d, a.t, a.d);
                 const auto v = qkv.block(b * a.t, 2 * a.width + h * a.d, a.t, a.d);
@@ -455,6 +583,7 @@ public:
                 }
                 y.block(b * a.t, h * a.d, a.t, a.d).noalias() = p.template triangularView<Eigen::Lower>() * v;
             }
+        });
         return y;
     }
 
@@ -465,10 +594,11 @@ public:
         require_shape(probs, a.seqs * a.heads * a.t, a.t, "causal_attention_backward: probs");
         require_shape(dy, qkv.rows(), a.width, "causal_attention_backward: dy");
         matrix dqkv(qkv.rows(), qkv.cols());
-        matrix ds(a.t, a.t);
         const Scalar scale = Scalar(1) / std::sqrt(Scalar(a.d));
-        for (Eigen::Index b = 0; b < a.seqs; ++b)
-            for (Eigen::Index h = 0; h < a.heads; ++h) {
+        in_parts(std::size_t(a.seqs * a.heads), 1, [&](std::size_t first_pair, std::size_t end_pair) {
+            matrix ds(a.t, a.t);  // each part's own
+            for (auto pair = Eigen::Index(first_pair); pair < Eigen::Index(end_pair); ++pair) {
+                const Eigen::Index b = pair / a.heads, h = pair % a.heads;
                 const auto q = qkv.block(b * a.t, h * a.d, a.t, a.d);
                 const auto k = qkv.block(b * a.t, a.width + h * a.d, a.t, a.d);
                 const auto v = qkv.block(b * a.t, 2 * a.width + h * a.d, a.t, a.d);
@@ -489,6 +619,7 @@ public:
                 dqkv.block(b * a.t, a.width + h * a.d, a.t, a.d).noalias() =
                     ds.transpose().template triangularView<Eigen::Upper>() * q;
             }
+        });
         return dqkv;
     }
 

@@ -32,11 +32,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -65,6 +67,16 @@ bool join_vote(MPI_Comm merged, join_terms& terms, Agrees&& agrees) {
     comm::detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, merged),
                             "MPI_Allreduce (join vote)");
     return all == 1;
+}
+
+// Test hook (tests/elastic/elastic_run.sh's grow-late): WEFT_ELASTIC_JOINER_WAIT_FOR=PATH holds
+// a started process before its vote until PATH exists, so that a test can end the run before
+// its joiners are ready however fast the machine trains. The old ranks train on meanwhile.
+inline void hold_joiner_if_told() {
+    const char* path = std::getenv("WEFT_ELASTIC_JOINER_WAIT_FOR");
+    if (path == nullptr || *path == '\0') return;
+    std::error_code ignored;
+    while (!std::filesystem::exists(path, ignored)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 // Where a join's processes come from.

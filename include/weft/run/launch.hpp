@@ -152,6 +152,8 @@ int launch(const char* program, [[maybe_unused]] int& argc, [[maybe_unused]] cha
             // A wait past --comm-timeout is reported by the watchdog's thread, which then ends
             // the process with exit code 2 (weft/comm/watchdog.hpp); its lines start like ours.
             comm::set_watchdog_label(program);
+            if (const auto note = environment.single_copy().note(); !note.empty() && comm::mpi::world().rank() == 0)
+                std::fprintf(stderr, "%s: note: %s\n", program, note.c_str());
             const int code = [&]() -> int {
                 // A process an elastic run's grow started, or one launched with --join, joins the
                 // running job's world (after its ranks).

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "weft/exec/cpu_thread_pool.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/settings.hpp"
@@ -188,6 +189,13 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
         const char* group = "Launch";
         app.add_option("--ranks", s.ranks, "without mpirun: ranks to run as threads (default: the layout's product)")
             ->check(ranks_range)
+            ->group(group);
+        app.add_option("--threads", s.threads,
+                       "threads of a rank's CPU kernels (GEMMs, attention, elementwise, the optimizer); the "
+                       "losses are those of 1 thread. 0: the cores this process may use divided by the ranks "
+                       "of its machine (a launcher's binding gives a rank its bound cores)")
+            ->check(int_in(0, exec::cpu_thread_pool::max_threads))
+            ->capture_default_str()
             ->group(group);
         app.add_option("--comm-timeout", s.comm_timeout,
                        "seconds a rank waits for a receive or collective before it reports what it waited for and "

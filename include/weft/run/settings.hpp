@@ -15,6 +15,7 @@ struct settings {
     // ---- launch ----
     int ranks = 0;              // without mpirun: ranks as threads; 0: the layout's product
     double comm_timeout = 300;  // seconds a rank waits on a peer before it aborts the job
+    int threads = 0;            // a rank's CPU kernel threads; 0: the cores shared among the machine's ranks
     // ---- layout ----
     std::string schedule = "1f1b";
     int pp = 1;

@@ -39,6 +39,7 @@
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/join_handshake.hpp"
 #include "weft/run/join_terms.hpp"
+#include "weft/run/kernel_threads.hpp"
 #include "weft/run/layout.hpp"
 #include "weft/run/memory_report.hpp"
 #include "weft/run/preemption.hpp"
@@ -139,6 +140,7 @@ public:
     template <class MakeBackend>
     void run(batch_source batch, MakeBackend&& make_backend) {
         world_->set_timeout(std::chrono::duration<double>(s_.comm_timeout));  // the engine's groups inherit it
+        kernel_threads_ = kernel_threads(s_.threads, *world_);
         check_inputs(batch);
         const train::engine_options options{
             .batch_size = s_.batch,
@@ -149,7 +151,7 @@ public:
 #if WEFT_HAS_MPI
         if constexpr (std::is_same_v<world_type, comm::mpi>)
             if (joined_running_world()) {  // started by a running elastic job's grow
-                join(batch, options, make_backend());
+                join(batch, options, with_kernel_threads(make_backend()));
                 return;
             }
 #endif
@@ -158,7 +160,7 @@ public:
         const parallel_config config = start.config(s_.microbatches, world_->size());
         switches_ = plan_switches<Engine>(s_.switches, s_.steps, s_.microbatches, world_->size(), model_, options,
                                           s_.staging_mib);
-        Engine engine(*world_, config, model_, options, make_backend());
+        Engine engine(*world_, config, model_, options, with_kernel_threads(make_backend()));
         train(engine, batch);
     }
     void run(batch_source batch) {
@@ -166,6 +168,13 @@ public:
     }
 
 private:
+    // A CPU backend runs its kernels on --threads threads; other backends ignore it.
+    template <class Backend>
+    Backend with_kernel_threads(Backend backend) const {
+        if constexpr (requires { backend.set_threads(1); }) backend.set_threads(kernel_threads_);
+        return backend;
+    }
+
 #if WEFT_HAS_MPI
     // A process a grow started: once ready, it learns the step and the layouts from rank 0 (or
     // that the run ended before taking it in: it leaves, exit 0), builds its engine holding
@@ -174,6 +183,7 @@ private:
     void join(const batch_source& batch, const train::engine_options& options, backend_type backend) {
         // Its inputs are checked: it votes on the run's terms (a job launched with --join was
         // given its options by a person), and the old ranks may take it in.
+        hold_joiner_if_told();
         const join_terms mine = make_join_terms(s_, model_);
         join_terms theirs;
         std::string difference;
@@ -533,6 +543,7 @@ private:
     }
 
     world_type* world_;
+    int kernel_threads_ = 1;  // --threads, resolved
     settings s_;
     model_config model_;
     std::function<batch_type(int)> validation_batch_;

@@ -49,6 +49,7 @@
 #include "weft/train/grad_norm.hpp"
 #include "weft/train/layout_groups.hpp"
 #include "weft/train/program_loop.hpp"
+#include "weft/train/simulated_bubble.hpp"
 #include "weft/train/stage_runner.hpp"
 #include "weft/train/step_log.hpp"
 #include "weft/train/tied_gradients.hpp"
@@ -155,9 +156,11 @@ public:
         // and clipping knows the norm. Every rank reports the same loss (loss_contribution).
         const int stages = loop_.program().num_stages;
         constexpr std::size_t first_flag = 3;
-        std::vector<double> totals(first_flag + static_cast<std::size_t>(stages), 0.0);
+        const std::size_t first_cost = first_flag + static_cast<std::size_t>(stages);
+        std::vector<double> totals(first_cost + kinds_timed * static_cast<std::size_t>(config_.pp()), 0.0);
         totals[0] = loss_contribution(last_program_);
         totals[1] = idle_fraction();
+        add_compute_costs(std::span<double>(totals).subspan(first_cost));
         for (const auto& [index, sharding] : shardings_) {
             // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
             const bool counts = sharding.zero_stage() != 0 || coordinates().dp_index == 0;
@@ -169,8 +172,8 @@ public:
             totals[2] += summary.sum_of_squares;
         }
         world_->allreduce_sum(std::span<double>(totals));
-        const int nonfinite_stage =
-            first_nonfinite_stage(std::span<const double>(totals).subspan(first_flag), std::isfinite(totals[0]));
+        const auto stage_flags = std::span<const double>(totals).subspan(first_flag, static_cast<std::size_t>(stages));
+        const int nonfinite_stage = first_nonfinite_stage(stage_flags, std::isfinite(totals[0]));
         const double grad_norm = std::sqrt(totals[2]);
         const auto clip = static_cast<scalar>(clip_coefficient(options_.grad_clip, grad_norm));
 
@@ -193,6 +196,7 @@ public:
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
                 .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
+                .simulated_bubble = simulated_bubble(loop_.program(), std::span<const double>(totals).subspan(first_cost)),
                 .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
     }
 
@@ -673,6 +677,18 @@ private:
     std::map<int, runner_type> runners_;
     std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
     program_report last_program_;
+    // This rank's compute seconds of the last program by kind, into its pipeline rank's slots of
+    // `costs` (kinds_timed per pipeline rank), counted once per pipeline rank: by the rank at
+    // data- and tensor-parallel index 0, whose replicas run the same program.
+    void add_compute_costs(std::span<double> costs) const {
+        const auto at = grid_.coordinates();
+        if (at.dp_index != 0 || at.tp_index != 0) return;
+        const auto slots = costs.subspan(kinds_timed * static_cast<std::size_t>(at.pp_index), kinds_timed);
+        slots[std::size_t(timed_kind::forward)] = last_program_.forward_seconds;
+        slots[std::size_t(timed_kind::backward)] = last_program_.backward_seconds;
+        slots[std::size_t(timed_kind::backward_input)] = last_program_.backward_input_seconds;
+        slots[std::size_t(timed_kind::backward_weight)] = last_program_.backward_weight_seconds;
+    }
     std::optional<program_loop<Model, Backend, Comm>> eval_loop_;  // evaluate()'s forward-only program
     bool released_ = false;
 };

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <concepts>
+#include <functional>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_timing.hpp"
+#include "weft/exec/kernel_progress.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/channel_order.hpp"
 #include "weft/sched/message_channels.hpp"
@@ -54,6 +56,12 @@ concept stage_actions = requires(A& a, int stage) {
 struct program_report {
     double loss_sum = 0;               // the last stage's mean loss (0 on other ranks)
     double compute_seconds = 0;        // time in F, B, I, W
+    // Of that, per kind (host-timed backends only; 0 where the device times the compute): the
+    // costs the timed simulator is given to set the measured bubble beside its own.
+    double forward_seconds = 0;
+    double backward_seconds = 0;  // full backwards (B)
+    double backward_input_seconds = 0;
+    double backward_weight_seconds = 0;
     double program_seconds = 0;        // wall time of the whole row
     std::size_t peak_stashed = 0;      // most micro-batches held at once, over all stages
     std::size_t peak_activation_bytes = 0;
@@ -162,6 +170,12 @@ public:
         // get it below; the watchdog (comm::mpi) reads it from the published activity.
         const sched::action* current = nullptr;
         const comm::activity_scope activity(this, &describe_activity);
+        // The CPU kernels move this step's messages on between them (comm::mpi::progress).
+        const std::function<void()> progress = [channels] {
+            if constexpr (requires(Comm& c) { c.progress(); })
+                for (Comm* channel : channels) channel->progress();
+        };
+        const exec::kernel_progress_scope progress_during_compute(progress);
         try {
             std::size_t posted_until = 0;
             for (std::size_t i = 0; i < row.size(); ++i) {
@@ -222,6 +236,32 @@ private:
         // queued: a device backend's loss (exec::deferred_loss_kernels) then stops its queue
         // once a step rather than at every micro-batch.
         std::vector<deferred_value<scalar>> losses;
+    };
+
+    // Adds a compute action's host time to its kind's total (F, B, I or W), as it ends. A
+    // device-timed backend returns before its work is done: its kinds stay 0.
+    class kind_timer {
+    public:
+        kind_timer(sched::action_kind kind, program_report& report)
+            : kind_(kind), report_(report), start_(std::chrono::steady_clock::now()) {}
+        kind_timer(const kind_timer&) = delete;
+        kind_timer& operator=(const kind_timer&) = delete;
+        ~kind_timer() {
+            if constexpr (exec::device_timed<Backend>) return;
+            const double seconds = seconds_since(start_);
+            switch (kind_) {
+                case sched::action_kind::F: report_.forward_seconds += seconds; break;
+                case sched::action_kind::B: report_.backward_seconds += seconds; break;
+                case sched::action_kind::I: report_.backward_input_seconds += seconds; break;
+                case sched::action_kind::W: report_.backward_weight_seconds += seconds; break;
+                default: break;
+            }
+        }
+
+    private:
+        sched::action_kind kind_;
+        program_report& report_;
+        std::chrono::steady_clock::time_point start_;
     };
 
     static double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -330,6 +370,7 @@ private:
                  Actions& actions, step_messages& m, program_report& report) {
         using sched::action_kind;
         actions.before_compute(a.stage);
+        const kind_timer timed(a.kind, report);
         runner& r = find(runners, a.stage, pipeline_rank_);
         const int mb = a.microbatch;
         const int rows = rows_per_microbatch_;

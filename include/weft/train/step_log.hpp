@@ -15,6 +15,9 @@ struct step_stats {
     double milliseconds = 0;
     double samples_per_second = 0;
     double bubble = -1;  // mean idle fraction of the ranks' programs; < 0 when not measured
+    // The timed simulator's for the same program at the compute costs the ranks measured
+    // (messages free); < 0 when not known (a GPU's compute is not timed by kind).
+    double simulated_bubble = -1;
     double lr = -1;                  // < 0: not printed
     double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
     double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
@@ -74,6 +77,10 @@ struct step_stats {
         char bubble[32];
         std::snprintf(bubble, sizeof bubble, " | bubble %.1f%%", 100.0 * s.bubble);
         line += bubble;
+        if (s.simulated_bubble >= 0) {
+            std::snprintf(bubble, sizeof bubble, " (simulated %.1f%%)", 100.0 * s.simulated_bubble);
+            line += bubble;
+        }
     }
     if (s.mfu >= 0) {
         char mfu[32];
@@ -85,13 +92,14 @@ struct step_stats {
 }
 
 // The same step as one JSON object (train_gpt's --log-json, one per line): step, loss,
-// ms, tokens_per_s, bubble, grad_norm (when measured), with 9 significant digits so that
+// ms, tokens_per_s, bubble, simulated_bubble and grad_norm (when known), with 9 significant digits so that
 // losses compare exactly, and "nonfinite_stage" on a step that was not applied. Always
 // valid JSON: a loss or norm that is not finite is null.
 [[nodiscard]] inline std::string format_step_json(const step_stats& s) {
     std::string line = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + json_number(s.loss) +
                        ", \"ms\": " + json_number(s.milliseconds) + ", \"tokens_per_s\": " +
                        json_number(s.tokens_per_second) + ", \"bubble\": " + json_number(s.bubble);
+    if (s.simulated_bubble >= 0) line += ", \"simulated_bubble\": " + json_number(s.simulated_bubble);
     if (!(s.grad_norm < 0)) line += ", \"grad_norm\": " + json_number(s.grad_norm);
     if (!(s.ended_seconds < 0)) line += ", \"ended_s\": " + json_number(s.ended_seconds);
     if (!s.applied()) line += ", \"nonfinite_stage\": " + std::to_string(s.nonfinite_stage);
