@@ -129,9 +129,8 @@ public:
     // The threads this rank's kernels use (>= 1): the calling thread and threads - 1 of the pool.
     // Copies of the backend share the pool; kernels called on several threads at once take
     // turns on it.
+    // The pool checks the count (any other than 1 makes one); a refused count leaves the old.
     void set_threads(int threads) {
-        require(threads >= 1 && threads <= cpu_thread_pool::max_threads, "--threads", threads,
-                "must be an integer in [1, " + std::to_string(cpu_thread_pool::max_threads) + "]");
         pool_ = threads == 1 ? nullptr : std::make_shared<cpu_thread_pool>(threads);
     }
     [[nodiscard]] int threads() const { return pool_ ? pool_->threads() : 1; }
