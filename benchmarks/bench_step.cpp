@@ -374,26 +374,29 @@ const weft::schedule_kind parallel_schedules[] = {
 struct layout_timing {
     double ms = 0;    // median step, as the engine's step log measures it
     double idle = 0;  // median of the step log's bubble: the ranks' mean idle share of the program
+    double exposed_reduce_ms = 0;  // median of the step log's: the reduction the program did not hide
 };
 
 layout_timing time_layout(weft::comm::mpi& comm, weft::schedule_kind kind, int pp, int dp, int microbatches,
                           const weft::nn::gpt_config& model, const weft::data::token_batch& batch, int warmup,
-                          int steps, double* simulated_bubble) {
+                          int steps, double* simulated_bubble, bool overlap_reduce = true) {
     const weft::parallel_config config({.pp = pp, .dp = dp, .microbatches = microbatches,
                                         .chunks = kind.default_chunks(), .schedule = kind,
                                         .world_size = comm.size()});
     mpi_engine engine(comm, config, model,
-                      {.batch_size = batch.rows, .optimizer = {.lr = 3e-4, .weight_decay = 0.1}});
+                      {.batch_size = batch.rows, .optimizer = {.lr = 3e-4, .weight_decay = 0.1},
+                       .overlap_reduce = overlap_reduce});
     // T_F = T_B = T_W = 1 (a full backward B costs 2): the bubble of this very program.
     if (simulated_bubble != nullptr) *simulated_bubble = weft::sched::simulate(engine.parts().program()).bubble_rate;
-    std::vector<double> ms, idle;
+    std::vector<double> ms, idle, exposed;
     for (int step = 0; step < warmup + steps; ++step) {
         const auto stats = engine.step(batch);
         if (step < warmup) continue;
         ms.push_back(stats.milliseconds);
         idle.push_back(stats.bubble);
+        exposed.push_back(stats.exposed_reduce_ms);
     }
-    return {median(ms), median(idle)};
+    return {median(ms), median(idle), median(exposed)};
 }
 
 // A rank with nothing to do while rank 0 runs alone: waits without spinning on a core, so the
@@ -412,6 +415,7 @@ struct parallel_row {
     weft::schedule_kind kind;
     std::string skipped;  // why the schedule cannot run at pp=2; empty when it ran
     layout_timing one, pp2, dp2;
+    layout_timing dp2_at_reduce_grad;  // dp=2 with every reduction started at REDUCE_GRAD
     double simulated_bubble = 0;
 };
 
@@ -430,8 +434,11 @@ void print_parallel(const std::vector<parallel_row>& rows, const bench_config& c
                 continue;
             }
             std::printf("\"one_rank_ms\": %.4f, \"pp2_ms\": %.4f, \"pp2_speedup\": %.4f, \"pp2_idle\": %.4f, "
-                        "\"dp2_ms\": %.4f, \"dp2_speedup\": %.4f, \"simulated_bubble\": %.4f, \"pp2_limit\": %.4f}",
+                        "\"dp2_ms\": %.4f, \"dp2_speedup\": %.4f, \"dp2_exposed_reduce_ms\": %.4f, "
+                        "\"dp2_at_reduce_grad_ms\": %.4f, \"dp2_at_reduce_grad_exposed_reduce_ms\": %.4f, "
+                        "\"simulated_bubble\": %.4f, \"pp2_limit\": %.4f}",
                         r.one.ms, r.pp2.ms, r.one.ms / r.pp2.ms, r.pp2.idle, r.dp2.ms, r.one.ms / r.dp2.ms,
+                        r.dp2.exposed_reduce_ms, r.dp2_at_reduce_grad.ms, r.dp2_at_reduce_grad.exposed_reduce_ms,
                         r.simulated_bubble, 2 * (1 - r.simulated_bubble));
         }
         std::printf("\n]}\n");
@@ -444,18 +451,21 @@ void print_parallel(const std::vector<parallel_row>& rows, const bench_config& c
                 c.layers, c.d_model, c.heads, c.vocab, c.seq_len, parallel_batch, tokens, parallel_microbatches,
                 parallel_microbatches / 2, steps);
     std::printf("limit = 2 (1 - b), b = sched::simulate's bubble rate of the pp=2 program at T_F = T_B = T_W "
-                "(= 2 / (1 + bubble/compute)); pp idle = measured mean idle share of the ranks\n\n");
-    std::printf("%-12s %9s %9s %8s %8s %9s %8s %8s %8s\n", "schedule", "1rank_ms", "pp2_ms", "speedup", "limit",
-                "pp_idle", "dp2_ms", "speedup", "sim_b");
+                "(= 2 / (1 + bubble/compute)); pp idle = measured mean idle share of the ranks\n");
+    std::printf("dp2 exp = the dp=2 reduction time the backward did not hide (ms), each layer's reduction started "
+                "as its gradients are final; at RG = every reduction started at REDUCE_GRAD: step ms / exposed ms\n\n");
+    std::printf("%-12s %9s %9s %8s %8s %9s %8s %8s %8s %8s %15s\n", "schedule", "1rank_ms", "pp2_ms", "speedup",
+                "limit", "pp_idle", "dp2_ms", "speedup", "sim_b", "dp2_exp", "dp2 at RG");
     for (const auto& r : rows) {
         const std::string name(to_string(r.kind));
         if (!r.skipped.empty()) {
             std::printf("%-12s n/a: %s\n", name.c_str(), r.skipped.c_str());
             continue;
         }
-        std::printf("%-12s %9.1f %9.1f %8.2f %8.2f %8.1f%% %8.1f %8.2f %7.1f%%\n", name.c_str(), r.one.ms, r.pp2.ms,
-                    r.one.ms / r.pp2.ms, 2 * (1 - r.simulated_bubble), 100 * r.pp2.idle, r.dp2.ms,
-                    r.one.ms / r.dp2.ms, 100 * r.simulated_bubble);
+        std::printf("%-12s %9.1f %9.1f %8.2f %8.2f %8.1f%% %8.1f %8.2f %7.1f%% %8.2f %7.1f / %5.2f\n", name.c_str(),
+                    r.one.ms, r.pp2.ms, r.one.ms / r.pp2.ms, 2 * (1 - r.simulated_bubble), 100 * r.pp2.idle,
+                    r.dp2.ms, r.one.ms / r.dp2.ms, 100 * r.simulated_bubble, r.dp2.exposed_reduce_ms,
+                    r.dp2_at_reduce_grad.ms, r.dp2_at_reduce_grad.exposed_reduce_ms);
     }
     std::printf("\nspeed-ups are reported, never asserted\n");
 }
@@ -483,7 +493,7 @@ int run_parallel(int& argc, char**& argv, int steps, bool json, const std::vecto
         std::vector<parallel_row> rows;
         for (const auto kind : parallel_schedules) {
             if (!only.empty() && std::find(only.begin(), only.end(), to_string(kind)) == only.end()) continue;
-            parallel_row r{kind, {}, {}, {}, {}, 0};
+            parallel_row r{kind, {}, {}, {}, {}, {}, 0};
             // Generating is pure and the same on every rank, so every rank skips alike.
             try {
                 (void)weft::sched::all_schedules::generate(
@@ -500,6 +510,8 @@ int run_parallel(int& argc, char**& argv, int steps, bool json, const std::vecto
             r.pp2 = time_layout(world, kind, 2, 1, parallel_microbatches, model, batch, warmup, steps,
                                 &r.simulated_bubble);
             r.dp2 = time_layout(world, kind, 1, 2, parallel_microbatches / 2, model, batch, warmup, steps, nullptr);
+            r.dp2_at_reduce_grad = time_layout(world, kind, 1, 2, parallel_microbatches / 2, model, batch, warmup,
+                                               steps, nullptr, false);
             rows.push_back(r);
         }
         if (world.rank() == 0) print_parallel(rows, c, steps, json);

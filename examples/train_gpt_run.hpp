@@ -61,11 +61,14 @@ void train(Comm& world, const run_options& o, MakeBackend&& make_backend, Defaul
             if (world.rank() != 0) return;
             int threads = 1;  // a rank's kernel threads (--threads; the GPU's are its own)
             if constexpr (requires { engine.backend().threads(); }) threads = engine.backend().threads();
+            // --program: the file is the schedule.
+            std::string schedule = o.program.empty() ? "schedule " + o.schedule : "program " + o.program;
+            if (o.recompute != "none") schedule.append(" | recompute ").append(o.recompute);
             std::printf("weft train_gpt | %lld parameters | layers %d | d_model %d | heads %d | vocab %d | seq %d | "
-                        "batch %d | schedule %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d | "
+                        "batch %d | %s | pp %d | dp %d | tp %d | zero %d | microbatches %d | chunks %d | "
                         "threads %d | %s\n",
                         static_cast<long long>(parameters), o.sizes.layers, o.sizes.d_model, o.sizes.heads,
-                        o.sizes.vocab, o.sizes.seq_len, o.batch, o.schedule.c_str(), o.pp, o.dp, o.tp, o.zero,
+                        o.sizes.vocab, o.sizes.seq_len, o.batch, schedule.c_str(), o.pp, o.dp, o.tp, o.zero,
                         o.microbatches, engine.config().chunks(), threads,
                         weft::describe_build_target(WEFT_COMPILED_FOR, weft::cpu_instruction_sets()).c_str());
         })

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 
 #include "weft/weft.hpp"
 #include "weft/run/launch.hpp"
@@ -37,10 +38,12 @@ int main(int argc, char** argv) {
         const weft::data::synthetic_dataset data(m.input_dim, m.classes, o.seed + 1);
         weft::run::trainer<engine>(world, o, model)
             .on_start([&](engine& e) {
+                // --program: the file is the schedule.
+                const std::string schedule = o.program.empty() ? "schedule " + o.schedule : "program " + o.program;
                 if (world.rank() == 0)
-                    std::printf("weft train_mlp | schedule %s | pp %d | dp %d | microbatches %d | chunks %d | batch "
+                    std::printf("weft train_mlp | %s | pp %d | dp %d | microbatches %d | chunks %d | batch "
                                 "%d | %d blocks of width %d\n",
-                                o.schedule.c_str(), o.pp, o.dp, o.microbatches, e.config().chunks(), o.batch, m.blocks,
+                                schedule.c_str(), o.pp, o.dp, o.microbatches, e.config().chunks(), o.batch, m.blocks,
                                 m.hidden);
             })
             .run([&](std::uint64_t i) { return data.batch(static_cast<long long>(i), o.batch); });

@@ -11,17 +11,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "weft/run/options.hpp"
+#include "weft/run/program_file.hpp"
 #include "weft/core/error.hpp"
 #include "weft/core/schedule_kind.hpp"
 #include "weft/sched/cost_model.hpp"
@@ -57,26 +54,6 @@ struct cli_options {
     std::string input;
 };
 
-// A schedule's CSV is a few lines per action: 64 MiB is far beyond any real one, and keeps
-// a device (/dev/zero) or a wrong file from being read until memory runs out.
-constexpr std::uintmax_t max_input_bytes = std::uintmax_t{64} << 20;
-
-[[nodiscard]] std::string read_file(const std::string& path) {
-    std::error_code error;
-    if (!std::filesystem::exists(path, error))
-        throw weft::invalid_argument("--input", path, "cannot open the file for reading: there is none");
-    if (!std::filesystem::is_regular_file(path, error))
-        throw weft::invalid_argument("--input", path, "must be a regular file (a schedule's CSV)");
-    const std::uintmax_t bytes = std::filesystem::file_size(path, error);
-    if (error || bytes > max_input_bytes)
-        throw weft::invalid_argument("--input", path, "must be a CSV file of at most 64 MiB");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw weft::invalid_argument("--input", path, "cannot open the file for reading");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 // The program to show, and the name it is shown under.
 struct chosen_program {
     std::string name;
@@ -84,14 +61,9 @@ struct chosen_program {
 };
 
 [[nodiscard]] chosen_program choose(const cli_options& o, const ws::cost_model& costs) {
-    if (!o.input.empty()) {
-        const std::string text = read_file(o.input);
-        try {
-            return {"csv", ws::from_csv(text)};
-        } catch (const weft::error& e) {
-            throw weft::error("--input " + o.input + ": " + ws::detail::without_error_prefix(e.what()));
-        }
-    }
+    // PyTorch's stage-wide cells (REDUCE_GRAD, UNSHARD, RESHARD) are read, checked and kept:
+    // the formats show them (csv, json) or draw the compute around them (ascii, svg, trace).
+    if (!o.input.empty()) return {"csv", weft::run::read_program_file(o.input, "--input")};
     if (o.schedule.empty())
         throw weft::invalid_argument(
             "--schedule", "", "give a schedule (one of: " + ws::schedule_name_list() + ") or --input FILE.csv");
@@ -222,7 +194,9 @@ int main(int argc, char** argv) {
                        ->capture_default_str();
     app.add_flag("--simulate", o.simulate, "print makespan, bubble rate and peak activations as one JSON object")
         ->excludes(format);
-    app.add_option("--input", o.input, "read the program from a compute-only CSV file instead of generating it")
+    app.add_option("--input", o.input,
+                   "read the program from a CSV file in PyTorch's form instead of generating it: compute cells, and "
+                   "REDUCE_GRAD, UNSHARD and RESHARD cells, which are checked and kept")
         ->excludes(schedule)
         ->excludes(stages)
         ->excludes(microbatches)

@@ -6,7 +6,7 @@
 #       --data build/release/data/train.bin [--pp "2 4"] [--schedules "gpipe 1f1b ..."] [--threads 1] [--steps 10]
 # Schedules (PyTorch's class / weft's): gpipe (ScheduleGPipe / gpipe), 1f1b (Schedule1F1B / 1f1b),
 # interleaved (ScheduleInterleaved1F1B / interleaved, 2 chunks), interleaved-zb
-# (ScheduleInterleavedZeroBubble / weft's zbv: weft has no interleaved zero-bubble of its own yet),
+# (ScheduleInterleavedZeroBubble / interleaved-zb, 2 chunks: the same order, action for action),
 # zbv (ScheduleZBVZeroBubble / zbv). The GPT has 4 layers (8 where pp x chunks exceeds 4: every
 # stage holds whole layers in PyTorch), d_model 256, 4 heads, vocab 256, seq 128, batch 16,
 # 8 micro-batches.
@@ -35,8 +35,7 @@ trap 'rm -rf "$work"' EXIT
 
 weft_name() {
     case "$1" in
-        interleaved) echo "interleaved --chunks 2" ;;
-        interleaved-zb | zbv) echo "zbv" ;;
+        interleaved | interleaved-zb) echo "$1 --chunks 2" ;;
         *) echo "$1" ;;
     esac
 }

@@ -26,7 +26,9 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 SCHEDULES = {
-    # name: (PyTorch class name, chunks per rank, stage placement)
+    # name: (PyTorch class name, chunks per rank, stage placement); each name is also weft's
+    # schedule of the same order (interleaved-zb: weft's interleaved-zb, PyTorch's order action
+    # for action, tests/sched/reference)
     "gpipe": ("ScheduleGPipe", 1, "loop"),
     "1f1b": ("Schedule1F1B", 1, "loop"),
     "interleaved": ("ScheduleInterleaved1F1B", 2, "loop"),

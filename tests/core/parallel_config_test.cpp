@@ -88,7 +88,9 @@ TEST_CASE("every schedule's default chunk count is one its layout accepts") {
         INFO("schedule " << S::name);
         const int chunks = S::kind.default_chunks();
         const bool more_than_one = std::is_same_v<S, ws::interleaved> || std::is_same_v<S, ws::looped_bfs> ||
-                                   std::is_same_v<S, ws::zbv> || std::is_same_v<S, ws::dualpipev>;
+                                   std::is_same_v<S, ws::interleaved_zb> || std::is_same_v<S, ws::zbv> ||
+                                   std::is_same_v<S, ws::v_half> || std::is_same_v<S, ws::v_min> ||
+                                   std::is_same_v<S, ws::dualpipev>;
         CHECK(chunks == (more_than_one ? 2 : 1));
         CHECK_NOTHROW(parallel_config({.pp = 4, .microbatches = 8, .chunks = chunks, .schedule = S::kind,
                                        .world_size = 4}));

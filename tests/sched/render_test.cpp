@@ -18,6 +18,7 @@
 #include "weft/sched/render_svg.hpp"
 #include "weft/sched/render_trace.hpp"
 #include "weft/sched/schedule.hpp"
+#include "weft/sched/schedule_list.hpp"
 #include "weft/sched/simulate.hpp"
 
 namespace ws = weft::sched;
@@ -295,6 +296,85 @@ TEST_CASE("SVG: every text lies inside the picture, the legend and the axis capt
         }
     }
     CHECK(saw_chunk_note);  // a schedule with chunks was among them
+}
+
+// Every element of the legend (its swatches and their texts), the chunk note included, ends
+// at or before the picture's width attribute, whatever the pipeline: one rank or many, one
+// micro-batch or many, many chunks, narrow or wide time units, a long title.
+TEST_CASE("SVG: the legend ends inside the picture for every size of schedule") {
+    std::vector<std::pair<std::string, ws::program>> programs;
+    for (const char* name : {"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zbv", "dualpipev"})
+        for (const int ranks : {1, 2, 8})
+            for (const int microbatches : {1, 2, 16})
+                for (const int chunks : {0, 4, 8}) {
+                    const weft::schedule_kind kind = ws::parse_schedule_kind(name);
+                    const ws::schedule_params params{.ranks = ranks, .microbatches = microbatches,
+                                                     .chunks = chunks == 0 ? kind.default_chunks() : chunks};
+                    try {
+                        programs.emplace_back(std::string(name) + " p=" + std::to_string(ranks) + " m=" +
+                                                  std::to_string(microbatches) + " v=" + std::to_string(params.chunks),
+                                              ws::generate(kind, params));
+                    } catch (const weft::error&) {
+                        // A layout this schedule does not run (e.g. zbv with 4 chunks): nothing to draw.
+                    }
+                }
+    REQUIRE(programs.size() >= 60);
+    programs.emplace_back("stage-wide cells", ws::from_csv("0UNSHARD,0F0,0F1,0B0,0B1,0REDUCE_GRAD,0RESHARD\n"
+                                                           "1UNSHARD,1F0,1B0,1F1,1B1,1REDUCE_GRAD,1RESHARD\n",
+                                                           {.stage_wide = true}));
+    bool saw_many_chunks = false;
+    for (const auto& [name, program] : programs) {
+        saw_many_chunks = saw_many_chunks || program.num_stages / program.num_ranks == 8;
+        for (const double unit_width : {0.5, 24.0})
+            for (const std::string& title : {std::string(), name + ": " + std::string(200, 'x')}) {
+                INFO(name << ", unit width " << unit_width << (title.empty() ? "" : ", long title"));
+                const std::string svg =
+                    ws::render_svg(program, ws::simulate(program), {.unit_width = unit_width, .title = title});
+                REQUIRE(xml_problem(svg).empty());
+                const double width = svg_attribute(svg, "width", 0);
+                // The legend is the last row: its swatches are the 12-pixel squares.
+                std::size_t swatches = 0;
+                for (std::size_t at = svg.find("<rect "); at != std::string::npos; at = svg.find("<rect ", at + 1)) {
+                    const std::string_view element(svg.data() + at, svg.find('>', at) - at);
+                    if (element.find("width=\"12\" height=\"12\"") == std::string_view::npos) continue;
+                    ++swatches;
+                    CHECK(svg_attribute(element, "x", 0) + 12 <= width);
+                }
+                CHECK(swatches == 5);
+                std::size_t legend_texts = 0;
+                for (const auto& t : svg_text_extents(svg)) {
+                    INFO("\"" << t.text << "\" spans [" << t.first << ", " << t.last << ") of " << width);
+                    const bool in_legend = t.text.find("backward") != std::string::npos ||
+                                           t.text.find("forward") != std::string::npos ||
+                                           t.text.find("overlapped") != std::string::npos ||
+                                           t.text.find("later chunk") != std::string::npos;
+                    legend_texts += in_legend ? 1 : 0;
+                    CHECK(t.first >= 0);
+                    CHECK(t.last <= width);
+                }
+                CHECK(legend_texts >= 5);
+            }
+    }
+    CHECK(saw_many_chunks);
+}
+
+TEST_CASE("renderers tolerate a program with stage-wide cells and draw its compute actions") {
+    const ws::program p = ws::from_csv("0UNSHARD,0F0,0F1,0I0,0I1,0W0,0W1,0REDUCE_GRAD,0RESHARD\n"
+                                       "1UNSHARD,1F0,1I0,1F1,1I1,1W0,1W1,1REDUCE_GRAD,1RESHARD\n",
+                                       {.stage_wide = true});
+    const ws::program compute = ws::compute_part(p);
+    const ws::simulation sim = ws::simulate(p);
+    CHECK(sim.makespan == ws::simulate(compute).makespan);
+    const std::string svg = ws::render_svg(p, sim);
+    CHECK(xml_problem(svg).empty());
+    CHECK(count(svg, "class=\"action\"") == compute_actions(p));
+    CHECK(ws::render_ascii(p, sim) == ws::render_ascii(compute, ws::simulate(compute)));
+    const std::string trace = ws::render_trace(p, sim);
+    CHECK(is_json(trace));
+    CHECK(count(trace, "\"ph\":\"X\"") == compute_actions(p));
+    const std::string json = ws::render_json(p);
+    CHECK(is_json(json));
+    CHECK_THAT(json, Catch::Contains("\"0UNSHARD\",\"0F0\"") && Catch::Contains("\"1REDUCE_GRAD\",\"1RESHARD\"]"));
 }
 
 TEST_CASE("SVG boxes sit at their simulated times") {

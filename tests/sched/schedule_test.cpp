@@ -51,9 +51,9 @@ static_assert(!ws::program_generator<old_style>);
 static_assert(weft::schedule<custom>);
 
 // The list's size and order, known at compile time.
-static_assert(ws::schedule_list::size == 9);
+static_assert(ws::schedule_list::size == 12);
 static_assert(weft::list_index_v<ws::schedule_list, ws::gpipe> == 0);
-static_assert(weft::list_index_v<ws::schedule_list, ws::zb_auto> == 8);
+static_assert(weft::list_index_v<ws::schedule_list, ws::zb_auto> == 11);
 static_assert(!weft::list_contains_v<ws::schedule_list, custom>);
 static_assert(ws::all_schedules::size == ws::schedule_list::size);
 static_assert(std::is_same_v<ws::all_schedules::members, ws::schedule_list>);
@@ -121,7 +121,8 @@ TEST_CASE("listed names are unique and the name list follows the list's order", 
     }
     CHECK(names.size() == kinds.size());
     CHECK(ws::schedule_name_list() == joined);
-    CHECK(ws::schedule_name_list() == "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, zbv, dualpipev, zb-auto");
+    CHECK(ws::schedule_name_list() == "gpipe, 1f1b, interleaved, looped-bfs, interleaved-zb, zb-h1, zb-h2, zbv, v-half, v-min, dualpipev, "
+                                          "zb-auto");
     CHECK(ws::all_schedules::names() == ws::schedule_name_list());
     for (std::size_t i = 0; i < kinds.size(); ++i)
         for (std::size_t j = 0; j < kinds.size(); ++j) CHECK((kinds[i] == kinds[j]) == (i == j));

@@ -240,3 +240,55 @@ TEST_CASE("a ZeRO-3 stage used without UNSHARD is an error, not a read of freed 
     CHECK(released);
     CHECK_THAT(message, Catch::Matchers::Contains("UNSHARD"));
 }
+
+// The overlap of the data-parallel reduction with the backward: ranges started as their
+// gradients become final, in any order, and REDUCE_GRAD then starting the rest, average
+// every element once, as one REDUCE_GRAD alone does; a range started twice or after
+// REDUCE_GRAD is an error, not a gradient summed twice.
+TEST_CASE("replicate reduces ranges started early and the rest at REDUCE_GRAD, each element once", "[shard]") {
+    using weft::nn::gradient_range;
+    const std::vector<std::vector<gradient_range>> orders{
+        {}, {{0, 9}}, {{9, 11}, {2, 5}}, {{0, 3}, {3, 9}, {9, 11}}, {{5, 6}}};
+    for (const auto& early : orders) {
+        INFO("ranges started early: " << early.size());
+        std::vector<std::vector<float>> reduced(3);
+        local::run(3, [&](local& group) {
+            auto tensors = toy_stage();
+            weft::shard::stage_sharding<weft::shard::replicate, float, local> sharding(
+                tensors, group, {.zero_stage = 0, .bucket_elements = 2});
+            sharding.begin_step();
+            auto g = tensors.full.gradients();
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] = float((group.rank() + 1) * (i + 1));
+            for (const auto r : early) sharding.start_reduce_range(r);
+            sharding.start_reduce();
+            sharding.finish_reduce();
+            reduced[std::size_t(group.rank())].assign(g.begin(), g.end());
+        });
+        for (const auto& r : reduced) {
+            REQUIRE(r.size() == 11);
+            // Mean over ranks 1, 2, 3 of (rank + 1) * (i + 1): 2 (i + 1), exact in float.
+            for (std::size_t i = 0; i < r.size(); ++i) CHECK(r[i] == 2.0f * float(i + 1));
+        }
+    }
+    std::string twice, late;
+    local::run(2, [&](local& group) {
+        auto tensors = toy_stage();
+        weft::shard::stage_sharding<weft::shard::replicate, float, local> sharding(tensors, group, {.zero_stage = 0});
+        sharding.begin_step();
+        sharding.start_reduce_range({0, 4});
+        try {
+            sharding.start_reduce_range({2, 6});
+        } catch (const weft::error& e) {
+            if (group.rank() == 0) twice = e.what();
+        }
+        sharding.start_reduce();
+        try {
+            sharding.start_reduce_range({6, 8});
+        } catch (const weft::error& e) {
+            if (group.rank() == 0) late = e.what();
+        }
+        sharding.finish_reduce();
+    });
+    CHECK_THAT(twice, Catch::Matchers::Contains("[2, 6)") && Catch::Matchers::Contains("overlaps [0, 4)"));
+    CHECK_THAT(late, Catch::Matchers::Contains("after REDUCE_GRAD"));
+}

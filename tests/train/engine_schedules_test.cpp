@@ -35,9 +35,12 @@ std::vector<layout> every_schedule() {
         out.push_back({weft::sched::one_f_one_b::kind, p, 4, 1});
         out.push_back({weft::sched::interleaved::kind, p, 4, 2});
         out.push_back({weft::sched::looped_bfs::kind, p, 4, 2});
+        out.push_back({weft::sched::interleaved_zb::kind, p, 4, 2});
         out.push_back({weft::sched::zb_h1::kind, p, 4, 1});
         out.push_back({weft::sched::zb_h2::kind, p, 8, 1});
         out.push_back({weft::sched::zbv::kind, p, 8, 2});
+        out.push_back({weft::sched::v_half::kind, p, 8, 2});
+        out.push_back({weft::sched::v_min::kind, p, 8, 2});
         out.push_back({weft::sched::dualpipev::kind, p, 8, 2});
         out.push_back({weft::sched::zb_auto::kind, p, 8, 1});
     }

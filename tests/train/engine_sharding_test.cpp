@@ -23,6 +23,7 @@
 #include "weft/shard/zero.hpp"
 #include "weft/shard/zero_memory.hpp"
 #include "weft/train/engine.hpp"
+#include "weft/train/recompute.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/models/gpt.hpp"
 
@@ -45,10 +46,11 @@ weft::nn::gpt_config model() {
     return {.num_layers = 4, .d_model = 16, .num_heads = 2, .vocab_size = 24, .seq_len = 4, .seed = 3};
 }
 
-weft::train::engine_options options() {
+weft::train::engine_options options(bool overlap_reduce = true) {
     return {.batch_size = batch_rows,
             .optimizer = {.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1},
-            .bucket_elements = 500};
+            .bucket_elements = 500,
+            .overlap_reduce = overlap_reduce};
 }
 
 weft::data::token_batch batch(int step) {
@@ -88,12 +90,12 @@ struct layout {
 // Steps [first, last) on `layout`, loading `load_from` first and saving to `save_to` after,
 // when given.
 run_result train_zero(int zero, const layout& l, int first, int last, const std::filesystem::path& load_from = {},
-                      const std::filesystem::path& save_to = {}) {
+                      const std::filesystem::path& save_to = {}, bool overlap_reduce = true) {
     run_result out;
     std::mutex mutex;
     out.has_unshard.resize(static_cast<std::size_t>(l.world()));
     local::run(l.world(), [&](local& world) {
-        gpt_engine engine(world, l.config(zero), model(), options());
+        gpt_engine engine(world, l.config(zero), model(), options(overlap_reduce));
         if (!load_from.empty()) weft::train::load(engine, load_from);
         std::vector<double> losses;
         for (int step = first; step < last; ++step) losses.push_back(engine.step(batch(step)).loss);
@@ -162,6 +164,22 @@ TEST_CASE("ZeRO-1/2/3 train exactly what plain data parallelism trains", "[train
     }
 }
 
+// Reducing each layer as the last backward finishes it (tied wte copies after their sum)
+// averages the same sums as reducing each stage at its REDUCE_GRAD: the same bits.
+TEST_CASE("reductions overlapping the backward train exactly what REDUCE_GRAD's reductions train", "[train][shard]") {
+    const layout l = GENERATE(layout{1, 2, weft::sched::one_f_one_b::kind}, layout{2, 2, weft::sched::zb_h1::kind},
+                              layout{2, 2, weft::sched::interleaved::kind}, layout{1, 4, weft::sched::one_f_one_b::kind});
+    INFO("pp " << l.pp << " dp " << l.dp << " " << weft::to_string(l.schedule));
+    const run_result at_reduce_grad = train_zero(0, l, 0, 3, {}, {}, false);
+    const run_result overlapped = train_zero(0, l, 0, 3, {}, {}, true);
+    CHECK(overlapped.losses == at_reduce_grad.losses);
+    REQUIRE(overlapped.tensors.size() == at_reduce_grad.tensors.size());
+    for (const auto& [name, values] : at_reduce_grad.tensors) {
+        INFO(name);
+        CHECK(overlapped.tensors.at(name) == values);
+    }
+}
+
 TEST_CASE("a checkpoint saved under one layout continues under any other", "[train][shard][checkpoint]") {
     const weft_test::scratch_dir dir("engine_sharding");
     const auto path = dir.path / "zero.safetensors";
@@ -221,4 +239,107 @@ TEST_CASE("a typed sharding policy runs its own ZeRO stage and refuses others", 
     check(weft::shard::zero<1>{}, 1);
     check(weft::shard::zero<2>{}, 2);
     check(weft::shard::zero<3>{}, 3);
+}
+
+namespace {
+
+struct recompute_outcome {
+    std::vector<double> losses;
+    std::map<std::string, std::vector<float>> tensors;
+    std::size_t peak_activations = 0;  // the most of any rank
+};
+
+recompute_outcome train_recompute(const layout& l, std::vector<weft::train::recompute_mode> modes) {
+    recompute_outcome out;
+    std::mutex mutex;
+    auto opts = options();
+    opts.recompute = std::move(modes);
+    local::run(l.world(), [&](local& world) {
+        gpt_engine engine(world, l.config(0), model(), opts);
+        std::vector<double> losses;
+        for (int step = 0; step < 3; ++step) losses.push_back(engine.step(batch(step)).loss);
+        const auto full = weft::train::gather_full_stages(engine);
+        const std::size_t peak = engine.memory().peak_activations;
+        std::lock_guard lock(mutex);
+        if (world.rank() == 0) out.losses = losses;
+        out.peak_activations = std::max(out.peak_activations, peak);
+        if (engine.parts().coordinates().dp_index == 0)
+            for (const auto& f : full)
+                for (const auto& info : f.registry.entries())
+                    out.tensors[info.name].assign(
+                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+    });
+    return out;
+}
+
+}  // namespace
+
+// Recompute trades compute for memory and nothing else: with every schedule here (the split
+// I/W backward of zb-h1 and two chunks per rank included) full and selective recompute train
+// the same bits as none and hold no more activations; with full backwards and several stages,
+// full holds the fewest and selective fewer than none.
+TEST_CASE("activation recompute trains the same bits and holds fewer activations", "[train][recompute]") {
+    using enum weft::train::recompute_mode;
+    const layout l = GENERATE(layout{2, 1, weft::sched::one_f_one_b::kind}, layout{2, 1, weft::sched::zb_h1::kind},
+                              layout{2, 1, weft::sched::interleaved::kind}, layout{1, 2, weft::sched::one_f_one_b::kind});
+    INFO("pp " << l.pp << " dp " << l.dp << " " << weft::to_string(l.schedule));
+    const recompute_outcome kept = train_recompute(l, {});
+    const recompute_outcome recomputed = train_recompute(l, {weft::train::recompute_mode::full});
+    const recompute_outcome partly = train_recompute(l, {weft::train::recompute_mode::selective});
+    for (const auto* other : {&recomputed, &partly}) {
+        CHECK(other->losses == kept.losses);
+        REQUIRE(other->tensors.size() == kept.tensors.size());
+        for (const auto& [name, values] : kept.tensors) {
+            INFO(name);
+            CHECK(other->tensors.at(name) == values);
+        }
+    }
+    INFO("peak activations: none " << kept.peak_activations << ", selective " << partly.peak_activations
+                                    << ", full " << recomputed.peak_activations);
+    CHECK(recomputed.peak_activations <= kept.peak_activations);
+    CHECK(partly.peak_activations <= kept.peak_activations);
+    // With a full backward B a stage holds whole activations only while it differentiates one
+    // micro-batch. A split one keeps each micro-batch's I-to-W state (the layers' inputs and
+    // the output gradients W needs, more than the forward kept), which recomputing the
+    // forward does not shrink: with zb-h1 that state sets the peak whatever the mode. With one
+    // stage (pp 1) a micro-batch's backward follows its forward, so one micro-batch is in
+    // flight and full recompute rebuilds the very stash none keeps: the same peak.
+    if (l.schedule != weft::sched::zb_h1::kind) {
+        if (l.pp > 1)
+            CHECK(recomputed.peak_activations < partly.peak_activations);
+        else
+            CHECK(recomputed.peak_activations == kept.peak_activations);
+        CHECK(partly.peak_activations < kept.peak_activations);
+    }
+    // Per stage: full on the stages of the first chunk only, the same bits again.
+    const int stages = l.pp * l.schedule.default_chunks();
+    std::vector<weft::train::recompute_mode> per_stage(static_cast<std::size_t>(stages), none);
+    for (int s = 0; s < l.pp; ++s) per_stage[static_cast<std::size_t>(s)] = full;
+    if (stages > 1) {
+        const recompute_outcome mixed = train_recompute(l, per_stage);
+        CHECK(mixed.losses == kept.losses);
+        CHECK(mixed.peak_activations <= kept.peak_activations);
+    }
+}
+
+TEST_CASE("a recompute list of the wrong length is refused before the first step", "[train][recompute]") {
+    using enum weft::train::recompute_mode;
+    std::string message;
+    local::run(2, [&](local& world) {
+        try {
+            auto opts = options();
+            opts.recompute = {full, none, full};
+            gpt_engine engine(world, layout{2, 1, weft::sched::one_f_one_b::kind}.config(0), model(), opts);
+        } catch (const weft::error& e) {
+            if (world.rank() == 0) message = e.what();
+        }
+    });
+    CHECK_THAT(message, Catch::Matchers::Contains("recompute = \"full,none,full\"") &&
+                            Catch::Matchers::Contains("one per stage (2 stages in this layout)"));
+    CHECK_THROWS_WITH(weft::train::parse_recompute("full,sometimes", "--recompute"),
+                      Catch::Matchers::Contains("--recompute = \"sometimes\"") &&
+                          Catch::Matchers::Contains("none, full or selective"));
+    CHECK(weft::train::parse_recompute("selective", "--recompute") ==
+          std::vector<weft::train::recompute_mode>{selective});
 }

@@ -70,7 +70,9 @@ struct rank_record {
     double evaluation = 0;           // evaluate() after the steps
     int steps_left_in_flight = 0;    // steps after which the compute stream still held work
     int synchronizations = 0;        // the backend's, over the steps
-    int stage_wide_starts = 0;       // REDUCE_GRAD and UNSHARD actions of this rank's program
+    // REDUCE_GRAD and UNSHARD actions of this rank's program, and under plain data parallelism
+    // the layers whose reduction starts as their gradients are final (one per unit)
+    int stage_wide_starts = 0;
     int reshards = 0;                // RESHARD actions of this rank's program
 };
 
@@ -91,6 +93,11 @@ rank_record train(Comm& world, const parallel_config& config, double grad_clip, 
             ++record.stage_wide_starts;
         if (a.kind == weft::sched::action_kind::RESHARD) ++record.reshards;
     }
+    if (config.zero_stage() == 0 && config.dp() > 1)
+        for (const int s : engine.parts().local_stages()) {
+            const auto units = engine.parts().stage(s).units();
+            record.stage_wide_starts += units.last - units.first;
+        }
     const int synchronized_before = stream_model::synchronizations();
     for (int step = 0; step < steps; ++step) {
         const auto stats = engine.step(data.batch(step, batch_size));
@@ -205,7 +212,7 @@ TEST_CASE("over a communicator that joins the compute stream, REDUCE_GRAD and UN
                 CHECK(waiting[r].losses == reference[r].losses);
                 CHECK(joining[r].parameters == reference[r].parameters);
                 CHECK(waiting[r].parameters == reference[r].parameters);
-                // One wait fewer per REDUCE_GRAD and UNSHARD of every step.
+                // One wait fewer per REDUCE_GRAD, UNSHARD and layer reduction of every step.
                 REQUIRE(joining[r].stage_wide_starts > 0);
                 CHECK(waiting[r].synchronizations - joining[r].synchronizations ==
                       steps * joining[r].stage_wide_starts);

@@ -4,6 +4,7 @@
 // program that leaves activations behind or was never lowered.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <span>
@@ -18,6 +19,7 @@
 #include "weft/sched/shard_actions.hpp"
 #include "weft/sched/simulate.hpp"
 #include "weft/sched/one_f_one_b.hpp"
+#include "weft/sched/zb_h1.hpp"
 #include "weft/train/program_loop.hpp"
 
 namespace {
@@ -203,4 +205,63 @@ TEST_CASE("over a communicator without tags the loop refuses messages out of ord
                                                     "be a communicator of its own"));
     CHECK_THAT(count_message, Catch::Matchers::StartsWith("weft: channels = 1 is invalid: must be this program's "
                                                           "channel_count() = 2"));
+}
+
+namespace {
+
+// Also hears of final gradient ranges, and notes them among the stage-wide actions.
+struct final_gradients_recorder : recorder {
+    std::map<int, std::vector<weft::nn::gradient_range>> ranges;
+    void gradients_final(int s, weft::nn::gradient_range r) {
+        ranges[s].push_back(r);
+        calls.push_back(std::to_string(s) + "FINAL");
+    }
+};
+static_assert(weft::train::hears_final_gradients<final_gradients_recorder>);
+
+}  // namespace
+
+// The data-parallel reduction's overlap with the backward rests on this: on each stage's last
+// B or W of the step, and only there, the loop hands over each unit's gradient range, before
+// the stage's REDUCE_GRAD, and together they cover the stage's buffer once.
+TEST_CASE("the loop hands over each unit's final gradients on a stage's last backward only", "[train][loop]") {
+    constexpr int microbatches = 4, rows = 2;
+    const int units = test_model().num_units();
+    const std::vector<weft::nn::unit_range> parts{{0, 4}, {4, units}};
+    const weft::data::synthetic_dataset data(test_model().input_dim, test_model().num_classes, 7);
+    const auto batch = data.batch(0, microbatches * rows);
+    const weft::sched::shard_action_options stage_wide{.reduce_grad = true, .unshard = false};
+    for (const bool split_backward : {false, true}) {
+        INFO((split_backward ? "zb-h1 (I and W)" : "1f1b (B)"));
+        const auto compute_only = split_backward ? weft::sched::zb_h1::generate({.ranks = 2, .microbatches = microbatches})
+                                                 : weft::sched::one_f_one_b::generate({.ranks = 2, .microbatches = microbatches});
+        const auto program = weft::sched::add_shard_actions(weft::sched::lower(compute_only), stage_wide);
+        std::vector<final_gradients_recorder> heard(2);
+        std::vector<std::size_t> sizes(2);
+        local::run(2, [&](local& pipeline) {
+            const int me = pipeline.rank();
+            weft::exec::cpu cpu;
+            auto tensors = weft::nn::mlp_stage<weft::exec::cpu>::initial_tensors(test_model(), parts[std::size_t(me)]);
+            std::map<int, runner> runners;
+            runners.try_emplace(me, me, cpu, test_model(), parts[std::size_t(me)], tensors);
+            loop_type loop(program, me, test_model(), rows, 2);
+            loop.run(batch, 0, runners, pipeline, heard[std::size_t(me)]);
+            sizes[std::size_t(me)] = tensors.gradients().size();
+        });
+        for (int me = 0; me < 2; ++me) {
+            INFO("rank " << me);
+            const auto& r = heard[std::size_t(me)];
+            // One range per unit: had every micro-batch's backward reported, there would be
+            // `microbatches` times as many.
+            const auto& ranges = r.ranges.at(me);
+            CHECK(ranges.size() == std::size_t(parts[std::size_t(me)].last - parts[std::size_t(me)].first));
+            std::size_t covered = 0;
+            for (const auto range : ranges) covered += range.size();
+            CHECK(covered == sizes[std::size_t(me)]);
+            // All of them before the stage's REDUCE_GRAD.
+            const auto reduce = std::find(r.calls.begin(), r.calls.end(), std::to_string(me) + "REDUCE_GRAD");
+            REQUIRE(reduce != r.calls.end());
+            CHECK(std::count(reduce, r.calls.end(), std::to_string(me) + "FINAL") == 0);
+        }
+    }
 }

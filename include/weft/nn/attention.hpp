@@ -54,8 +54,14 @@ public:
         return c_proj_.forward(backend, params, s.att);
     }
 
+    // Selective recompute (train/recompute.hpp): the probabilities, heads x seq x seq per
+    // sequence, are dropped after the forward and computed again from qkv by backward_input.
+    static void drop_recomputable(saved& s) { s.probs = matrix(); }
+
     // Takes dy by value and keeps it (as s.d_out) for backward_weight: pass an rvalue to avoid a copy.
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
+        if (s.probs.size() == 0)  // dropped by selective recompute: the same kernel, the same bits
+            static_cast<void>(backend.causal_attention_forward(s.qkv, seq_len_, heads_, s.probs));
         s.d_out = std::move(dy);
         const matrix d_att = c_proj_.backward_input(backend, params, s.d_out);
         s.d_qkv = backend.causal_attention_backward(s.qkv, s.probs, d_att, seq_len_, heads_);

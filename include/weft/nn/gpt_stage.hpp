@@ -40,6 +40,7 @@
 #include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/embedding.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_init.hpp"
@@ -183,12 +184,7 @@ public:
     // Returns the gradient of the stage input; the first stage returns an empty (0 x 0)
     // matrix, since token ids have no gradient.
     [[nodiscard]] matrix backward_input(matrix dy, stash& s) const {
-        require(s.state == stash::phase::forwarded, "backward_input: stash",
-                s.empty() ? "empty" : "already past backward_input",
-                "must hold this micro-batch's forward (call forward first)");
-        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
-                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+        check_backward_input(dy, s);
         const auto p = parameters();
         matrix d = std::move(dy);
         if (is_last()) d = layers_.head.backward_input(*backend_, p, std::move(d), s.head);
@@ -203,24 +199,77 @@ public:
     }
 
     // Accumulates (+=) this micro-batch's weight gradients into gradients() and
-    // releases `s` so it can take the next forward.
-    void backward_weight(stash& s) {
+    // releases `s` so it can take the next forward. `on_final(range)` is called for each
+    // layer's gradient range as soon as this call adds nothing more to it
+    // (nn/final_gradients.hpp).
+    template <class OnFinal = ignore_final_gradients>
+    void backward_weight(stash& s, OnFinal&& on_final = {}) {
         require(s.state == stash::phase::input_done, "backward_weight: stash",
                 s.empty() ? "empty" : "not past backward_input",
                 "must have run backward_input for this micro-batch first");
         const auto g = gradients();
-        if (is_first()) layers_.embed.backward_weight(*backend_, g, s.embed);
-        for (std::size_t i = 0; i < layers_.blocks.size(); ++i)
+        // The head adds to wte too when the embedding is on this stage: its range waits for it.
+        const bool embedding_waits = is_first() && is_last();
+        if (is_first()) {
+            layers_.embed.backward_weight(*backend_, g, s.embed);
+            if (!embedding_waits) on_final(layers_.embed_range);
+        }
+        for (std::size_t i = 0; i < layers_.blocks.size(); ++i) {
             layers_.blocks[i].backward_weight(*backend_, g, s.blocks[i]);
-        if (is_last()) layers_.head.backward_weight(*backend_, g, s.head);
+            on_final(layers_.block_ranges[i]);
+        }
+        if (is_last()) {
+            layers_.head.backward_weight(*backend_, g, s.head);
+            on_final(layers_.head_range);
+            if (embedding_waits) on_final(layers_.embed_range);
+        }
         s = stash{};
     }
 
-    // The full backward (B): both halves back to back.
-    [[nodiscard]] matrix backward(matrix dy, stash& s) {
-        matrix dx = backward_input(std::move(dy), s);
-        backward_weight(s);
-        return dx;
+    // The full backward (B), layer by layer from the last: each layer's input half, then its
+    // weight half, so that a layer's gradients are final while the layers before it still
+    // compute (on the step's last micro-batch their reduction overlaps the rest of the
+    // backward). Every element is computed as backward_input then backward_weight computes
+    // it: the layers' halves are independent, and with both of wte's users on this stage the
+    // head's weight half waits for the embedding's, so that wte's two terms add in the same
+    // order. `on_final` as backward_weight's.
+    template <class OnFinal = ignore_final_gradients>
+    [[nodiscard]] matrix backward(matrix dy, stash& s, OnFinal&& on_final = {}) {
+        check_backward_input(dy, s);
+        const auto p = parameters();
+        const auto g = gradients();
+        const bool head_waits = is_first() && is_last();
+        matrix d = std::move(dy);
+        if (is_last()) {
+            d = layers_.head.backward_input(*backend_, p, std::move(d), s.head);
+            if (!head_waits) {
+                layers_.head.backward_weight(*backend_, g, s.head);
+                on_final(layers_.head_range);
+            }
+        }
+        for (std::size_t i = layers_.blocks.size(); i-- > 0;) {
+            d = layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
+            layers_.blocks[i].backward_weight(*backend_, g, s.blocks[i]);
+            on_final(layers_.block_ranges[i]);
+        }
+        if (is_first()) {
+            layers_.embed.backward_input(*backend_, std::move(d), s.embed);
+            d = matrix();
+            layers_.embed.backward_weight(*backend_, g, s.embed);
+            if (head_waits) {
+                layers_.head.backward_weight(*backend_, g, s.head);
+                on_final(layers_.head_range);
+            }
+            on_final(layers_.embed_range);
+        }
+        s = stash{};
+        return d;
+    }
+
+    // Selective recompute (train/recompute.hpp): drops from a forward's stash what the backward
+    // computes again, the attention probabilities of every block.
+    void drop_recomputable(stash& s) const {
+        for (auto& block : s.blocks) transformer_block<Backend>::drop_recomputable(block);
     }
 
     // The tensors the stage computes with (owned or borrowed).
@@ -250,6 +299,14 @@ private:
                     std::to_string(tp_.size) + "): build them with gpt_stage::initial_tensors or ::layout");
     }
 
+    void check_backward_input(const matrix& dy, const stash& s) const {
+        require(s.state == stash::phase::forwarded, "backward_input: stash",
+                s.empty() ? "empty" : "already past backward_input",
+                "must hold this micro-batch's forward (call forward first)");
+        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
+                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+    }
     static void check_empty(const stash& s) {
         require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
     }
@@ -279,6 +336,10 @@ private:
         embedding<Backend> embed;  // first stage only
         std::vector<transformer_block<Backend>> blocks;
         lm_head<Backend> head;  // last stage only
+        // Each layer's range of the flat gradients (nn/final_gradients.hpp).
+        gradient_range embed_range;
+        std::vector<gradient_range> block_ranges;
+        gradient_range head_range;
     };
 
     // Registers the layers of `units` in order: embedding, blocks, head (which finds a
@@ -300,10 +361,26 @@ private:
                     " (each tp rank holds some vocabulary rows)");
         const int c = config.d_model;
         layers out;
-        if (units.first == 0) out.embed = embedding<Backend>(registry, config.vocab_size, c, config.seq_len, tp);
-        for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u)
+        // A layer's tensors are registered together, so its gradients are one flat range.
+        const auto registered_since = [&registry](std::size_t first) {
+            return gradient_range{first, registry.total_size()};
+        };
+        if (units.first == 0) {
+            out.embed = embedding<Backend>(registry, config.vocab_size, c, config.seq_len, tp);
+            out.embed_range = registered_since(0);
+        }
+        for (int u = std::max(units.first, 1); u < std::min(units.last, config.num_layers + 1); ++u) {
+            const std::size_t first = registry.total_size();
             out.blocks.emplace_back(registry, u - 1, c, config.num_heads, config.seq_len, tp);
-        if (units.last == config.num_units()) out.head = lm_head<Backend>(registry, config.vocab_size, c, tp);
+            out.block_ranges.push_back(registered_since(first));
+        }
+        if (units.last == config.num_units()) {
+            const std::size_t first = registry.total_size();
+            out.head = lm_head<Backend>(registry, config.vocab_size, c, tp);
+            // A head sharing the embedding's wte registers only ln_f; its wte gradient is in
+            // the embedding's range, which backward reports after the head's weight half.
+            out.head_range = registered_since(first);
+        }
         return out;
     }
 

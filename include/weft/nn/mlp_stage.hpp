@@ -16,6 +16,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gelu.hpp"
 #include "weft/nn/layer_norm.hpp"
@@ -146,74 +147,55 @@ public:
     // Returns the gradient of the stage input; the first stage returns an empty
     // (0 x 0) matrix, since nothing upstream needs it and computing it costs a GEMM.
     [[nodiscard]] matrix backward_input(matrix dy, stash& s) const {
-        require(s.state == stash::phase::forwarded, "backward_input: stash",
-                s.empty() ? "empty" : "already past backward_input",
-                "must hold this micro-batch's forward (call forward first)");
-        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
-                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+        check_backward_input(dy, s);
         const auto p = parameters();
         matrix d = std::move(dy);
-        for (std::size_t i = units_list_.size(); i-- > 0;) {
-            const unit& layer = units_list_[i];
-            auto& saved = s.units[i];
-            saved.d_out = std::move(d);
-            switch (layer.kind) {
-                case unit_kind::input:
-                    d = matrix();
-                    break;
-                case unit_kind::block: {
-                    const matrix d_act = layer.fc2.backward_input(*backend_, p, saved.d_out);
-                    saved.d_pre_act = gelu<Backend>::backward_input(*backend_, saved.pre_act, d_act);
-                    saved.pre_act = matrix();  // backward_weight needs act, not pre_act
-                    saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_pre_act);
-                    d = backend_->add(saved.d_out, layer.ln.backward_input(*backend_, p, saved.x, saved.mean,
-                                                                          saved.rstd, saved.d_normed));
-                    break;
-                }
-                case unit_kind::head:
-                    saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_out);
-                    d = layer.ln.backward_input(*backend_, p, saved.x, saved.mean, saved.rstd, saved.d_normed);
-                    break;
-            }
-        }
+        for (std::size_t i = units_list_.size(); i-- > 0;) d = unit_backward_input(i, p, std::move(d), s);
         s.state = stash::phase::input_done;
         return d;
     }
 
     // Accumulates (+=) this micro-batch's weight gradients into gradients() and
-    // releases `s` so it can take the next forward.
-    void backward_weight(stash& s) {
+    // releases `s` so it can take the next forward. `on_final(range)` is called for each
+    // unit's gradient range once it is added (nn/final_gradients.hpp).
+    template <class OnFinal = ignore_final_gradients>
+    void backward_weight(stash& s, OnFinal&& on_final = {}) {
         require(s.state == stash::phase::input_done, "backward_weight: stash",
                 s.empty() ? "empty" : "not past backward_input",
                 "must have run backward_input for this micro-batch first");
         const auto g = gradients();
         for (std::size_t i = 0; i < units_list_.size(); ++i) {
-            const unit& layer = units_list_[i];
-            const auto& saved = s.units[i];
-            switch (layer.kind) {
-                case unit_kind::input:
-                    layer.fc1.backward_weight(*backend_, g, saved.x, saved.d_out);
-                    break;
-                case unit_kind::block:
-                    layer.fc2.backward_weight(*backend_, g, saved.act, saved.d_out);
-                    layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_pre_act);
-                    layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
-                    break;
-                case unit_kind::head:
-                    layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_out);
-                    layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
-                    break;
-            }
+            unit_backward_weight(i, g, s);
+            on_final(units_list_[i].grads);
         }
         s = stash{};
     }
 
-    // The full backward (B): both halves back to back.
-    [[nodiscard]] matrix backward(matrix dy, stash& s) {
-        matrix dx = backward_input(std::move(dy), s);
-        backward_weight(s);
-        return dx;
+    // The full backward (B), unit by unit from the last: each unit's input half, then its
+    // weight half, so that a unit's gradients are final while the units before it still
+    // compute (on the step's last micro-batch their reduction overlaps the rest of the
+    // backward). The units' tensors are disjoint, so every element is computed as by
+    // backward_input then backward_weight. `on_final` as backward_weight's.
+    template <class OnFinal = ignore_final_gradients>
+    [[nodiscard]] matrix backward(matrix dy, stash& s, OnFinal&& on_final = {}) {
+        check_backward_input(dy, s);
+        const auto p = parameters();
+        const auto g = gradients();
+        matrix d = std::move(dy);
+        for (std::size_t i = units_list_.size(); i-- > 0;) {
+            d = unit_backward_input(i, p, std::move(d), s);
+            unit_backward_weight(i, g, s);
+            on_final(units_list_[i].grads);
+        }
+        s = stash{};
+        return d;
+    }
+
+    // Selective recompute (train/recompute.hpp): drops the blocks' GELU outputs, which the
+    // backward computes again from their inputs.
+    void drop_recomputable(stash& s) const {
+        for (std::size_t i = 0; i < units_list_.size(); ++i)
+            if (units_list_[i].kind == unit_kind::block) s.units[i].act = matrix();
     }
 
     // The tensors the stage computes with (owned or borrowed).
@@ -233,7 +215,63 @@ private:
         layer_norm<Backend> ln;   // blocks and head
         linear<Backend> fc1;      // input: input; blocks: fc1; head: head.fc
         linear<Backend> fc2;      // blocks
+        gradient_range grads;     // its tensors' range of the flat buffers
     };
+
+    void check_backward_input(const matrix& dy, const stash& s) const {
+        require(s.state == stash::phase::forwarded, "backward_input: stash",
+                s.empty() ? "empty" : "already past backward_input",
+                "must hold this micro-batch's forward (call forward first)");
+        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
+                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
+                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+    }
+
+    // Unit i's input half: takes the gradient of its output, keeps what its weight half needs,
+    // returns the gradient of its input (empty for the input unit).
+    matrix unit_backward_input(std::size_t i, std::span<const scalar> p, matrix d, stash& s) const {
+        const unit& layer = units_list_[i];
+        auto& saved = s.units[i];
+        saved.d_out = std::move(d);
+        switch (layer.kind) {
+            case unit_kind::input:
+                return matrix();
+            case unit_kind::block: {
+                // Dropped by selective recompute: W needs it; the same kernel, the same bits.
+                if (saved.act.size() == 0) saved.act = gelu<Backend>::forward(*backend_, saved.pre_act);
+                const matrix d_act = layer.fc2.backward_input(*backend_, p, saved.d_out);
+                saved.d_pre_act = gelu<Backend>::backward_input(*backend_, saved.pre_act, d_act);
+                saved.pre_act = matrix();  // backward_weight needs act, not pre_act
+                saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_pre_act);
+                return backend_->add(saved.d_out, layer.ln.backward_input(*backend_, p, saved.x, saved.mean,
+                                                                         saved.rstd, saved.d_normed));
+            }
+            case unit_kind::head:
+                saved.d_normed = layer.fc1.backward_input(*backend_, p, saved.d_out);
+                return layer.ln.backward_input(*backend_, p, saved.x, saved.mean, saved.rstd, saved.d_normed);
+        }
+        return matrix();
+    }
+
+    // Unit i's weight half: adds its gradients.
+    void unit_backward_weight(std::size_t i, std::span<scalar> g, const stash& s) const {
+        const unit& layer = units_list_[i];
+        const auto& saved = s.units[i];
+        switch (layer.kind) {
+            case unit_kind::input:
+                layer.fc1.backward_weight(*backend_, g, saved.x, saved.d_out);
+                break;
+            case unit_kind::block:
+                layer.fc2.backward_weight(*backend_, g, saved.act, saved.d_out);
+                layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_pre_act);
+                layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                break;
+            case unit_kind::head:
+                layer.fc1.backward_weight(*backend_, g, saved.normed, saved.d_out);
+                layer.ln.backward_weight(*backend_, g, saved.x, saved.mean, saved.rstd, saved.d_normed);
+                break;
+        }
+    }
 
     // Registers the layers of `units` in order and returns them.
     static std::vector<unit> build_units(parameter_registry& registry, const mlp_config& config, unit_range units) {
@@ -247,6 +285,7 @@ private:
         std::vector<unit> out;
         for (int u = units.first; u < units.last; ++u) {
             unit layer;
+            layer.grads.first = registry.total_size();
             if (u == 0) {
                 layer.kind = unit_kind::input;
                 layer.fc1 = linear<Backend>(registry, "input", config.input_dim, hidden);
@@ -261,6 +300,7 @@ private:
                 layer.fc1 = linear<Backend>(registry, prefix + ".fc1", hidden, wide);
                 layer.fc2 = linear<Backend>(registry, prefix + ".fc2", wide, hidden);
             }
+            layer.grads.last = registry.total_size();
             out.push_back(std::move(layer));
         }
         return out;

@@ -90,6 +90,9 @@ public:
         return forward_after_ln_1(backend, params, s);
     }
 
+    // Selective recompute: what backward_input computes again (the attention probabilities).
+    static void drop_recomputable(saved& s) { attention<Backend>::drop_recomputable(s.attn); }
+
     [[nodiscard]] matrix backward_input(Backend& backend, std::span<const scalar> params, matrix dy, saved& s) const {
         s.d_out = std::move(dy);
         s.d_pre_act = c_proj_.backward_input_gelu(backend, params, s.d_out, s.pre_act);

@@ -17,6 +17,7 @@
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/settings.hpp"
 #include "weft/sched/schedule_list.hpp"
+#include "weft/train/recompute.hpp"
 
 namespace weft::run {
 
@@ -94,7 +95,7 @@ inline void integers_in_decimal(CLI::App& app) {
 // The groups of options a program takes (or them together).
 namespace options {
 inline constexpr unsigned launch = 1;         // --ranks, --comm-timeout
-inline constexpr unsigned layout = 2;         // --schedule, --pp, --dp, --tp, --zero, --chunks, --partition
+inline constexpr unsigned layout = 2;         // --schedule, --program, --pp, --dp, --tp, --zero, --chunks, --partition
 inline constexpr unsigned switches = 4;       // --switch, --staging-mib
 inline constexpr unsigned training = 8;       // --microbatches, --steps, --batch, the optimizer and its lr schedule
 inline constexpr unsigned nonfinite = 16;     // --skip-nonfinite
@@ -148,8 +149,17 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
     const auto ranks_range = int_in(1, 1 << 16);
     if (has(options::layout)) {
         const char* group = "Layout";
-        app.add_option("--schedule", s.schedule, "pipeline schedule: " + sched::schedule_name_list())
-            ->capture_default_str()
+        auto* schedule = app.add_option("--schedule", s.schedule, "pipeline schedule: " + sched::schedule_name_list())
+                             ->capture_default_str()
+                             ->group(group);
+        app.add_option("--program", s.program,
+                       "run this compute-only program instead of a generated schedule: a CSV file in PyTorch's form "
+                       "(torch.distributed.pipelining, or weft-schedule --format csv), one line per pipeline rank; "
+                       "it must be for --pp ranks and --microbatches micro-batches, and sets the chunks per rank. "
+                       "Its REDUCE_GRAD, UNSHARD and RESHARD cells are checked, then placed by weft itself; not "
+                       "with --switch or --elastic (docs/running.md)")
+            ->check(non_empty_path())
+            ->excludes(schedule)
             ->group(group);
         app.add_option("--pp", s.pp, "pipeline stages")->check(ranks_range)->capture_default_str()->group(group);
         app.add_option("--dp", s.dp, "data-parallel replicas")->check(ranks_range)->capture_default_str()->group(group);
@@ -165,6 +175,20 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
                        "model chunks (stages) per pipeline rank (default: 2 for interleaved, looped-bfs, zbv and "
                        "dualpipev, else 1)")
             ->check(int_in(0, 1 << 10))
+            ->group(group);
+        app.add_option("--recompute", s.recompute,
+                       "activation recompute: none, full (keep each stage's input, run its forward again at the "
+                       "backward) or selective (recompute what is large and cheap: attention probabilities), for "
+                       "every stage or one per stage, e.g. full,none; the losses are unchanged (docs/engine.md)")
+            ->check([](const std::string& text) {
+                try {
+                    static_cast<void>(train::parse_recompute(text, "--recompute"));
+                    return std::string();
+                } catch (const error& e) {
+                    return std::string(e.what());
+                }
+            })
+            ->capture_default_str()
             ->group(group);
         app.add_option("--partition", s.partition,
                        "units (layers, with the embedding and head units) per stage, e.g. 2,3 for 3 layers on 2 "

@@ -18,6 +18,9 @@ struct settings {
     int threads = 0;            // a rank's CPU kernel threads; 0: the cores shared among the machine's ranks
     // ---- layout ----
     std::string schedule = "1f1b";
+    // A compute-only program's CSV (PyTorch's form, sched/csv.hpp) run instead of `schedule`'s
+    // generated one; empty: none. Checked before the first step (run/program_file.hpp).
+    std::string program;
     int pp = 1;
     int dp = 1;
     int tp = 1;
@@ -25,6 +28,9 @@ struct settings {
     int chunks = 0;  // 0: the schedule's default
     int microbatches = 4;
     std::vector<int> partition;         // units per stage; empty: balanced by estimated cost
+    // Activation recompute (train/recompute.hpp): none, full or selective for every stage, or
+    // one per stage separated by commas.
+    std::string recompute = "none";
     std::vector<std::string> switches;  // STEP:key=value,... (run/layout.hpp)
     double staging_mib = 64;            // the staging cap of a switch's transfers
     // ---- training ----

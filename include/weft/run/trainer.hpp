@@ -43,8 +43,11 @@
 #include "weft/run/layout.hpp"
 #include "weft/run/memory_report.hpp"
 #include "weft/run/preemption.hpp"
+#include "weft/run/program_file.hpp"
 #include "weft/run/settings.hpp"
 #include "weft/run/switch_plan.hpp"
+#include "weft/sched/csv.hpp"
+#include "weft/sched/program.hpp"
 #include "weft/train/checkpoint.hpp"
 #include "weft/train/checkpoint_directory.hpp"
 #include "weft/train/engine_options.hpp"
@@ -147,6 +150,7 @@ public:
             .optimizer = {.kind = optim::parse_optimizer_kind(s_.optimizer), .lr = s_.lr,
                           .weight_decay = s_.weight_decay},
             .partition = s_.partition,
+            .recompute = train::parse_recompute(s_.recompute, "--recompute"),
             .grad_clip = s_.grad_clip};
 #if WEFT_HAS_MPI
         if constexpr (std::is_same_v<world_type, comm::mpi>)
@@ -155,6 +159,13 @@ public:
                 return;
             }
 #endif
+        if (program_) {  // --program: the file's schedule, in the layout --pp, --dp, --tp, --zero give
+            // Its stage-wide cells were checked; the engine places its own (lower, add_shard_actions).
+            Engine engine(*world_, program_config(s_, *program_, world_->size()), model_, options,
+                          sched::compute_part(*program_), with_kernel_threads(make_backend()));
+            train(engine, batch);
+            return;
+        }
         const layout start{.pp = s_.pp, .dp = s_.dp, .tp = s_.tp, .zero = s_.zero, .chunks = s_.chunks,
                            .schedule = s_.schedule, .partition = s_.partition};
         const parallel_config config = start.config(s_.microbatches, world_->size());
@@ -240,6 +251,7 @@ private:
 #else
         constexpr bool on_mpi = false;
 #endif
+        check_program_settings(s_);  // before --elastic's own checks: the conflict is the clearer message
         const std::string elastic_notice = check_elastic_settings(s_, on_mpi, comm::has_ulfm(), world_->size());
         if (s_.elastic) {
             require(s_.switches.empty(), "--switch", s_.switches.front(),
@@ -247,6 +259,14 @@ private:
             if (!s_.control_file.empty()) static_cast<void>(control_file(s_.control_file));  // every line parses
         }
         if (!elastic_notice.empty() && world_->rank() == 0) std::printf("%s\n", elastic_notice.c_str());
+        // --program: read and checked against --pp, --microbatches, --chunks and the model on
+        // every rank (each builds its engine from it).
+        if (!s_.program.empty()) program_ = read_run_program(s_, Engine::model_type::num_units(model_));
+        // A mode per stage fits one layout's stages: a switch would change them mid-run.
+        const auto recompute = train::parse_recompute(s_.recompute, "--recompute");
+        require(recompute.size() <= 1 || (s_.switches.empty() && !s_.elastic), "--recompute", s_.recompute,
+                "one mode per stage cannot be combined with --switch or --elastic, which change the stages; "
+                "give one mode for every stage (none, full or selective)");
         require(s_.resume.empty() || s_.init_from.empty(), "--resume", s_.resume,
                 "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
                 "--init-from starts one from weights");
@@ -288,7 +308,9 @@ private:
         nlohmann::json run{{"data", s_.data}, {"batch", s_.batch}, {"steps", s_.steps}, {"lr", s_.lr},
                            {"min_lr", s_.final_lr()}, {"warmup_steps", s_.warmup_steps},
                            {"decay_steps", s_.decay_end()}, {"optimizer", s_.optimizer},
-                           {"weight_decay", s_.weight_decay}, {"grad_clip", s_.grad_clip}, {"seed", s_.seed}};
+                           {"weight_decay", s_.weight_decay}, {"grad_clip", s_.grad_clip}, {"seed", s_.seed},
+                           {"recompute", s_.recompute}};
+        if (!s_.program.empty()) run["program_file"] = s_.program;  // "program" names the executable
         run.update(manifest_extra_);
         return run;
     }
@@ -555,6 +577,7 @@ private:
     std::function<void(Engine&)> on_finish_;
     std::function<parallel_config(int, const parallel_config&)> choose_layout_;
     std::vector<planned_switch> switches_;
+    std::optional<sched::program> program_;  // --program, as read (stage-wide cells kept)
     long long joined_at_ = -1;  // a process a grow started: the step it joined at
     train::lr_schedule lr_{};
     std::ofstream log_;

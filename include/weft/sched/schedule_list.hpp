@@ -13,11 +13,14 @@
 #include "weft/sched/dualpipev.hpp"
 #include "weft/sched/gpipe.hpp"
 #include "weft/sched/interleaved.hpp"
+#include "weft/sched/interleaved_zb.hpp"
 #include "weft/sched/looped_bfs.hpp"
 #include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/program.hpp"
 #include "weft/sched/schedule.hpp"
 #include "weft/sched/schedule_params.hpp"
+#include "weft/sched/v_half.hpp"
+#include "weft/sched/v_min.hpp"
 #include "weft/sched/zb_auto.hpp"
 #include "weft/sched/zb_h1.hpp"
 #include "weft/sched/zb_h2.hpp"
@@ -26,7 +29,8 @@
 namespace weft::sched {
 
 // In the order users see them listed (--help, error messages).
-using schedule_list = type_list<gpipe, one_f_one_b, interleaved, looped_bfs, zb_h1, zb_h2, zbv, dualpipev, zb_auto>;
+using schedule_list = type_list<gpipe, one_f_one_b, interleaved, looped_bfs, interleaved_zb, zb_h1, zb_h2, zbv, v_half,
+                                v_min, dualpipev, zb_auto>;
 
 namespace detail {
 

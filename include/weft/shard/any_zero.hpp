@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "weft/core/error.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/shard/flat_shard.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/shard/sharding.hpp"
@@ -55,6 +56,9 @@ public:
     void finish_unshard() { std::visit([](auto& s) { s.finish_unshard(); }, impl_); }
     void reshard() { std::visit([](auto& s) { s.reshard(); }, impl_); }
     void start_reduce() { std::visit([](auto& s) { s.start_reduce(); }, impl_); }
+    void start_reduce_range(nn::gradient_range range) {
+        std::visit([range](auto& s) { s.start_reduce_range(range); }, impl_);
+    }
     template <class Averaging = host_averaging>
     void finish_reduce(Averaging&& averaging = {}) {
         std::visit([&](auto& s) { s.finish_reduce(averaging); }, impl_);

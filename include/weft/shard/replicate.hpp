@@ -1,16 +1,19 @@
 // Plain data parallelism: every replica holds the whole stage and the gradients are
-// averaged over the data-parallel group before the optimizer step, in buckets started by
-// the program's REDUCE_GRAD so that they travel while later actions compute.
+// averaged over the data-parallel group before the optimizer step, in buckets that travel
+// while later work computes: each layer's range as soon as the step's last backward of the
+// stage has finished it (start_reduce_range), the rest at the program's REDUCE_GRAD.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
@@ -40,6 +43,7 @@ public:
 
     void begin_step() {
         this->reduce_started_ = false;
+        started_.clear();
         this->note_peak();
     }
     // Parameters are always whole: nothing to gather or free.
@@ -47,16 +51,38 @@ public:
     void finish_unshard() {}
     void reshard() {}
 
-    // REDUCE_GRAD: one non-blocking all-reduce per bucket of the accumulated gradients.
+    // Starts reducing `range` of the gradients, final for this step (the last backward of the
+    // stage has added to it; nn/final_gradients.hpp): one non-blocking all-reduce per bucket
+    // of at most bucket_elements. Every replica runs the same program, so every replica
+    // starts the same ranges in the same order, as collectives on one group must.
+    void start_reduce_range(nn::gradient_range range) {
+        require(!this->reduce_started_, "gradient range", "after REDUCE_GRAD",
+                "a layer's gradients are final before its stage's REDUCE_GRAD");
+        const auto grads = this->tensors_->full.gradients();
+        require(range.first <= range.last && range.last <= grads.size(), "gradient range", text_of(range),
+                "must lie within the stage's " + std::to_string(grads.size()) + " gradients");
+        if (range.empty()) return;
+        for (const nn::gradient_range done : started_)
+            require(range.last <= done.first || range.first >= done.last, "gradient range", text_of(range),
+                    "overlaps " + text_of(done) + ", started already this step (each element is reduced once)");
+        started_.push_back(range);
+        start_buckets(grads, range);
+    }
+
+    // REDUCE_GRAD: starts the gradients no start_reduce_range started, in buckets.
     void start_reduce() {
         require(!this->reduce_started_, "REDUCE_GRAD", "twice in one step",
                 "each stage reduces its gradients once per step");
         this->reduce_started_ = true;
-        if (this->group_->size() == 1) return;
         const auto grads = this->tensors_->full.gradients();
-        for (std::size_t first = 0; first < grads.size(); first += bucket_elements_)
-            pending_.push_back(
-                this->group_->iallreduce_sum(grads.subspan(first, std::min(bucket_elements_, grads.size() - first))));
+        std::sort(started_.begin(), started_.end(),
+                  [](nn::gradient_range a, nn::gradient_range b) { return a.first < b.first; });
+        std::size_t next = 0;
+        for (const nn::gradient_range done : started_) {  // disjoint: start_reduce_range checks
+            start_buckets(grads, {next, done.first});
+            next = done.last;
+        }
+        start_buckets(grads, {next, grads.size()});
     }
 
     // Waits for the reduction and averages: each replica computed the mean loss of its share
@@ -92,7 +118,19 @@ public:
     }
 
 private:
+    [[nodiscard]] static std::string text_of(nn::gradient_range r) {
+        return "[" + std::to_string(r.first) + ", " + std::to_string(r.last) + ")";
+    }
+
+    void start_buckets(std::span<Scalar> grads, nn::gradient_range range) {
+        if (this->group_->size() == 1) return;  // the sum of one is the mean
+        for (std::size_t first = range.first; first < range.last; first += bucket_elements_)
+            pending_.push_back(
+                this->group_->iallreduce_sum(grads.subspan(first, std::min(bucket_elements_, range.last - first))));
+    }
+
     std::size_t bucket_elements_;
+    std::vector<nn::gradient_range> started_;  // this step's ranges started before REDUCE_GRAD
     std::vector<typename Comm::request> pending_;
 };
 

@@ -22,6 +22,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/core/state_vector.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/flat_shard.hpp"
 #include "weft/shard/sharding.hpp"
@@ -124,6 +125,10 @@ public:
             this->tensors_->full.release_parameters();
         }
     }
+
+    // A layer's gradients are final: ZeRO waits for REDUCE_GRAD, whose one reduce-scatter
+    // covers the whole buffer (a layer's range spans several ranks' shards).
+    void start_reduce_range(nn::gradient_range /*range*/) {}
 
     // REDUCE_GRAD: reduce-scatters the whole padded gradient buffer into this rank's range in
     // one call (buckets would interleave the ranks' ranges).

@@ -37,6 +37,8 @@ public:
         return it->second;
     }
 
+    [[nodiscard]] bool contains(int microbatch) const { return entries_.contains(microbatch); }
+
     void erase(int microbatch) {
         if (entries_.erase(microbatch) == 0)
             throw invalid_argument("stash key", key_text(microbatch), "was not stashed");

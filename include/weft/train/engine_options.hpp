@@ -8,6 +8,7 @@
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
+#include "weft/train/recompute.hpp"
 
 namespace weft::train {
 
@@ -17,11 +18,18 @@ struct engine_options {
     int recv_lookahead = 4;  // how many actions ahead RECVs are posted
     // Elements per data-parallel all-reduce bucket (shard::replicate).
     std::size_t bucket_elements = shard::default_bucket_elements;
+    // Plain data parallelism: start each layer's gradient reduction as soon as the step's
+    // last backward of its stage has finished it, overlapping the rest of the backward;
+    // false: each stage's whole reduction starts at its REDUCE_GRAD (after that backward).
+    bool overlap_reduce = true;
     // ZeRO-3: how many compute actions ahead of a stage's first use its UNSHARD starts.
     int unshard_prefetch = 1;
     // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = balanced by the
     // model's cost per unit (Model::unit_costs, e.g. GPT's flops), or even in unit count.
     std::vector<int> partition{};
+    // Activation recompute (train/recompute.hpp): empty = none; one mode for every stage, or
+    // one per stage in stage order.
+    std::vector<recompute_mode> recompute{};
     // Clip the gradients to this global L2 norm before the update (train/grad_norm.hpp, as
     // PyTorch's clip_grad_norm_); 0: no clipping. The norm is measured and reported either way.
     double grad_clip = 0;

@@ -32,6 +32,7 @@
 #include "weft/models/mlp.hpp"
 #include "weft/models/pipeline_model.hpp"
 #include "weft/models/stage_units.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -147,19 +148,24 @@ public:
         backend_.synchronize();
         // Tied copies are summed before their stages' data-parallel reduction (which their
         // REDUCE_GRAD deferred to here); the other stages' reductions are in flight already.
+        // What this rank waits here is the reduction time the program did not hide.
+        const auto program_end = std::chrono::steady_clock::now();
         ties_.sum([this](int s) -> nn::flat_parameters<scalar>& { return state_.stage(s).tensors.full; });
         for (auto& [index, sharding] : shardings_) finish_reduce(sharding);
+        const double exposed_reduce_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - program_end).count();
 
         // One reduction carries the loss, every rank's idle fraction of the program, its part
-        // of the squared global gradient norm and, per stage, whether its reduced gradients
+        // of the squared global gradient norm, its exposed reduction time and, per stage, whether its reduced gradients
         // are finite; it comes before the update, so that a non-finite step is not applied
         // and clipping knows the norm. Every rank reports the same loss (loss_contribution).
         const int stages = loop_.program().num_stages;
-        constexpr std::size_t first_flag = 3;
+        constexpr std::size_t first_flag = 4;
         const std::size_t first_cost = first_flag + static_cast<std::size_t>(stages);
         std::vector<double> totals(first_cost + kinds_timed * static_cast<std::size_t>(config_.pp()), 0.0);
         totals[0] = loss_contribution(last_program_);
         totals[1] = idle_fraction();
+        totals[3] = exposed_reduce_seconds;
         add_compute_costs(std::span<double>(totals).subspan(first_cost));
         for (const auto& [index, sharding] : shardings_) {
             // Replicas of plain data parallelism hold the same gradients: replica 0 counts them.
@@ -197,7 +203,8 @@ public:
         return {.step = step_index, .loss = totals[0], .milliseconds = 1e3 * seconds,
                 .samples_per_second = options_.batch_size / seconds, .bubble = totals[1] / world_->size(),
                 .simulated_bubble = simulated_bubble(loop_.program(), std::span<const double>(totals).subspan(first_cost)),
-                .grad_norm = grad_norm, .nonfinite_stage = nonfinite_stage};
+                .grad_norm = grad_norm, .exposed_reduce_ms = 1e3 * totals[3] / world_->size(),
+                .nonfinite_stage = nonfinite_stage};
     }
 
     // The model's mean loss on `batch` without training it (a validation loss): the
@@ -257,6 +264,7 @@ public:
         runners_.clear();
         shardings_.clear();
         norm_runs_.clear();
+        tied_ranges_.clear();
         released_ = true;
         return std::move(state_);
     }
@@ -357,6 +365,16 @@ private:
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_reduce();
         }
+        // A layer's gradients are final (the stage's last backward of the step finished them):
+        // plain data parallelism starts reducing them now; tied copies wait for sum() after
+        // the program, and ZeRO for REDUCE_GRAD (its reduce-scatter takes the whole buffer).
+        void gradients_final(int s, nn::gradient_range range) {
+            auto& sharding = find(self->shardings_, s);
+            if (!self->options_.overlap_reduce || sharding.zero_stage() != 0 || self->config_.dp() == 1) return;
+            if constexpr (!joins_compute_stream) self->backend_.synchronize();
+            for (const nn::gradient_range part : nn::ranges_outside(range, find(self->tied_ranges_, s)))
+                sharding.start_reduce_range(part);
+        }
         void unshard(int s) {
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_unshard();
@@ -401,11 +419,13 @@ private:
                 stage.index, tensors, grid_.data(),
                 shard::sharding_options{.zero_stage = config_.zero_stage(),
                                         .bucket_elements = options.bucket_elements});
+            const recompute_mode recompute = recompute_of(options.recompute, stage.index);
             if constexpr (tensor_parallel_model)
                 runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full,
-                                     nn::make_tp_group<scalar>(grid_.tensor()));
+                                     nn::make_tp_group<scalar>(grid_.tensor()), recompute);
             else
-                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full);
+                runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full, recompute);
+            tied_ranges_.try_emplace(stage.index, ties_.ranges_of(stage.index, tensors.registry()));
             norm_runs_.try_emplace(stage.index,
                                    norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
                                                      Model::tied_parameters(model_), units_));
@@ -560,6 +580,7 @@ private:
                 "must equal pp = " + std::to_string(config.pp()));
         require(compute_only.num_microbatches == config.microbatches(), "program microbatches",
                 compute_only.num_microbatches, "must equal microbatches = " + std::to_string(config.microbatches()));
+        check_recompute(options.recompute, compute_only.num_stages);
         const int num_units = Model::num_units(model);
         require(num_units >= compute_only.num_stages, "stages", compute_only.num_stages,
                 "the model has " + std::to_string(num_units) +
@@ -676,6 +697,7 @@ private:
     std::map<int, sharding_type> shardings_;
     std::map<int, runner_type> runners_;
     std::map<int, std::vector<flat_run>> norm_runs_;  // per local stage: what it counts in the global norm
+    std::map<int, std::vector<nn::gradient_range>> tied_ranges_;  // per local stage: its tied copies' gradients
     program_report last_program_;
     // This rank's compute seconds of the last program by kind, into its pipeline rank's slots of
     // `costs` (kinds_timed per pipeline rank), counted once per pipeline rank: by the rank at

@@ -33,7 +33,9 @@
 #include "weft/core/deferred_value.hpp"
 #include "weft/core/error.hpp"
 #include "weft/exec/compute_timing.hpp"
+#include "weft/exec/action_key.hpp"
 #include "weft/exec/kernel_progress.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/sched/action.hpp"
 #include "weft/sched/channel_order.hpp"
 #include "weft/sched/message_channels.hpp"
@@ -50,6 +52,15 @@ concept stage_actions = requires(A& a, int stage) {
     a.unshard(stage);
     a.reshard(stage);
     a.before_compute(stage);
+};
+
+// A caller that also hears, on the step's last weight-gradient action of a stage, of each
+// layer's gradient range as it becomes final (nn/final_gradients.hpp), to start reducing it
+// while the backward goes on. Only where the backend runs each action as it is called: one
+// that records actions and replays them (exec::cuda's graphs) would not call back on replay.
+template <class A>
+concept hears_final_gradients = requires(A& a, int stage, nn::gradient_range range) {
+    a.gradients_final(stage, range);
 };
 
 // What one run of a program did on this rank.
@@ -97,6 +108,11 @@ public:
                 if (a.kind == sched::action_kind::B || a.kind == sched::action_kind::I ||
                     a.kind == sched::action_kind::W || a.kind == sched::action_kind::OVERLAP_F_B)
                     forward_only_ = false;
+        const auto& mine = program_.ranks[static_cast<std::size_t>(pipeline_rank_)];
+        for (std::size_t i = 0; i < mine.size(); ++i)
+            if (mine[i].kind == sched::action_kind::B || mine[i].kind == sched::action_kind::W ||
+                mine[i].kind == sched::action_kind::OVERLAP_F_B)
+                last_weight_action_[mine[i].stage] = i;
         const long long tag_space = 2LL * program_.num_stages * program_.num_microbatches;
         require(tag_space <= comm::max_tag + 1LL, "stages*microbatches", tag_space / 2,
                 "message tags must fit in 0.." + std::to_string(comm::max_tag));
@@ -184,7 +200,8 @@ public:
                     post_recv(row[posted_until], runners, pipeline, messages);
                 current = &row[i];
                 comm::activity_scope::set_item(current);
-                execute(row[i], batch, first_row, runners, pipeline, actions, messages, report);
+                execute(row[i], finishes_gradients(i), batch, first_row, runners, pipeline, actions, messages,
+                        report);
             }
             current = nullptr;
             comm::activity_scope::set_item(nullptr);
@@ -327,8 +344,9 @@ private:
     }
 
     template <class Actions>
-    void execute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
-                 const routed& pipeline, Actions& actions, step_messages& m, program_report& report) {
+    void execute(const sched::action& a, bool last_gradients, const batch_type& batch, int first_row,
+                 std::map<int, runner>& runners, const routed& pipeline, Actions& actions, step_messages& m,
+                 program_report& report) {
         using sched::action_kind;
         switch (a.kind) {
             case action_kind::F:
@@ -337,7 +355,7 @@ private:
             case action_kind::W: {
                 Backend& backend = find(runners, a.stage, pipeline_rank_).backend();
                 const auto start = begin_compute(backend);
-                compute(a, batch, first_row, runners, actions, m, report);
+                compute(a, last_gradients, batch, first_row, runners, actions, m, report);
                 end_compute(backend, start, report);
                 break;
             }
@@ -346,8 +364,8 @@ private:
                 // compute hiding communication, which needs separate streams (CUDA).
                 Backend& backend = find(runners, a.stage, pipeline_rank_).backend();
                 const auto start = begin_compute(backend);
-                compute(sched::forward_part(a), batch, first_row, runners, actions, m, report);
-                compute(sched::backward_part(a), batch, first_row, runners, actions, m, report);
+                compute(sched::forward_part(a), false, batch, first_row, runners, actions, m, report);
+                compute(sched::backward_part(a), last_gradients, batch, first_row, runners, actions, m, report);
                 end_compute(backend, start, report);
                 break;
             }
@@ -366,8 +384,8 @@ private:
     }
 
     template <class Actions>
-    void compute(const sched::action& a, const batch_type& batch, int first_row, std::map<int, runner>& runners,
-                 Actions& actions, step_messages& m, program_report& report) {
+    void compute(const sched::action& a, bool last_gradients, const batch_type& batch, int first_row,
+                 std::map<int, runner>& runners, Actions& actions, step_messages& m, program_report& report) {
         using sched::action_kind;
         actions.before_compute(a.stage);
         const kind_timer timed(a.kind, report);
@@ -388,15 +406,7 @@ private:
                 } else {
                     m.outputs.emplace(std::pair{a.stage, mb}, std::move(output));
                 }
-                // Only a forward adds activations (I trims an entry, W frees it), so the peaks are
-                // seen right after one; sampling after every action would walk the stashes for nothing.
-                std::size_t live = 0, bytes = 0;
-                for (const auto& [index, each] : runners) {
-                    live += each.stashed();
-                    bytes += each.stashed_bytes();
-                }
-                report.peak_stashed = std::max(report.peak_stashed, live);
-                report.peak_activation_bytes = std::max(report.peak_activation_bytes, bytes);
+                note_peaks(runners, report);
                 break;
             }
             case action_kind::B:
@@ -404,14 +414,58 @@ private:
                 matrix grad_output = r.is_last() ? take(m.loss_grads, a.stage, mb, "B needs the loss gradient")
                                                  : take(m.input_grads, a.stage + 1, mb,
                                                         "B needs the next stage's input gradient");
-                matrix grad_input = a.kind == action_kind::B ? r.backward(mb, std::move(grad_output))
-                                                             : r.backward_input(mb, std::move(grad_output));
+                matrix grad_input =
+                    a.kind == action_kind::B
+                        ? with_final_gradients(actions, a.stage, last_gradients,
+                                               [&](auto&& on_final) { return r.backward(mb, std::move(grad_output), on_final); })
+                        : r.backward_input(mb, std::move(grad_output));
                 if (!r.is_first()) m.input_grads.emplace(std::pair{a.stage, mb}, std::move(grad_input));
+                note_peaks(runners, report);
                 break;
             }
-            case action_kind::W: r.backward_weight(mb); break;
+            case action_kind::W:
+                with_final_gradients(actions, a.stage, last_gradients,
+                                     [&](auto&& on_final) { r.backward_weight(mb, on_final); });
+                break;
             default: throw invalid_argument("compute action", sched::to_string(a), "expected F, B, I or W");
         }
+    }
+
+    // A forward adds activations, and so does an input backward I: it drops what only it
+    // needed but keeps the output gradients W needs, which may be more. W and B free an entry;
+    // under full recompute B and I first rebuild one, which the runner reports. So the peaks
+    // are seen right after F, B and I; sampling after every action would walk the stashes for
+    // nothing.
+    static void note_peaks(std::map<int, runner>& runners, program_report& report) {
+        std::size_t live = 0, bytes = 0;
+        for (auto& [index, each] : runners) {
+            live += each.stashed();
+            // A backward that rebuilt activations held more inside than after it (the others
+            // do not change during one action).
+            bytes += std::max(each.stashed_bytes(), each.take_peak_inside_backward());
+        }
+        report.peak_stashed = std::max(report.peak_stashed, live);
+        report.peak_activation_bytes = std::max(report.peak_activation_bytes, bytes);
+    }
+
+    // Whether row action i is its stage's last B or W of the step: after it the stage's
+    // gradients are final.
+    [[nodiscard]] bool finishes_gradients(std::size_t i) const {
+        const auto& a = program_.ranks[static_cast<std::size_t>(pipeline_rank_)][i];
+        const auto it = last_weight_action_.find(a.stage);
+        return it != last_weight_action_.end() && it->second == i;
+    }
+
+    // Runs backward(on_final) with a callback that hands each final gradient range to the
+    // caller (hears_final_gradients) on a stage's last weight-gradient action, and with none
+    // otherwise (or where the caller does not listen, or the backend replays recorded work).
+    template <class Actions, class Backward>
+    static decltype(auto) with_final_gradients(Actions& actions, int stage, bool last_gradients, Backward&& backward) {
+        if constexpr (hears_final_gradients<Actions> && !exec::records_actions<Backend>) {
+            if (last_gradients)
+                return backward([&actions, stage](nn::gradient_range range) { actions.gradients_final(stage, range); });
+        }
+        return backward(nn::ignore_final_gradients{});
     }
 
     void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source,
@@ -520,6 +574,7 @@ private:
     int recv_lookahead_;
     sched::message_channels routes_;
     bool forward_only_ = true;  // no backward action anywhere in the program
+    std::map<int, std::size_t> last_weight_action_;  // stage -> index of its last B or W in this rank's row
 };
 
 }  // namespace weft::train

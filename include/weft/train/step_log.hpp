@@ -22,6 +22,9 @@ struct step_stats {
     double tokens_per_second = -1;   // >= 0: printed as tok/s instead of samples/s
     double mfu = -1;                 // model FLOPs utilisation in [0, 1]; < 0: not printed
     double grad_norm = -1;           // the global gradient norm before clipping; < 0: not printed
+    // Mean over the ranks of the time from the end of a rank's program to its data-parallel
+    // reductions done: what the backward did not hide of them; < 0: not measured.
+    double exposed_reduce_ms = -1;
     // Seconds from the run's start to this step's end, on the rank that logs; < 0: not logged.
     // A log line may be written later than its step ended (run/held_step_lines.hpp), so a
     // reader that times the gaps between steps reads this, not the line's arrival.
@@ -92,7 +95,7 @@ struct step_stats {
 }
 
 // The same step as one JSON object (train_gpt's --log-json, one per line): step, loss,
-// ms, tokens_per_s, bubble, simulated_bubble and grad_norm (when known), with 9 significant digits so that
+// ms, tokens_per_s, bubble, simulated_bubble, grad_norm and exposed_reduce_ms (when known), with 9 significant digits so that
 // losses compare exactly, and "nonfinite_stage" on a step that was not applied. Always
 // valid JSON: a loss or norm that is not finite is null.
 [[nodiscard]] inline std::string format_step_json(const step_stats& s) {
@@ -101,6 +104,7 @@ struct step_stats {
                        json_number(s.tokens_per_second) + ", \"bubble\": " + json_number(s.bubble);
     if (s.simulated_bubble >= 0) line += ", \"simulated_bubble\": " + json_number(s.simulated_bubble);
     if (!(s.grad_norm < 0)) line += ", \"grad_norm\": " + json_number(s.grad_norm);
+    if (s.exposed_reduce_ms >= 0) line += ", \"exposed_reduce_ms\": " + json_number(s.exposed_reduce_ms);
     if (!(s.ended_seconds < 0)) line += ", \"ended_s\": " + json_number(s.ended_seconds);
     if (!s.applied()) line += ", \"nonfinite_stage\": " + std::to_string(s.nonfinite_stage);
     return line + "}";

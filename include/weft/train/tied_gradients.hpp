@@ -15,7 +15,9 @@
 #include "weft/comm/communicator.hpp"
 #include "weft/comm/host_completion.hpp"
 #include "weft/core/state_memory.hpp"
+#include "weft/core/parameter_registry.hpp"
 #include "weft/models/pipeline_model.hpp"
+#include "weft/nn/final_gradients.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/partition.hpp"
 
@@ -55,6 +57,18 @@ public:
         for (const auto& t : ties_)
             if (std::find(t.local_stages.begin(), t.local_stages.end(), stage) != t.local_stages.end()) return true;
         return false;
+    }
+
+    // The gradient ranges of stage `stage`'s tied copies in its flat buffer (`registry`): not
+    // final when its backward ends, since sum() adds the other copies to them.
+    [[nodiscard]] std::vector<nn::gradient_range> ranges_of(int stage, const parameter_registry& registry) const {
+        std::vector<nn::gradient_range> out;
+        for (const auto& t : ties_)
+            if (std::find(t.local_stages.begin(), t.local_stages.end(), stage) != t.local_stages.end()) {
+                const auto& info = registry.find(t.name);
+                out.push_back({info.offset, info.offset + info.size});
+            }
+        return out;
     }
 
     // Sums every tied tensor's gradients over its copies on this rank, then over the holding
