@@ -33,13 +33,19 @@ namespace {
 using weft_examples::train_gpt::run_options;
 
 // Without --peak-tflops, MFU on the CPU is against this CPU's measured GEMM rate times the
-// cores the ranks can use (ranks beyond the cores share them).
+// cores the ranks can use (ranks beyond the cores share them). Only rank 0 measures, and only
+// its step lines show MFU: ranks measuring at once on a shared machine slow each other
+// (caches, memory bandwidth, a host's sibling threads), and 2 ranks on 2 cores measured half
+// the rate one rank did, so MFU read above 100%. No collective: a process that joins a
+// running job (--elastic) calls this where the job's ranks do not. The other ranks return 0,
+// which leaves MFU out of their own step figures (so does a rank that becomes rank 0 after the
+// first one left an elastic run).
 template <weft::communicator Comm>
 double measured_cpu_peak_tflops(Comm& world) {
+    if (world.rank() != 0) return 0;
     const double per_core = weft::exec::measure_cpu_gemm_gflops();
     const int cores = std::min(world.size(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    if (world.rank() == 0)
-        std::printf("MFU is against a measured GEMM peak of %.1f GFLOP/s per core x %d core(s)\n", per_core, cores);
+    std::printf("MFU is against a measured GEMM peak of %.1f GFLOP/s per core x %d core(s)\n", per_core, cores);
     return per_core * cores / 1e3;
 }
 

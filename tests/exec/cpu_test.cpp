@@ -228,9 +228,11 @@ TEST_CASE("the vocabulary-parallel embedding kernels are the whole-vocabulary on
 }
 
 TEST_CASE("the CPU GEMM rate measures a positive rate and refuses sizes and rounds below 1", "[exec][cpu]") {
-    const double gflops = weft::exec::measure_cpu_gemm_gflops(64, 2);
+    const double gflops = weft::exec::measure_cpu_gemm_gflops(64, 2, 0.001);
     CHECK(std::isfinite(gflops));
     CHECK(gflops > 0);
+    CHECK_THROWS_WITH(weft::exec::measure_cpu_gemm_gflops(64, 2, -1),
+                      Catch::Contains("min_round_seconds = -1 is invalid") && Catch::Contains("between 0 and 10"));
     CHECK_THROWS_WITH(weft::exec::measure_cpu_gemm_gflops(0, 2),
                       Catch::Contains("size = 0 is invalid") && Catch::Contains("must be at least 1"));
     CHECK_THROWS_WITH(weft::exec::measure_cpu_gemm_gflops(64, 0),
