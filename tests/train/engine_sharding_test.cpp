@@ -15,9 +15,12 @@
 #include "weft/comm/local.hpp"
 #include "weft/exec/cpu.hpp"
 #include "weft/sched/any_of.hpp"
+#include "weft/sched/dualpipev.hpp"
+#include "weft/sched/gpipe.hpp"
 #include "weft/sched/interleaved.hpp"
 #include "weft/sched/one_f_one_b.hpp"
 #include "weft/sched/zb_h1.hpp"
+#include "weft/sched/zbv.hpp"
 #include "weft/shard/any_zero.hpp"
 #include "weft/shard/replicate.hpp"
 #include "weft/shard/zero.hpp"
@@ -34,10 +37,11 @@ using weft_test::relative_difference;
 using weft::comm::local;
 template <class Sharding>
 using typed_engine = weft::train::engine<weft::sched::one_f_one_b, Sharding, local, weft::exec::cpu>;
-// One engine type for every ZeRO stage (any_zero) and the three schedules used here keeps
-// this file's build time down; the typed policies are checked on their own below.
+// One engine type for every ZeRO stage (any_zero) and the schedules used here keeps this
+// file's build time down; the typed policies are checked on their own below.
 using gpt_engine = weft::train::engine<weft::sched::any_of<weft::sched::one_f_one_b, weft::sched::zb_h1,
-                                                           weft::sched::interleaved>,
+                                                           weft::sched::interleaved, weft::sched::gpipe,
+                                                           weft::sched::zbv, weft::sched::dualpipev>,
                                        weft::shard::any_zero, local, weft::exec::cpu, weft::models::gpt>;
 
 constexpr int batch_rows = 8;
@@ -276,13 +280,19 @@ recompute_outcome train_recompute(const layout& l, std::vector<weft::train::reco
 }  // namespace
 
 // Recompute trades compute for memory and nothing else: with every schedule here (the split
-// I/W backward of zb-h1 and two chunks per rank included) full and selective recompute train
-// the same bits as none and hold no more activations; with full backwards and several stages,
-// full holds the fewest and selective fewer than none.
+// I/W backward of zb-h1, zbv and dualpipev, dualpipev's overlapped F and B, and two chunks per
+// rank included) full and selective recompute train the same bits as none and hold no more
+// activations; with full backwards and several stages, full holds the fewest and selective
+// fewer than none.
 TEST_CASE("activation recompute trains the same bits and holds fewer activations", "[train][recompute]") {
     using enum weft::train::recompute_mode;
-    const layout l = GENERATE(layout{2, 1, weft::sched::one_f_one_b::kind}, layout{2, 1, weft::sched::zb_h1::kind},
-                              layout{2, 1, weft::sched::interleaved::kind}, layout{1, 2, weft::sched::one_f_one_b::kind});
+    const layout l = GENERATE(layout{2, 1, weft::sched::one_f_one_b::kind}, layout{2, 1, weft::sched::gpipe::kind},
+                              layout{2, 1, weft::sched::zb_h1::kind}, layout{2, 1, weft::sched::interleaved::kind},
+                              layout{2, 1, weft::sched::zbv::kind}, layout{2, 1, weft::sched::dualpipev::kind},
+                              layout{1, 2, weft::sched::one_f_one_b::kind});
+    // The schedules whose backward is split into I and W (dualpipev also overlaps an F with a B).
+    const bool split_backward = l.schedule == weft::sched::zb_h1::kind || l.schedule == weft::sched::zbv::kind ||
+                                l.schedule == weft::sched::dualpipev::kind;
     INFO("pp " << l.pp << " dp " << l.dp << " " << weft::to_string(l.schedule));
     const recompute_outcome kept = train_recompute(l, {});
     const recompute_outcome recomputed = train_recompute(l, {weft::train::recompute_mode::full});
@@ -302,10 +312,11 @@ TEST_CASE("activation recompute trains the same bits and holds fewer activations
     // With a full backward B a stage holds whole activations only while it differentiates one
     // micro-batch. A split one keeps each micro-batch's I-to-W state (the layers' inputs and
     // the output gradients W needs, more than the forward kept), which recomputing the
-    // forward does not shrink: with zb-h1 that state sets the peak whatever the mode. With one
-    // stage (pp 1) a micro-batch's backward follows its forward, so one micro-batch is in
-    // flight and full recompute rebuilds the very stash none keeps: the same peak.
-    if (l.schedule != weft::sched::zb_h1::kind) {
+    // forward does not shrink: with a split backward that state can set the peak whatever the
+    // mode. With one stage (pp 1) a micro-batch's backward follows its forward, so one
+    // micro-batch is in flight and full recompute rebuilds the very stash none keeps: the same
+    // peak.
+    if (!split_backward) {
         if (l.pp > 1)
             CHECK(recomputed.peak_activations < partly.peak_activations);
         else
