@@ -46,6 +46,7 @@
 #include "weft/nn/gpt_init.hpp"
 #include "weft/nn/lm_head.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/nn/stage_checks.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/nn/token_view.hpp"
 #include "weft/nn/transformer_block.hpp"
@@ -146,7 +147,7 @@ public:
         require(is_first(), "forward(tokens): stage units",
                 "[" + std::to_string(units_.first) + ", " + std::to_string(units_.last) + ")",
                 "only the first stage (holding unit 0) takes tokens; pass activations instead");
-        check_empty(s);
+        check_stash_empty(s);
         require(tokens.rows >= 1, "forward: tokens.rows", tokens.rows, "must be at least 1");
         require(tokens.seq_len == config_.seq_len, "forward: tokens.seq_len", tokens.seq_len,
                 "must equal gpt_config.seq_len = " + std::to_string(config_.seq_len) +
@@ -168,7 +169,7 @@ public:
         require(!is_first(), "forward(matrix): stage units",
                 "[" + std::to_string(units_.first) + ", " + std::to_string(units_.last) + ")",
                 "the first stage (holding unit 0) takes tokens (a token_view), not activations");
-        check_empty(s);
+        check_stash_empty(s);
         require(backend_->cols(x) == input_width(), "forward: x.cols()", backend_->cols(x),
                 "must equal d_model = " + std::to_string(input_width()));
         require(backend_->rows(x) >= 1 && backend_->rows(x) % config_.seq_len == 0, "forward: x.rows()",
@@ -300,15 +301,7 @@ private:
     }
 
     void check_backward_input(const matrix& dy, const stash& s) const {
-        require(s.state == stash::phase::forwarded, "backward_input: stash",
-                s.empty() ? "empty" : "already past backward_input",
-                "must hold this micro-batch's forward (call forward first)");
-        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
-                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
-    }
-    static void check_empty(const stash& s) {
-        require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
+        nn::check_backward_input(s, backend_->rows(dy), backend_->cols(dy), output_width());
     }
     void begin(stash& s, int rows) const {
         s.rows = rows;

@@ -23,6 +23,7 @@
 #include "weft/nn/linear.hpp"
 #include "weft/nn/mlp_config.hpp"
 #include "weft/nn/partition.hpp"
+#include "weft/nn/stage_checks.hpp"
 
 namespace weft::nn {
 
@@ -110,7 +111,7 @@ public:
     // Returns the stage output (the logits for the last stage) and fills `s`,
     // which must be empty (a fresh stash or one released by backward_weight).
     [[nodiscard]] matrix forward(const matrix& x, stash& s) const {
-        require(s.empty(), "forward: stash", "in use", "must be empty (finish backward_weight first)");
+        check_stash_empty(s);
         require(backend_->rows(x) >= 1, "forward: x.rows()", backend_->rows(x), "must be at least 1");
         require(backend_->cols(x) == input_width(), "forward: x.cols()", backend_->cols(x),
                 "must equal the stage input width " + std::to_string(input_width()));
@@ -219,12 +220,7 @@ private:
     };
 
     void check_backward_input(const matrix& dy, const stash& s) const {
-        require(s.state == stash::phase::forwarded, "backward_input: stash",
-                s.empty() ? "empty" : "already past backward_input",
-                "must hold this micro-batch's forward (call forward first)");
-        require(backend_->rows(dy) == s.rows && backend_->cols(dy) == output_width(), "backward_input: dy",
-                std::to_string(backend_->rows(dy)) + "x" + std::to_string(backend_->cols(dy)),
-                "shape must be " + std::to_string(s.rows) + "x" + std::to_string(output_width()));
+        nn::check_backward_input(s, backend_->rows(dy), backend_->cols(dy), output_width());
     }
 
     // Unit i's input half: takes the gradient of its output, keeps what its weight half needs,
