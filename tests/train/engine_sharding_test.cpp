@@ -91,6 +91,17 @@ struct layout {
     }
 };
 
+// The trained weights by tensor name, from the rank of data- and tensor-parallel index 0 (the
+// replicas hold the same; `full` is gather_full_stages(engine)). Under the caller's lock.
+template <class Engine, class FullStages>
+void keep_weights(const Engine& engine, const FullStages& full, std::map<std::string, std::vector<float>>& into) {
+    if (engine.parts().coordinates().dp_index != 0 || engine.parts().coordinates().tp_index != 0) return;
+    for (const auto& f : full)
+        for (const auto& info : f.registry.entries())
+            into[info.name].assign(f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                                   f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+}
+
 // Steps [first, last) on `layout`, loading `load_from` first and saving to `save_to` after,
 // when given.
 run_result train_zero(int zero, const layout& l, int first, int last, const std::filesystem::path& load_from = {},
@@ -134,12 +145,7 @@ run_result train_zero(int zero, const layout& l, int first, int last, const std:
         out.has_unshard[static_cast<std::size_t>(world.rank())] = unshard;
         if (world.rank() == 0) out.losses = losses;
         out.memory_mismatches.insert(out.memory_mismatches.end(), mismatches.begin(), mismatches.end());
-        if (engine.parts().coordinates().dp_index == 0 && engine.parts().coordinates().tp_index == 0)
-            for (const auto& f : full)
-                for (const auto& info : f.registry.entries())
-                    out.tensors[info.name].assign(
-                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+        keep_weights(engine, full, out.tensors);
     });
     return out;
 }
@@ -267,12 +273,7 @@ recompute_outcome train_recompute(const layout& l, std::vector<weft::train::reco
         std::lock_guard lock(mutex);
         if (world.rank() == 0) out.losses = losses;
         out.peak_activations = std::max(out.peak_activations, peak);
-        if (engine.parts().coordinates().dp_index == 0)
-            for (const auto& f : full)
-                for (const auto& info : f.registry.entries())
-                    out.tensors[info.name].assign(
-                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset),
-                        f.parameters.begin() + static_cast<std::ptrdiff_t>(info.offset + info.size));
+        keep_weights(engine, full, out.tensors);
     });
     return out;
 }
