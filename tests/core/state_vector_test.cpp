@@ -66,6 +66,36 @@ TEST_CASE("released pages give their memory back and read as zero", "[core][stat
     CHECK(v[2 * per_page - 1] == 7.0f);
 }
 
+// ZeRO's per-layer mode frees a layer's elements of a buffer its neighbours share.
+TEST_CASE("clear_and_release zeroes a range and gives back the pages wholly inside it", "[core][state_vector]") {
+    const std::size_t per_page = weft::memory_page_bytes() / sizeof(float);
+    weft::state_vector<float> v(16 * per_page, 7.0f);
+    // From the middle of page 2 to the middle of page 9: pages 3 to 8 go back, the rest of
+    // pages 2 and 9 keeps its neighbours' values.
+    const std::size_t first = 2 * per_page + per_page / 2, last = 9 * per_page + per_page / 2;
+    weft::clear_and_release(v, first, last);
+    const auto held = resident_pages(v);
+    CHECK(count(held) == 10);
+    CHECK(held[2]);
+    CHECK_FALSE(held[3]);
+    CHECK_FALSE(held[8]);
+    CHECK(held[9]);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) wrong += v[i] != ((i >= first && i < last) ? 0.0f : 7.0f) ? 1 : 0;
+    CHECK(wrong == 0);
+    // Within one page, and on a heap buffer: cleared only.
+    weft::clear_and_release(v, 1, 5);
+    CHECK(v[0] == 7.0f);
+    CHECK(v[1] == 0.0f);
+    CHECK(v[4] == 0.0f);
+    CHECK(v[5] == 7.0f);
+    weft::state_vector<float> small(8, 3.0f);
+    weft::clear_and_release(small, 2, 100);  // clipped to the buffer
+    CHECK(small[1] == 3.0f);
+    CHECK(small[2] == 0.0f);
+    CHECK(small[7] == 0.0f);
+}
+
 TEST_CASE("a state_vector keeps std::vector's values: resize and assign write zeros", "[core][state_vector]") {
     // Small buffers come from the heap, zeroed; resize after a shrink value-initializes
     // again, as std::vector does (lazy_zeros alone skips writing, on fresh memory).

@@ -209,10 +209,14 @@ TEST_CASE("over a communicator without tags the loop refuses messages out of ord
 
 namespace {
 
-// Also hears of final gradient ranges, and notes them among the stage-wide actions.
+// Also hears of finished gradient ranges (the final ones, on a stage's last backward, apart),
+// and notes them among the stage-wide actions.
 struct final_gradients_recorder : recorder {
-    std::map<int, std::vector<weft::nn::gradient_range>> ranges;
-    void gradients_final(int s, weft::nn::gradient_range r) {
+    std::map<int, std::vector<weft::nn::gradient_range>> ranges;  // final
+    std::map<int, int> every_microbatch;                         // all reports, final or not
+    void gradients_final(int s, weft::nn::gradient_range r, bool last) {
+        ++every_microbatch[s];
+        if (!last) return;
         ranges[s].push_back(r);
         calls.push_back(std::to_string(s) + "FINAL");
     }
@@ -222,9 +226,10 @@ static_assert(weft::train::hears_final_gradients<final_gradients_recorder>);
 }  // namespace
 
 // The data-parallel reduction's overlap with the backward rests on this: on each stage's last
-// B or W of the step, and only there, the loop hands over each unit's gradient range, before
-// the stage's REDUCE_GRAD, and together they cover the stage's buffer once.
-TEST_CASE("the loop hands over each unit's final gradients on a stage's last backward only", "[train][loop]") {
+// B or W of the step the loop hands over each unit's gradient range as final, before the
+// stage's REDUCE_GRAD, and together they cover the stage's buffer once. ZeRO's per-micro-batch
+// reduction rests on the other reports: every micro-batch's backward hands each unit over.
+TEST_CASE("the loop hands over each unit's gradients per backward, final on a stage's last", "[train][loop]") {
     constexpr int microbatches = 4, rows = 2;
     const int units = test_model().num_units();
     const std::vector<weft::nn::unit_range> parts{{0, 4}, {4, units}};
@@ -251,10 +256,11 @@ TEST_CASE("the loop hands over each unit's final gradients on a stage's last bac
         for (int me = 0; me < 2; ++me) {
             INFO("rank " << me);
             const auto& r = heard[std::size_t(me)];
-            // One range per unit: had every micro-batch's backward reported, there would be
-            // `microbatches` times as many.
+            // One final range per unit, and one report per unit from every micro-batch's backward.
             const auto& ranges = r.ranges.at(me);
-            CHECK(ranges.size() == std::size_t(parts[std::size_t(me)].last - parts[std::size_t(me)].first));
+            const int stage_units = parts[std::size_t(me)].last - parts[std::size_t(me)].first;
+            CHECK(ranges.size() == std::size_t(stage_units));
+            CHECK(r.every_microbatch.at(me) == microbatches * stage_units);
             std::size_t covered = 0;
             for (const auto range : ranges) covered += range.size();
             CHECK(covered == sizes[std::size_t(me)]);

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <span>
@@ -128,6 +129,30 @@ void release_page_range(state_vector<T>& v, std::size_t first_page, std::size_t 
     if (first_page >= mapped) return;
     pages = std::min(pages, mapped - first_page);
     ::madvise(reinterpret_cast<std::byte*>(v.data()) + first_page * page, pages * page, MADV_DONTNEED);
+}
+
+// Sets elements [first, last) of `v` to zero and gives back the pages that lie wholly inside
+// them (release_page_range): what a layer's parameters or gradients took, once they are used
+// up, while the elements around them stay as they are. Pages shared with a neighbour are
+// only cleared. A heap buffer is only cleared.
+template <class T>
+void clear_and_release(state_vector<T>& v, std::size_t first, std::size_t last) {
+    last = std::min(last, v.size());
+    if (first >= last) return;
+    const std::size_t page = memory_page_bytes();
+    const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+    const std::uintptr_t begin = base + first * sizeof(T);
+    const std::uintptr_t end = base + last * sizeof(T);
+    const std::uintptr_t inner_begin = (begin + page - 1) / page * page;
+    const std::uintptr_t inner_end = end / page * page;
+    if (!is_paged(v) || inner_begin >= inner_end) {
+        v.get_allocator().memory().fill_zero(v.data() + first, (last - first) * sizeof(T));
+        return;
+    }
+    // The partial pages at either end hold a neighbour's elements too: zero ours only.
+    std::memset(reinterpret_cast<void*>(begin), 0, inner_begin - begin);
+    std::memset(reinterpret_cast<void*>(inner_end), 0, end - inner_end);
+    release_page_range(v, (inner_begin - base) / page, (inner_end - inner_begin) / page);
 }
 
 }  // namespace weft

@@ -16,6 +16,7 @@
 #include "weft/core/parameter_registry.hpp"
 #include "weft/core/state_memory.hpp"
 #include "weft/core/state_vector.hpp"
+#include "weft/nn/layer_residency.hpp"
 
 namespace weft::nn {
 
@@ -91,6 +92,11 @@ public:
     // (elastic/reserved_buffers.hpp).
     [[nodiscard]] state_vector<Scalar>& gradient_storage() { return grads_; }
 
+    // Who brings layers' parameters in as the stage reads them (nn/layer_residency.hpp); null:
+    // all are present. Set by a sharding for the span of a training step, not copied.
+    [[nodiscard]] layer_residency* residency() const { return residency_.pointer; }
+    void set_residency(layer_residency* residency) { residency_.pointer = residency; }
+
 private:
     [[nodiscard]] std::size_t held(const state_vector<Scalar>& buffer) const {
         return std::min(buffer.size(), registry_.total_size());
@@ -100,6 +106,17 @@ private:
     state_vector<Scalar> params_;
     state_vector<Scalar> grads_;
     std::size_t padded_size_ = 0;
+    // A copy or a move starts with none: the residency serves the buffers it was set on.
+    struct no_copy_pointer {
+        layer_residency* pointer = nullptr;
+        no_copy_pointer() = default;
+        no_copy_pointer(const no_copy_pointer&) noexcept {}
+        no_copy_pointer& operator=(const no_copy_pointer&) noexcept {
+            pointer = nullptr;
+            return *this;
+        }
+    };
+    no_copy_pointer residency_;
 };
 
 }  // namespace weft::nn

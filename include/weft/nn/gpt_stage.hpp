@@ -41,6 +41,7 @@
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/embedding.hpp"
 #include "weft/nn/final_gradients.hpp"
+#include "weft/nn/layer_residency.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/gpt_init.hpp"
@@ -96,6 +97,9 @@ public:
     gpt_stage(Backend& backend, const gpt_config& config, unit_range units, flat_parameters<scalar>& tensors,
               tp_group<scalar> tp = {})
         : gpt_stage(backend, config, units, nullptr, &tensors, std::move(tp)) {}
+
+    // Every parameter read is inside a layers_in_use scope (nn/layer_residency.hpp).
+    static constexpr bool names_layer_reads = true;
 
     gpt_stage(const gpt_stage&) = delete;
     gpt_stage& operator=(const gpt_stage&) = delete;
@@ -161,7 +165,8 @@ public:
                                        "must be a token id in [0, vocab_size = " +
                                            std::to_string(config_.vocab_size) + ")");
         begin(s, tokens.rows * tokens.seq_len);
-        return run_forward(layers_.embed.forward(*backend_, parameters(), tokens.tokens, s.embed), s);
+        matrix embedded = reading_forward(0, [&] { return layers_.embed.forward(*backend_, parameters(), tokens.tokens, s.embed); });
+        return run_forward(std::move(embedded), s);
     }
 
     // Non-first stages. x is [rows * seq_len, d_model].
@@ -188,9 +193,12 @@ public:
         check_backward_input(dy, s);
         const auto p = parameters();
         matrix d = std::move(dy);
-        if (is_last()) d = layers_.head.backward_input(*backend_, p, std::move(d), s.head);
+        if (is_last())
+            d = reading_backward(head_read(), [&] { return layers_.head.backward_input(*backend_, p, std::move(d), s.head); });
         for (std::size_t i = layers_.blocks.size(); i-- > 0;)
-            d = layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
+            d = reading_backward(block_read(i), [&] {
+                return layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
+            });
         if (is_first()) {
             layers_.embed.backward_input(*backend_, std::move(d), s.embed);
             d = matrix();
@@ -242,14 +250,16 @@ public:
         const bool head_waits = is_first() && is_last();
         matrix d = std::move(dy);
         if (is_last()) {
-            d = layers_.head.backward_input(*backend_, p, std::move(d), s.head);
+            d = reading_backward(head_read(), [&] { return layers_.head.backward_input(*backend_, p, std::move(d), s.head); });
             if (!head_waits) {
                 layers_.head.backward_weight(*backend_, g, s.head);
                 on_final(layers_.head_range);
             }
         }
         for (std::size_t i = layers_.blocks.size(); i-- > 0;) {
-            d = layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
+            d = reading_backward(block_read(i), [&] {
+                return layers_.blocks[i].backward_input(*backend_, p, std::move(d), s.blocks[i]);
+            });
             layers_.blocks[i].backward_weight(*backend_, g, s.blocks[i]);
             on_final(layers_.block_ranges[i]);
         }
@@ -294,6 +304,7 @@ private:
           tensors_(owned_ ? owned_.get() : borrowed) {
         parameter_registry registry;
         layers_ = build_layers(registry, config, units, tp_);
+        reads_ = layer_reads();
         require(registry == tensors_->registry(), "gpt_stage tensors", "a different layout",
                 "must have this stage's registry (units [" + std::to_string(units.first) + ", " +
                     std::to_string(units.last) + "), tp rank " + std::to_string(tp_.rank) + " of " +
@@ -317,12 +328,53 @@ private:
     }
     matrix forward_layers(matrix y, stash& s) const {
         const auto p = parameters();
-        if (layers_.blocks.empty()) return is_last() ? layers_.head.forward(*backend_, p, std::move(y), s.head) : y;
-        auto terms = layers_.blocks[0].forward_terms(*backend_, p, std::move(y), s.blocks[0]);
+        if (layers_.blocks.empty()) {
+            if (!is_last()) return y;
+            return reading_forward(head_read(), [&] { return layers_.head.forward(*backend_, p, std::move(y), s.head); });
+        }
+        auto terms = reading_forward(block_read(0), [&] {
+            return layers_.blocks[0].forward_terms(*backend_, p, std::move(y), s.blocks[0]);
+        });
         for (std::size_t i = 1; i < layers_.blocks.size(); ++i)
-            terms = layers_.blocks[i].forward_terms(*backend_, p, terms, s.blocks[i]);
-        if (is_last()) return layers_.head.forward(*backend_, p, *terms.residual, terms.branch, s.head);
+            terms = reading_forward(block_read(i),
+                                    [&] { return layers_.blocks[i].forward_terms(*backend_, p, terms, s.blocks[i]); });
+        if (is_last())
+            return reading_forward(head_read(), [&] {
+                return layers_.head.forward(*backend_, p, *terms.residual, terms.branch, s.head);
+            });
         return terms.sum(*backend_);
+    }
+
+    // The parameters each layer reads, in forward order (nn/layer_residency.hpp): the
+    // embedding's, each block's, and the head's (with the embedding's wte when both are on
+    // this stage). A layer reads them only inside reading_forward or reading_backward, which
+    // also name the layer read next (forward: the one after; backward: the one before, the
+    // embedding's backward reading none).
+    [[nodiscard]] std::size_t block_read(std::size_t block) const { return (is_first() ? 1 : 0) + block; }
+    [[nodiscard]] std::size_t head_read() const { return reads_.size() - 1; }
+    template <class Fn>
+    decltype(auto) reading_forward(std::size_t layer, Fn&& fn) const {
+        const std::span<const gradient_range> next =
+            layer + 1 < reads_.size() ? std::span<const gradient_range>(reads_[layer + 1]) : std::span<const gradient_range>();
+        const layers_in_use<flat_parameters<scalar>> in_use(*tensors_, reads_[layer], next);
+        return fn();
+    }
+    template <class Fn>
+    decltype(auto) reading_backward(std::size_t layer, Fn&& fn) const {
+        const std::size_t first_read = is_first() ? 1 : 0;  // the embedding's backward reads no parameter
+        const std::span<const gradient_range> next =
+            layer > first_read ? std::span<const gradient_range>(reads_[layer - 1]) : std::span<const gradient_range>();
+        const layers_in_use<flat_parameters<scalar>> in_use(*tensors_, reads_[layer], next);
+        return fn();
+    }
+    [[nodiscard]] std::vector<std::vector<gradient_range>> layer_reads() const {
+        std::vector<std::vector<gradient_range>> out;
+        if (is_first()) out.push_back({layers_.embed_range});
+        for (const gradient_range block : layers_.block_ranges) out.push_back({block});
+        if (is_last())
+            out.push_back(is_first() ? std::vector<gradient_range>{layers_.head_range, layers_.embed_range}
+                                     : std::vector<gradient_range>{layers_.head_range});
+        return out;
     }
 
     struct layers {
@@ -384,6 +436,7 @@ private:
     std::unique_ptr<flat_parameters<scalar>> owned_;  // null when the tensors are borrowed
     flat_parameters<scalar>* tensors_;
     layers layers_;
+    std::vector<std::vector<gradient_range>> reads_;  // see block_read
 };
 
 }  // namespace weft::nn

@@ -17,6 +17,7 @@
 #include "weft/core/parameter_registry.hpp"
 #include "weft/exec/compute_backend.hpp"
 #include "weft/nn/final_gradients.hpp"
+#include "weft/nn/layer_residency.hpp"
 #include "weft/nn/flat_parameters.hpp"
 #include "weft/nn/gelu.hpp"
 #include "weft/nn/layer_norm.hpp"
@@ -72,6 +73,9 @@ public:
     mlp_stage(Backend& backend, const mlp_config& config, unit_range units, flat_parameters<scalar>& tensors)
         : mlp_stage(backend, config, units, nullptr, &tensors) {}
 
+    // Every parameter read is inside a layers_in_use scope (nn/layer_residency.hpp).
+    static constexpr bool names_layer_reads = true;
+
     mlp_stage(const mlp_stage&) = delete;
     mlp_stage& operator=(const mlp_stage&) = delete;
     mlp_stage(mlp_stage&&) noexcept = default;
@@ -122,6 +126,8 @@ public:
         for (std::size_t i = 0; i < units_list_.size(); ++i) {
             const unit& layer = units_list_[i];
             auto& saved = s.units[i];
+            // The unit's parameters are present for this iteration (nn/layer_residency.hpp).
+            const layers_in_use<flat_parameters<scalar>> in_use(*tensors_, reads(i), reads(i + 1));
             saved.x = std::move(y);
             switch (layer.kind) {
                 case unit_kind::input:
@@ -151,7 +157,7 @@ public:
         check_backward_input(dy, s);
         const auto p = parameters();
         matrix d = std::move(dy);
-        for (std::size_t i = units_list_.size(); i-- > 0;) d = unit_backward_input(i, p, std::move(d), s);
+        for (std::size_t i = units_list_.size(); i-- > 0;) d = reading_unit_backward_input(i, p, std::move(d), s);
         s.state = stash::phase::input_done;
         return d;
     }
@@ -184,7 +190,7 @@ public:
         const auto g = gradients();
         matrix d = std::move(dy);
         for (std::size_t i = units_list_.size(); i-- > 0;) {
-            d = unit_backward_input(i, p, std::move(d), s);
+            d = reading_unit_backward_input(i, p, std::move(d), s);
             unit_backward_weight(i, g, s);
             on_final(units_list_[i].grads);
         }
@@ -225,6 +231,17 @@ private:
 
     // Unit i's input half: takes the gradient of its output, keeps what its weight half needs,
     // returns the gradient of its input (empty for the input unit).
+    // What unit i reads (its tensors' range; none past the last unit), and its backward_input
+    // with them present, naming the unit the backward reads next (nn/layer_residency.hpp).
+    [[nodiscard]] std::span<const gradient_range> reads(std::size_t i) const {
+        if (i >= units_list_.size()) return {};
+        return std::span<const gradient_range>(&units_list_[i].grads, 1);
+    }
+    matrix reading_unit_backward_input(std::size_t i, std::span<const scalar> p, matrix d, stash& s) const {
+        const layers_in_use<flat_parameters<scalar>> in_use(*tensors_, reads(i),
+                                                            i > 0 ? reads(i - 1) : std::span<const gradient_range>());
+        return unit_backward_input(i, p, std::move(d), s);
+    }
     matrix unit_backward_input(std::size_t i, std::span<const scalar> p, matrix d, stash& s) const {
         const unit& layer = units_list_[i];
         auto& saved = s.units[i];

@@ -17,6 +17,7 @@
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/settings.hpp"
 #include "weft/sched/schedule_list.hpp"
+#include "weft/shard/zero_reduce.hpp"
 #include "weft/train/recompute.hpp"
 
 namespace weft::run {
@@ -169,6 +170,20 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
             ->group(group);
         app.add_option("--zero", s.zero,
                        "ZeRO stage: 0 (replicate), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)")
+            ->capture_default_str()
+            ->group(group);
+        app.add_option("--zero-reduce", s.zero_reduce,
+                       "ZeRO-2/3 gradients: step (summed over the micro-batches, reduce-scattered once: least "
+                       "traffic) or microbatch (each layer reduced as each micro-batch's backward finishes it, and "
+                       "ZeRO-3 parameters gathered layer by layer: least memory; docs/parallelism.md)")
+            ->check([](const std::string& text) {
+                try {
+                    static_cast<void>(shard::parse_zero_reduce(text, "--zero-reduce"));
+                    return std::string();
+                } catch (const error& e) {
+                    return std::string(e.what());
+                }
+            })
             ->capture_default_str()
             ->group(group);
         app.add_option("--chunks", s.chunks,

@@ -25,6 +25,8 @@ struct settings {
     int dp = 1;
     int tp = 1;
     int zero = 0;
+    // ZeRO-2/3: reduce once per step or each layer per micro-batch (shard/zero_reduce.hpp).
+    std::string zero_reduce = "step";
     int chunks = 0;  // 0: the schedule's default
     int microbatches = 4;
     std::vector<int> partition;         // units per stage; empty: balanced by estimated cost

@@ -149,6 +149,7 @@ public:
             .batch_size = s_.batch,
             .optimizer = {.kind = optim::parse_optimizer_kind(s_.optimizer), .lr = s_.lr,
                           .weight_decay = s_.weight_decay},
+            .zero_reduce = shard::parse_zero_reduce(s_.zero_reduce, "--zero-reduce"),
             .partition = s_.partition,
             .recompute = train::parse_recompute(s_.recompute, "--recompute"),
             .grad_clip = s_.grad_clip};
@@ -267,6 +268,12 @@ private:
         require(recompute.size() <= 1 || (s_.switches.empty() && !s_.elastic), "--recompute", s_.recompute,
                 "one mode per stage cannot be combined with --switch or --elastic, which change the stages; "
                 "give one mode for every stage (none, full or selective)");
+        // Per micro-batch is a ZeRO-2/3 mode; a run that switches layouts may reach those stages.
+        require(shard::parse_zero_reduce(s_.zero_reduce, "--zero-reduce") == shard::zero_reduce::step ||
+                    s_.zero >= 2 || !s_.switches.empty() || s_.elastic,
+                "--zero-reduce", s_.zero_reduce,
+                "needs --zero 2 or 3 (ZeRO-0 and ZeRO-1 keep whole gradients and reduce once per step); --zero is " +
+                    std::to_string(s_.zero));
         require(s_.resume.empty() || s_.init_from.empty(), "--resume", s_.resume,
                 "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
                 "--init-from starts one from weights");
@@ -309,7 +316,7 @@ private:
                            {"min_lr", s_.final_lr()}, {"warmup_steps", s_.warmup_steps},
                            {"decay_steps", s_.decay_end()}, {"optimizer", s_.optimizer},
                            {"weight_decay", s_.weight_decay}, {"grad_clip", s_.grad_clip}, {"seed", s_.seed},
-                           {"recompute", s_.recompute}};
+                           {"recompute", s_.recompute}, {"zero_reduce", s_.zero_reduce}};
         if (!s_.program.empty()) run["program_file"] = s_.program;  // "program" names the executable
         run.update(manifest_extra_);
         return run;

@@ -50,6 +50,12 @@ public:
     [[nodiscard]] const memory_figures& peak() const {
         return std::visit([](const auto& s) -> const memory_figures& { return s.peak(); }, impl_);
     }
+    [[nodiscard]] const collective_traffic& traffic() const {
+        return std::visit([](const auto& s) -> const collective_traffic& { return s.traffic(); }, impl_);
+    }
+    [[nodiscard]] bool reduces_per_microbatch() const {
+        return std::visit([](const auto& s) { return s.reduces_per_microbatch(); }, impl_);
+    }
 
     void begin_step() { std::visit([](auto& s) { s.begin_step(); }, impl_); }
     void start_unshard() { std::visit([](auto& s) { s.start_unshard(); }, impl_); }

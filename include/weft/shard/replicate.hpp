@@ -40,9 +40,12 @@ public:
     }
 
     [[nodiscard]] static constexpr int zero_stage() { return 0; }
+    // Whole gradients by definition: reduced once per step (shard/zero_reduce.hpp).
+    [[nodiscard]] static constexpr bool reduces_per_microbatch() { return false; }
 
     void begin_step() {
         this->reduce_started_ = false;
+        this->traffic_ = {};
         started_.clear();
         this->note_peak();
     }
@@ -124,9 +127,11 @@ private:
 
     void start_buckets(std::span<Scalar> grads, nn::gradient_range range) {
         if (this->group_->size() == 1) return;  // the sum of one is the mean
-        for (std::size_t first = range.first; first < range.last; first += bucket_elements_)
-            pending_.push_back(
-                this->group_->iallreduce_sum(grads.subspan(first, std::min(bucket_elements_, range.last - first))));
+        for (std::size_t first = range.first; first < range.last; first += bucket_elements_) {
+            const std::size_t size = std::min(bucket_elements_, range.last - first);
+            pending_.push_back(this->group_->iallreduce_sum(grads.subspan(first, size)));
+            this->traffic_.reduced_bytes += all_reduce_bytes(size, sizeof(Scalar), this->group_->size());
+        }
     }
 
     std::size_t bucket_elements_;

@@ -12,8 +12,13 @@
 #include <span>
 #include <string_view>
 
+#include <vector>
+
+#include "weft/nn/final_gradients.hpp"
+#include "weft/shard/collective_traffic.hpp"
 #include "weft/shard/flat_shard.hpp"
 #include "weft/shard/stage_tensors.hpp"
+#include "weft/shard/zero_reduce.hpp"
 
 namespace weft::shard {
 
@@ -28,6 +33,11 @@ struct sharding_options {
     int zero_stage = 0;
     // Elements per data-parallel all-reduce bucket (replicate).
     std::size_t bucket_elements = default_bucket_elements;
+    // ZeRO-2/3: reduce once per step or per micro-batch (shard/zero_reduce.hpp).
+    zero_reduce reduce = zero_reduce::step;
+    // Ranges of the stage's gradients reduced only after the program (tied copies, summed
+    // over the pipeline first): the per-micro-batch mode keeps them whole all step.
+    std::vector<nn::gradient_range> reduced_after_program{};
 };
 
 // How finish_reduce averages the group's summed gradients (values *= 1 / group size). The
@@ -75,6 +85,7 @@ concept sharding_implemented =
         { cs.shard() } -> std::same_as<const flat_shard&>;
         { cs.held_now() } -> std::same_as<memory_figures>;
         { cs.peak() } -> std::same_as<const memory_figures&>;
+        { cs.traffic() } -> std::same_as<const collective_traffic&>;
         { cs.owned_gradients() } -> std::same_as<std::span<const Scalar>>;
     };
 

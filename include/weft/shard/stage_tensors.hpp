@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -47,14 +48,21 @@ struct stage_tensors {
     state_vector<Scalar> parameter_range;
     // The form the tensors are in: 0 (whole), or the ZeRO stage 1, 2 or 3 that holds them.
     int zero_stage = 0;
+    // During a step in ZeRO's least-memory mode (shard/layer_gather.hpp, shard/layer_reduce.hpp)
+    // the full buffers are address space of which only some layers' elements hold memory:
+    // these count them. Unset: a full buffer that exists counts whole.
+    std::optional<std::size_t> parameters_in_use;
+    std::optional<std::size_t> gradients_in_use;
 
     [[nodiscard]] const weft::parameter_registry& registry() const { return full.registry(); }
 
     // Parameters and gradients held now (bytes).
     [[nodiscard]] memory_figures held() const {
         memory_figures m;
-        m.parameters = ((full.holds_parameters() ? full.padded_size() : 0) + parameter_range.size()) * sizeof(Scalar);
-        m.gradients = (full.holds_gradients() ? full.padded_size() : 0) * sizeof(Scalar);
+        const std::size_t parameters = full.holds_parameters() ? parameters_in_use.value_or(full.padded_size()) : 0;
+        const std::size_t gradients = full.holds_gradients() ? gradients_in_use.value_or(full.padded_size()) : 0;
+        m.parameters = (parameters + parameter_range.size()) * sizeof(Scalar);
+        m.gradients = gradients * sizeof(Scalar);
         return m;
     }
 };

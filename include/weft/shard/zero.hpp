@@ -9,14 +9,19 @@
 // (shard/flat_shard.hpp): gradients are reduce-scattered into this rank's range, the
 // optimizer steps that range only, and the parameters are all-gathered back (1, 2) or kept
 // as the range until the next UNSHARD (3).
+// That is the per-step mode. In the per-micro-batch mode (shard/zero_reduce.hpp) ZeRO-2/3
+// reduce each layer as a micro-batch's backward finishes it (shard/layer_reduce.hpp) and
+// ZeRO-3 gathers its parameters layer by layer (shard/layer_gather.hpp) instead.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "weft/comm/host_completion.hpp"
 #include "weft/core/error.hpp"
@@ -25,6 +30,8 @@
 #include "weft/nn/final_gradients.hpp"
 #include "weft/shard/detail/stage_sharding_base.hpp"
 #include "weft/shard/flat_shard.hpp"
+#include "weft/shard/layer_gather.hpp"
+#include "weft/shard/layer_reduce.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
 
@@ -47,7 +54,9 @@ public:
     // rank does not keep between steps dropped. Tensors already in it are checked to hold
     // this rank's range of this group.
     stage_sharding(stage_tensors<Scalar>& tensors, Comm& data_group, const sharding_options& options)
-        : base(tensors, data_group) {
+        : base(tensors, data_group),
+          per_microbatch_(Stage >= 2 && options.reduce == zero_reduce::microbatch),
+          kept_(options.reduced_after_program) {
         require(options.zero_stage == Stage, "zero_stage", options.zero_stage,
                 std::string("sharding ") + std::string(zero<Stage>::name) + " is ZeRO stage " +
                     std::to_string(Stage) + " (shard::any_zero takes the config's stage)");
@@ -77,25 +86,45 @@ public:
     }
 
     [[nodiscard]] static constexpr int zero_stage() { return Stage; }
+    // Whether gradients are reduced layer by layer per micro-batch (shard/zero_reduce.hpp).
+    [[nodiscard]] bool reduces_per_microbatch() const { return per_microbatch_; }
 
     // Before the step's program: ZeRO-2/3 bring back a zeroed full gradient buffer for the
-    // backward passes to accumulate into.
+    // backward passes to accumulate into. Per micro-batch, that buffer and (ZeRO-3) the
+    // parameters' are address space whose layers take memory only while in use, and this
+    // rank's range of the summed gradients lives all step.
     void begin_step() {
+        auto& t = *this->tensors_;
         if constexpr (Stage >= 2)
-            if (!this->tensors_->full.holds_gradients()) this->tensors_->full.allocate_gradients();
+            if (!t.full.holds_gradients()) t.full.allocate_gradients();
         this->reduce_started_ = false;
+        this->traffic_ = {};
+        if (per_microbatch_) {
+            this->grad_range_ = lazy_zeros<Scalar>(t.range.size, this->grad_range_.get_allocator().memory());
+            reducer_ = std::make_unique<layer_reduce<Scalar, Comm>>(t, *this->group_, this->traffic_,
+                                                                    [this] { this->note_peak(); });
+            reducer_->begin(std::span<Scalar>(this->grad_range_), kept_);
+            if constexpr (Stage == 3) {
+                gatherer_ = std::make_unique<layer_gather<Scalar, Comm>>(t, *this->group_, this->traffic_,
+                                                                         [this] { this->note_peak(); });
+                gatherer_->begin();
+            }
+        }
         this->note_peak();
     }
 
     // UNSHARD (ZeRO-3): starts all-gathering the full parameters; compute waits for them in
-    // finish_unshard. Stages 1 and 2 hold full parameters already.
+    // finish_unshard. Stages 1 and 2 hold full parameters already; so does a ZeRO-3 step that
+    // gathers layer by layer (its stage asks for each layer as it reads it).
     void start_unshard() {
+        if (gathers_layers()) return;
         if constexpr (Stage == 3) {
             auto& t = *this->tensors_;
             if (t.full.holds_parameters()) return;
             t.full.allocate_parameters();
             pending_gather_ =
                 this->group_->iallgather(std::span<const Scalar>(t.parameter_range), t.full.padded_parameters());
+            this->traffic_.gathered_bytes += all_gather_bytes(t.full.padded_size(), sizeof(Scalar), this->group_->size());
             gathering_ = true;
             this->note_peak();
         }
@@ -104,7 +133,11 @@ public:
     // Before any compute on the stage. A ZeRO-3 stage whose parameters were never unsharded
     // means the program lacks an UNSHARD: an error, not a read of freed memory. The wait
     // orders the stage's kernels after the gather; `for_host` completes it for the host.
+    // Per micro-batch it first completes the stage's layer reductions, whose ranges the
+    // coming backward adds to again (shard/layer_reduce.hpp).
     void finish_unshard(bool for_host = false) {
+        if (reducer_) reducer_->complete();
+        if (gathers_layers()) return;
         if (gathering_) {
             if (for_host)
                 comm::complete_on_host(pending_gather_);
@@ -120,15 +153,19 @@ public:
 
     // RESHARD (ZeRO-3): frees the full parameters; this rank keeps its range.
     void reshard() {
+        if (gathers_layers()) return;
         if constexpr (Stage == 3) {
             finish_unshard();
             this->tensors_->full.release_parameters();
         }
     }
 
-    // A layer's gradients are final: ZeRO waits for REDUCE_GRAD, whose one reduce-scatter
-    // covers the whole buffer (a layer's range spans several ranks' shards).
-    void start_reduce_range(nn::gradient_range /*range*/) {}
+    // A micro-batch's backward has added all it adds to `range`: per micro-batch its sum
+    // starts now; per step ZeRO waits for REDUCE_GRAD, whose one reduce-scatter covers the
+    // whole buffer.
+    void start_reduce_range(nn::gradient_range range) {
+        if (reducer_) reducer_->start(range);
+    }
 
     // REDUCE_GRAD: reduce-scatters the whole padded gradient buffer into this rank's range in
     // one call (buckets would interleave the ranks' ranges).
@@ -139,12 +176,18 @@ public:
         auto& full = this->tensors_->full;
         require(full.holds_gradients(), "REDUCE_GRAD", "without gradients",
                 "the stage's full gradient buffer must exist (begin_step allocates it)");
+        if (reducer_) {  // the layers went per micro-batch; what none reported goes now
+            reducer_->start_rest();
+            this->note_peak();
+            return;
+        }
         // The averaged range lives from here to the optimizer step.
         // Zeros from the state memory, not written by the host (see flat_parameters).
         this->grad_range_ = lazy_zeros<Scalar>(this->tensors_->range.size, this->grad_range_.get_allocator().memory());
         this->note_peak();
         pending_reduce_ = this->group_->ireduce_scatter_sum(std::span<const Scalar>(full.padded_gradients()),
                                                             std::span<Scalar>(this->grad_range_));
+        this->traffic_.reduced_bytes += reduce_scatter_bytes(full.padded_size(), sizeof(Scalar), this->group_->size());
         reducing_ = true;
     }
 
@@ -153,6 +196,14 @@ public:
     template <class Averaging = host_averaging>
     void finish_reduce(Averaging&& averaging = {}) {
         if (!this->reduce_started_) start_reduce();
+        if (reducer_) {
+            reducer_->end();
+            reducer_.reset();
+        }
+        if (gatherer_) {  // the step's compute is over: the stage's parameters go back to the range
+            gatherer_->end();
+            gatherer_.reset();
+        }
         const std::span<typename Comm::request> reductions(&pending_reduce_, reducing_ ? 1 : 0);
         this->complete_and_average(reductions, std::span<Scalar>(this->grad_range_), averaging);
         reducing_ = false;
@@ -189,6 +240,7 @@ public:
             state_vector<Scalar> mine = lazy_zeros<Scalar>(t.range.size, memory);
             memory.copy_bytes(mine.data(), all.data() + t.range.offset, t.range.size * sizeof(Scalar));
             this->group_->allgather(std::span<const Scalar>(mine), all);
+            this->traffic_.gathered_bytes += all_gather_bytes(all.size(), sizeof(Scalar), this->group_->size());
             if constexpr (Stage == 1) t.full.zero_gradients();
         }
         state_vector<Scalar>(this->grad_range_.get_allocator()).swap(this->grad_range_);  // frees it
@@ -224,6 +276,14 @@ public:
     }
 
 private:
+    // ZeRO-3 in a per-micro-batch step: the stage asks for its layers one by one.
+    [[nodiscard]] bool gathers_layers() const { return gatherer_ != nullptr && gatherer_->active(); }
+
+    bool per_microbatch_;
+    std::vector<nn::gradient_range> kept_;  // reduced after the program (tied copies)
+    // Per micro-batch, from begin_step to finish_reduce (made per step: they point at this).
+    std::unique_ptr<layer_reduce<Scalar, Comm>> reducer_;
+    std::unique_ptr<layer_gather<Scalar, Comm>> gatherer_;
     typename Comm::request pending_gather_;
     bool gathering_ = false;
     typename Comm::request pending_reduce_;

@@ -13,6 +13,8 @@
 //   2                     Psi~    0      c * v                         Psi~       Psi~ + s
 //   3                     s       0      c * v                         Psi~ + s   Psi~ + s
 //
+// These are the per-step mode's (shard/zero_reduce.hpp); the per-micro-batch mode holds
+// less during the step, by how many layers are in use, which no closed form gives.
 // Unlike the ZeRO paper's 2Psi + (2+K)Psi/n for stage 2, gradients are not sharded
 // during the step: a pipeline accumulates every micro-batch's weight gradients before
 // one reduce-scatter at REDUCE_GRAD (as torch.distributed.pipelining does with FSDP),

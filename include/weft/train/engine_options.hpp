@@ -22,6 +22,9 @@ struct engine_options {
     // last backward of its stage has finished it, overlapping the rest of the backward;
     // false: each stage's whole reduction starts at its REDUCE_GRAD (after that backward).
     bool overlap_reduce = true;
+    // ZeRO-2/3: reduce gradients once per step (least traffic) or each layer per micro-batch,
+    // ZeRO-3 then gathering parameters layer by layer (least memory); shard/zero_reduce.hpp.
+    shard::zero_reduce zero_reduce = shard::zero_reduce::step;
     // ZeRO-3: how many compute actions ahead of a stage's first use its UNSHARD starts.
     int unshard_prefetch = 1;
     // Units (layers) per stage, in stage order, e.g. {3, 4, 4, 3}; empty = balanced by the
@@ -42,6 +45,9 @@ struct memory_report {
     shard::memory_figures between_steps;
     shard::memory_figures peak;
     std::size_t peak_activations = 0;
+    // What the stages' data-parallel collectives sent in the last step, by the ring model
+    // (shard/collective_traffic.hpp): the price of the memory ZeRO saves.
+    shard::collective_traffic traffic;
 };
 
 }  // namespace weft::train

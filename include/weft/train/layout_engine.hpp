@@ -33,6 +33,7 @@
 #include "weft/models/pipeline_model.hpp"
 #include "weft/models/stage_units.hpp"
 #include "weft/nn/final_gradients.hpp"
+#include "weft/nn/layer_residency.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/nn/tensor_parallel.hpp"
 #include "weft/optim/any_optimizer.hpp"
@@ -345,6 +346,7 @@ public:
             auto peak = sharding.peak();
             peak.optimizer_state = now.optimizer_state;
             report.peak = report.peak + peak;
+            report.traffic = report.traffic + sharding.traffic();
         }
         report.peak_activations = last_program_.peak_activation_bytes;
         return report;
@@ -365,12 +367,21 @@ private:
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             find(self->shardings_, s).start_reduce();
         }
-        // A layer's gradients are final (the stage's last backward of the step finished them):
-        // plain data parallelism starts reducing them now; tied copies wait for sum() after
-        // the program, and ZeRO for REDUCE_GRAD (its reduce-scatter takes the whole buffer).
-        void gradients_final(int s, nn::gradient_range range) {
+        // A micro-batch's backward has added all it adds to a layer's gradients (`last`: the
+        // stage's last backward of the step, so they are final). ZeRO-2/3 per micro-batch start
+        // reducing them now, every micro-batch; plain data parallelism starts on the final
+        // ones; tied copies wait for sum() after the program, and ZeRO per step for
+        // REDUCE_GRAD (its reduce-scatter takes the whole buffer).
+        void gradients_final(int s, nn::gradient_range range, bool last) {
             auto& sharding = find(self->shardings_, s);
-            if (!self->options_.overlap_reduce || sharding.zero_stage() != 0 || self->config_.dp() == 1) return;
+            if (sharding.reduces_per_microbatch()) {
+                if constexpr (!joins_compute_stream) self->backend_.synchronize();
+                for (const nn::gradient_range part : nn::ranges_outside(range, find(self->tied_ranges_, s)))
+                    sharding.start_reduce_range(part);
+                return;
+            }
+            if (!last || !self->options_.overlap_reduce || sharding.zero_stage() != 0 || self->config_.dp() == 1)
+                return;
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             for (const nn::gradient_range part : nn::ranges_outside(range, find(self->tied_ranges_, s)))
                 sharding.start_reduce_range(part);
@@ -413,19 +424,20 @@ private:
         const state_memory_scope memory(backend_.state_memory());  // what the shardings make
         for (auto& stage : state_.stages) {
             auto& tensors = stage.tensors;
+            tied_ranges_.try_emplace(stage.index, ties_.ranges_of(stage.index, tensors.registry()));
             // Brings whole tensors into the policy's between-steps form (or checks an adopted
             // state is in it) before a runner reads them.
-            shardings_.try_emplace(
-                stage.index, tensors, grid_.data(),
-                shard::sharding_options{.zero_stage = config_.zero_stage(),
-                                        .bucket_elements = options.bucket_elements});
+            shardings_.try_emplace(stage.index, tensors, grid_.data(),
+                                   shard::sharding_options{.zero_stage = config_.zero_stage(),
+                                                           .bucket_elements = options.bucket_elements,
+                                                           .reduce = options.zero_reduce,
+                                                           .reduced_after_program = find(tied_ranges_, stage.index)});
             const recompute_mode recompute = recompute_of(options.recompute, stage.index);
             if constexpr (tensor_parallel_model)
                 runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full,
                                      nn::make_tp_group<scalar>(grid_.tensor()), recompute);
             else
                 runners_.try_emplace(stage.index, stage.index, backend_, model_, stage.units, tensors.full, recompute);
-            tied_ranges_.try_emplace(stage.index, ties_.ranges_of(stage.index, tensors.registry()));
             norm_runs_.try_emplace(stage.index,
                                    norm_counted_runs(tensors.registry(), stage.index, coordinates().tp_index,
                                                      Model::tied_parameters(model_), units_));
@@ -556,6 +568,15 @@ private:
                     std::to_string(config.dp() * config.microbatches()));
         require(std::isfinite(options.grad_clip) && options.grad_clip >= 0, "grad_clip", options.grad_clip,
                 "must be a finite number >= 0 (0: no clipping)");
+        if (options.zero_reduce == shard::zero_reduce::microbatch) {
+            require(!exec::records_actions<Backend>, "zero_reduce", "microbatch",
+                    "needs a backend that runs each action as it is called; this one records actions and replays them "
+                    "(CUDA graphs), which would not report each layer's gradients nor ask for its parameters; valid "
+                    "here: step");
+            require(config.zero_stage() != 3 || nn::names_layer_reads<stage_type>, "zero_reduce", "microbatch",
+                    "with ZeRO-3 needs a model whose stages name the layers they read (nn/layer_residency.hpp); "
+                    "valid for this model: step, or ZeRO-2");
+        }
         return config;
     }
 

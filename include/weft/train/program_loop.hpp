@@ -54,13 +54,15 @@ concept stage_actions = requires(A& a, int stage) {
     a.before_compute(stage);
 };
 
-// A caller that also hears, on the step's last weight-gradient action of a stage, of each
-// layer's gradient range as it becomes final (nn/final_gradients.hpp), to start reducing it
-// while the backward goes on. Only where the backend runs each action as it is called: one
-// that records actions and replays them (exec::cuda's graphs) would not call back on replay.
+// A caller that also hears, on every weight-gradient action of a stage, of each layer's
+// gradient range as the action has added all it adds to it (nn/final_gradients.hpp), with
+// whether it was the stage's last of the step (then the range is final): to start reducing
+// it while the backward goes on. Only where the backend runs each action as it is called:
+// one that records actions and replays them (exec::cuda's graphs) would not call back on
+// replay.
 template <class A>
-concept hears_final_gradients = requires(A& a, int stage, nn::gradient_range range) {
-    a.gradients_final(stage, range);
+concept hears_final_gradients = requires(A& a, int stage, nn::gradient_range range, bool last) {
+    a.gradients_final(stage, range, last);
 };
 
 // What one run of a program did on this rank.
@@ -456,16 +458,19 @@ private:
         return it != last_weight_action_.end() && it->second == i;
     }
 
-    // Runs backward(on_final) with a callback that hands each final gradient range to the
-    // caller (hears_final_gradients) on a stage's last weight-gradient action, and with none
-    // otherwise (or where the caller does not listen, or the backend replays recorded work).
+    // Runs backward(on_final) with a callback that hands each gradient range the action
+    // finishes to the caller (hears_final_gradients), saying whether it is the stage's last
+    // weight-gradient action of the step; with none where the caller does not listen or the
+    // backend replays recorded work.
     template <class Actions, class Backward>
     static decltype(auto) with_final_gradients(Actions& actions, int stage, bool last_gradients, Backward&& backward) {
         if constexpr (hears_final_gradients<Actions> && !exec::records_actions<Backend>) {
-            if (last_gradients)
-                return backward([&actions, stage](nn::gradient_range range) { actions.gradients_final(stage, range); });
+            return backward([&actions, stage, last_gradients](nn::gradient_range range) {
+                actions.gradients_final(stage, range, last_gradients);
+            });
+        } else {
+            return backward(nn::ignore_final_gradients{});
         }
-        return backward(nn::ignore_final_gradients{});
     }
 
     void send(direction dir, const sched::action& a, std::map<std::pair<int, int>, matrix>& source,

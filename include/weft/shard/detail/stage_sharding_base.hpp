@@ -16,6 +16,7 @@
 #include "weft/core/error.hpp"
 #include "weft/core/state_vector.hpp"
 #include "weft/optim/gradient_scale.hpp"
+#include "weft/shard/collective_traffic.hpp"
 #include "weft/shard/sharding.hpp"
 #include "weft/shard/stage_tensors.hpp"
 
@@ -40,6 +41,8 @@ public:
         return m;
     }
     [[nodiscard]] const memory_figures& peak() const { return peak_; }
+    // The bytes this rank's collectives for the stage sent in the current (or last) step.
+    [[nodiscard]] const collective_traffic& traffic() const { return traffic_; }
 
 protected:
     stage_sharding_base(stage_tensors<Scalar>& tensors, Comm& group) : tensors_(&tensors), group_(&group) {}
@@ -88,6 +91,7 @@ protected:
     // it and its optimizer kernels read it where they run.
     state_vector<Scalar> grad_range_;
     memory_figures peak_;
+    collective_traffic traffic_;  // begin_step resets it
 };
 
 }  // namespace weft::shard::detail
