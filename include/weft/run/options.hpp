@@ -63,6 +63,20 @@ namespace weft::run {
         "PATH");
 }
 
+// A check that `parse(text)` accepts the value: its weft::error's message otherwise, which
+// names the option and what is valid (the parsers the run itself uses, so the two agree).
+template <class Parse>
+[[nodiscard]] auto parsed_by(Parse parse) {
+    return [parse](const std::string& text) {
+        try {
+            static_cast<void>(parse(text));
+            return std::string();
+        } catch (const error& e) {
+            return std::string(e.what());
+        }
+    };
+}
+
 // Makes every integer option of `app` (and of its subcommands) take decimal digits only: CLI11
 // reads integers as C's strtoll does with base 0, so "--steps 010" ran 8 steps and "0x3" 3.
 // An optional sign (none below zero for an unsigned one), then digits; leading zeros are
@@ -176,14 +190,7 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
                        "ZeRO-2/3 gradients: step (summed over the micro-batches, reduce-scattered once: least "
                        "traffic) or microbatch (each layer reduced as each micro-batch's backward finishes it, and "
                        "ZeRO-3 parameters gathered layer by layer: least memory; docs/parallelism.md)")
-            ->check([](const std::string& text) {
-                try {
-                    static_cast<void>(shard::parse_zero_reduce(text, "--zero-reduce"));
-                    return std::string();
-                } catch (const error& e) {
-                    return std::string(e.what());
-                }
-            })
+            ->check(parsed_by([](const std::string& text) { return shard::parse_zero_reduce(text, "--zero-reduce"); }))
             ->capture_default_str()
             ->group(group);
         app.add_option("--chunks", s.chunks,
@@ -195,14 +202,7 @@ void add_options(CLI::App& app, settings& s, unsigned groups, ModelSizes&... mod
                        "activation recompute: none, full (keep each stage's input, run its forward again at the "
                        "backward) or selective (recompute what is large and cheap: attention probabilities), for "
                        "every stage or one per stage, e.g. full,none; the losses are unchanged (docs/engine.md)")
-            ->check([](const std::string& text) {
-                try {
-                    static_cast<void>(train::parse_recompute(text, "--recompute"));
-                    return std::string();
-                } catch (const error& e) {
-                    return std::string(e.what());
-                }
-            })
+            ->check(parsed_by([](const std::string& text) { return train::parse_recompute(text, "--recompute"); }))
             ->capture_default_str()
             ->group(group);
         app.add_option("--partition", s.partition,
