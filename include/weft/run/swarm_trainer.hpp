@@ -259,6 +259,7 @@ private:
                                           {"tokens_per_s", tokens_per_s},
                                           {"retried_calls", r.retried_calls},
                                           {"late_replies", r.late_replies},
+                                          {"dropped_messages", r.dropped_messages},
                                           {"wire_bytes_per_microbatch", r.wire_bytes_per_microbatch},
                                           {"plain_bytes_per_microbatch", r.plain_bytes_per_microbatch},
                                           {"served", served_json},

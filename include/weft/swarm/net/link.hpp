@@ -1,5 +1,6 @@
 // ZeroMQ plumbing for SWARM processes: TCP endpoints from HOST:PORT, and sending and
-// receiving one message of bytes on DEALER and ROUTER sockets.
+// receiving one message of bytes on DEALER and ROUTER sockets, dropping messages of any
+// other shape.
 //
 // Why ZeroMQ: a SWARM run must outlive any of its workers. MPI ends the whole job when one
 // process dies; a ZeroMQ socket over TCP just loses that peer (its queued messages go, and a
@@ -11,6 +12,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,15 +55,49 @@ namespace weft::swarm::net {
     return socket;
 }
 
-// DEALER side: one frame.
+// A message is one frame of bytes (DEALER side), or a peer's routing id then that frame
+// (ROUTER side). A peer is untrusted: a message of any other shape (a REQ socket's empty
+// delimiter frame before its body, or a stray multipart message) is read to its last frame,
+// so that the next message starts at its own first frame rather than one place off, and is
+// dropped with one logged line and counted in `dropped` (when given).
+namespace detail {
+// Reads the frames after the one just received, up to the message's end; how many.
+inline std::size_t drain_rest(zmq::socket_t& socket, const zmq::message_t& received, zmq::message_t* last) {
+    std::size_t frames = 0;
+    bool more = received.more();
+    zmq::message_t frame;
+    while (more) {
+        static_cast<void>(socket.recv(frame, zmq::recv_flags::none));  // the frames of a message arrive together
+        ++frames;
+        more = frame.more();
+        if (last != nullptr) *last = std::move(frame);
+        frame = zmq::message_t();
+    }
+    return frames;
+}
+inline void note_dropped(std::size_t frames, const std::string& from, const char* expected, std::size_t* dropped) {
+    std::fprintf(stderr, "swarm: dropped a message of %zu frames from %s (expected %s)\n", frames, from.c_str(),
+                 expected);
+    if (dropped != nullptr) ++*dropped;
+}
+}  // namespace detail
+
 inline void send(zmq::socket_t& socket, std::span<const std::byte> bytes) {
     socket.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
 }
-[[nodiscard]] inline std::optional<std::vector<std::byte>> receive(zmq::socket_t& socket) {
-    zmq::message_t message;
-    if (!socket.recv(message, zmq::recv_flags::dontwait)) return std::nullopt;
-    const auto* first = static_cast<const std::byte*>(message.data());
-    return std::vector<std::byte>(first, first + message.size());
+[[nodiscard]] inline std::optional<std::vector<std::byte>> receive(zmq::socket_t& socket,
+                                                                   std::size_t* dropped = nullptr) {
+    for (;;) {
+        zmq::message_t message;
+        if (!socket.recv(message, zmq::recv_flags::dontwait)) return std::nullopt;
+        const std::size_t more = detail::drain_rest(socket, message, nullptr);
+        if (more != 0) {
+            detail::note_dropped(1 + more, "the peer of a DEALER socket", "1", dropped);
+            continue;
+        }
+        const auto* first = static_cast<const std::byte*>(message.data());
+        return std::vector<std::byte>(first, first + message.size());
+    }
 }
 
 // ROUTER side: the peer's routing id, then the frame. False when the peer is gone (the
@@ -79,13 +115,19 @@ struct routed_message {
     std::string peer;
     std::vector<std::byte> bytes;
 };
-[[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router) {
-    zmq::message_t id;
-    if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
-    zmq::message_t body;
-    static_cast<void>(router.recv(body, zmq::recv_flags::none));  // the frames of a message arrive together
-    const auto* first = static_cast<const std::byte*>(body.data());
-    return routed_message{id.to_string(), std::vector<std::byte>(first, first + body.size())};
+[[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router, std::size_t* dropped = nullptr) {
+    for (;;) {
+        zmq::message_t id;
+        if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
+        zmq::message_t body;
+        const std::size_t frames = detail::drain_rest(router, id, &body);
+        if (frames != 1) {
+            detail::note_dropped(1 + frames, "peer '" + id.to_string() + "'", "2: a routing id and one", dropped);
+            continue;
+        }
+        const auto* first = static_cast<const std::byte*>(body.data());
+        return routed_message{id.to_string(), std::vector<std::byte>(first, first + body.size())};
+    }
 }
 
 // Waits up to `timeout` for any of `sockets` to have a message; which ones do.

@@ -95,6 +95,7 @@ struct step_result {
     std::vector<std::set<worker_id>> served;  // per stage: workers whose answers were used
     long long retried_calls = 0;              // calls sent again after a timeout, refusal or death
     long long late_replies = 0;               // answers to calls already given up on (ignored)
+    long long dropped_messages = 0;           // malformed messages from peers (dropped, each logged)
     double wire_bytes_per_microbatch = 0;     // activations and their gradients, both ways
     double plain_bytes_per_microbatch = 0;    // what they take uncompressed
     std::optional<worker_move> moved;         // after the step, a worker sent to another stage
@@ -494,7 +495,13 @@ private:
     void pump(std::chrono::milliseconds wait) {
         zmq::socket_t* sockets[] = {&router_socket_};
         if (wait_readable(sockets, wait)[0])
-            while (auto m = receive_from(router_socket_)) dispatch(*m);
+            for (;;) {
+                std::size_t dropped = 0;
+                auto m = receive_from(router_socket_, &dropped);
+                result_.dropped_messages += static_cast<long long>(dropped);
+                if (!m) break;
+                dispatch(*m);
+            }
         const auto now = clock::now();
         for (auto& [id, m] : members_)
             if (m.live && now - m.heard > std::chrono::duration<double>(expiry_seconds()))
@@ -534,6 +541,7 @@ private:
         } catch (const error& e) {
             // A malformed message costs that message, not the run.
             std::fprintf(stderr, "swarm: ignored a message: %s\n", e.what());
+            ++result_.dropped_messages;
         }
     }
     void on_reply(message_reader& r, const routed_message& message) {
