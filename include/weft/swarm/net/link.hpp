@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +61,31 @@ namespace weft::swarm::net {
 // delimiter frame before its body, or a stray multipart message) is read to its last frame,
 // so that the next message starts at its own first frame rather than one place off, and is
 // dropped with one logged line and counted in `dropped` (when given).
+struct dropped_messages {
+    std::size_t count = 0;
+    std::map<std::string, std::size_t> by_peer;  // ROUTER side: by routing id
+    void add(const std::string& peer) {
+        ++count;
+        if (!peer.empty()) ++by_peer[peer];
+    }
+};
+
+// A routing id for a log line: as it is when printable (the ids weft's sockets set), else
+// in hex (ZeroMQ's own ids begin with a zero byte, which would cut a C string short).
+[[nodiscard]] inline std::string printable_peer(const std::string& id) {
+    bool printable = !id.empty();
+    for (const char c : id) printable = printable && c >= 0x20 && c < 0x7f;
+    if (printable) return id;
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out = "0x";
+    for (const char c : id) {
+        const auto byte = static_cast<unsigned char>(c);
+        out += digits[byte >> 4];
+        out += digits[byte & 0xfu];
+    }
+    return out;
+}
+
 namespace detail {
 // Reads the frames after the one just received, up to the message's end; how many.
 inline std::size_t drain_rest(zmq::socket_t& socket, const zmq::message_t& received, zmq::message_t* last) {
@@ -75,10 +101,11 @@ inline std::size_t drain_rest(zmq::socket_t& socket, const zmq::message_t& recei
     }
     return frames;
 }
-inline void note_dropped(std::size_t frames, const std::string& from, const char* expected, std::size_t* dropped) {
+inline void note_dropped(std::size_t frames, const std::string& from, const std::string& peer, const char* expected,
+                         dropped_messages* dropped) {
     std::fprintf(stderr, "swarm: dropped a message of %zu frames from %s (expected %s)\n", frames, from.c_str(),
                  expected);
-    if (dropped != nullptr) ++*dropped;
+    if (dropped != nullptr) dropped->add(peer);
 }
 }  // namespace detail
 
@@ -86,13 +113,13 @@ inline void send(zmq::socket_t& socket, std::span<const std::byte> bytes) {
     socket.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
 }
 [[nodiscard]] inline std::optional<std::vector<std::byte>> receive(zmq::socket_t& socket,
-                                                                   std::size_t* dropped = nullptr) {
+                                                                   dropped_messages* dropped = nullptr) {
     for (;;) {
         zmq::message_t message;
         if (!socket.recv(message, zmq::recv_flags::dontwait)) return std::nullopt;
         const std::size_t more = detail::drain_rest(socket, message, nullptr);
         if (more != 0) {
-            detail::note_dropped(1 + more, "the peer of a DEALER socket", "1", dropped);
+            detail::note_dropped(1 + more, "the peer of a DEALER socket", "", "1", dropped);
             continue;
         }
         const auto* first = static_cast<const std::byte*>(message.data());
@@ -115,14 +142,16 @@ struct routed_message {
     std::string peer;
     std::vector<std::byte> bytes;
 };
-[[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router, std::size_t* dropped = nullptr) {
+[[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router,
+                                                                dropped_messages* dropped = nullptr) {
     for (;;) {
         zmq::message_t id;
         if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
         zmq::message_t body;
         const std::size_t frames = detail::drain_rest(router, id, &body);
         if (frames != 1) {
-            detail::note_dropped(1 + frames, "peer '" + id.to_string() + "'", "2: a routing id and one", dropped);
+            detail::note_dropped(1 + frames, "peer '" + printable_peer(id.to_string()) + "'", id.to_string(),
+                                 "2: a routing id and one", dropped);
             continue;
         }
         const auto* first = static_cast<const std::byte*>(body.data());

@@ -172,6 +172,7 @@ public:
         st.rows = batch.rows / options_.microbatches;
         result_ = step_result{};
         result_.step = static_cast<long long>(step_);
+        dropped_before_step_ = dropped_.count;
         result_.served.resize(std::size_t(options_.stages));
         run_microbatches(st);
         std::vector<std::vector<float>> gradients = collect_gradients(st);
@@ -494,14 +495,18 @@ private:
     // overdue calls.
     void pump(std::chrono::milliseconds wait) {
         zmq::socket_t* sockets[] = {&router_socket_};
-        if (wait_readable(sockets, wait)[0])
-            for (;;) {
-                std::size_t dropped = 0;
-                auto m = receive_from(router_socket_, &dropped);
-                result_.dropped_messages += static_cast<long long>(dropped);
-                if (!m) break;
+        if (wait_readable(sockets, wait)[0]) {
+            while (auto m = receive_from(router_socket_, &dropped_)) {
+                if (banned_peers_.contains(m->peer)) {
+                    dropped_.add(m->peer);
+                    continue;
+                }
                 dispatch(*m);
+                ban_repeat_offenders();
             }
+            ban_repeat_offenders();  // a peer whose messages were all of the wrong shape
+        }
+        result_.dropped_messages = static_cast<long long>(dropped_.count - dropped_before_step_);
         const auto now = clock::now();
         for (auto& [id, m] : members_)
             if (m.live && now - m.heard > std::chrono::duration<double>(expiry_seconds()))
@@ -526,7 +531,7 @@ private:
     }
     void dispatch(const routed_message& message) {
         try {
-            message_reader r(message.bytes, "peer '" + message.peer + "'");
+            message_reader r(message.bytes, "peer '" + printable_peer(message.peer) + "'");
             switch (r.kind()) {
                 case message_kind::hello: on_hello(message.peer, r); return;
                 case message_kind::ready: on_ready(r); return;
@@ -536,13 +541,25 @@ private:
                 case message_kind::collect_reply:
                 case message_kind::apply_reply:
                 case message_kind::refused: on_reply(r, message); return;
-                default: return;
+                default:
+                    throw invalid_argument("message kind", std::string(to_string(r.kind())),
+                                           "the trainer takes hello, ready, heartbeat and call replies");
             }
-        } catch (const error& e) {
-            // A malformed message costs that message, not the run.
-            std::fprintf(stderr, "swarm: ignored a message: %s\n", e.what());
-            ++result_.dropped_messages;
+        } catch (const std::exception& e) {
+            // A malformed message costs that message, not the run (std::exception: contents
+            // that name no known member or call are refused as well as bytes that do not parse).
+            std::fprintf(stderr, "swarm: dropped a message from peer '%s': %s\n", printable_peer(message.peer).c_str(),
+                         e.what());
+            dropped_.add(message.peer);
         }
+    }
+    // A peer that keeps sending malformed messages is banned: what it sends is dropped unread.
+    // Workers send none, so a worker is never banned this way (a stall or a crash bans it).
+    void ban_repeat_offenders() {
+        for (const auto& [peer, count] : dropped_.by_peer)
+            if (count >= malformed_before_ban && banned_peers_.insert(peer).second)
+                std::fprintf(stderr, "swarm: peer '%s' banned after %zu malformed messages\n", printable_peer(peer).c_str(),
+                             count);
     }
     void on_reply(message_reader& r, const routed_message& message) {
         const auto call = r.get<std::uint64_t>("call");
@@ -913,6 +930,11 @@ private:
     std::uint64_t next_call_ = 1;
     std::uint64_t step_ = 0;
     step_result result_;
+    // Malformed messages dropped over the run, and the peers banned for them (see dispatch).
+    static constexpr std::size_t malformed_before_ban = 8;
+    dropped_messages dropped_;
+    std::size_t dropped_before_step_ = 0;
+    std::set<std::string> banned_peers_;
     std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
     std::optional<clock::time_point> last_rebalance_;
     struct applied_step {
