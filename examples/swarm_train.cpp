@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
     options o;
     using namespace weft::run::options;
     weft::run::add_options(app, o, training | data | weights | logs, o.sizes);
+    // The weights live on the workers: --help does not offer --save, and the run refuses it
+    // with that reason when given (run::swarm_trainer).
+    app.get_option("--save")->group("");
     app.add_option("--role", o.role, "trainer (the rendezvous, drives the steps) or worker")
         ->check(CLI::IsMember({"trainer", "worker"}))
         ->capture_default_str();

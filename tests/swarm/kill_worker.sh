@@ -20,6 +20,11 @@ done
 grep -q '"step":2,' "$log" || { cat "$out/swarm_kill.out"; echo "kill_worker: step 2 never came"; exit 1; }
 victim=$(pgrep -f -- "--id 1 .*--parent-pid $trainer" | head -n 1)
 [[ -n "$victim" ]] || { echo "kill_worker: worker 1 of trainer $trainer not found"; exit 1; }
+# Spawned workers are named for ps: their program and stage, not "exe" (/proc/self/exe).
+name=$(ps -o comm= -p "$victim")
+[[ "$name" == "swarm_train s1" ]] || { echo "kill_worker: worker 1 shows in ps as '$name', not 'swarm_train s1'"; exit 1; }
+args=$(ps -o args= -p "$victim")
+[[ "$args" == "swarm_train --role worker"* ]] || { echo "kill_worker: worker 1's command line reads '$args'"; exit 1; }
 kill -9 "$victim"
 echo "kill_worker: killed worker 1 (pid $victim) after step 2"
 status=0

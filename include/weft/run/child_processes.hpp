@@ -24,14 +24,16 @@ namespace weft::run {
 
 class child_processes {
 public:
-    explicit child_processes(std::string program) : program_(std::move(program)) {}
+    // `name`: the children's argv[0], what `ps` shows of their command line (empty: `program`).
+    explicit child_processes(std::string program, std::string name = {})
+        : program_(std::move(program)), name_(name.empty() ? program_ : std::move(name)) {}
     child_processes(const child_processes&) = delete;
     child_processes& operator=(const child_processes&) = delete;
     ~child_processes() { reap(std::chrono::seconds(0)); }
 
     // Starts `program arguments...` as the child known as `id`.
     void start(long long id, const std::vector<std::string>& arguments) {
-        std::vector<std::string> args{program_};
+        std::vector<std::string> args{name_};
         args.insert(args.end(), arguments.begin(), arguments.end());
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
@@ -70,6 +72,7 @@ public:
 
 private:
     std::string program_;
+    std::string name_;
     std::map<long long, pid_t> pids_;
 };
 

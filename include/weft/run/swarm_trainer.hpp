@@ -5,6 +5,7 @@
 // stops and reaps the workers, and prints the members. run_swarm_worker is a worker's side.
 #pragma once
 
+#include <errno.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -92,6 +93,12 @@ inline int run_swarm_worker(const swarm_worker_settings& o) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (::getppid() != static_cast<pid_t>(o.parent_pid)) return exit_code::done;
     }
+    // What `ps` names the process (the kernel keeps 15 bytes): its program (argv[0], which the
+    // trainer sets to its own name) and the stage it asked for, where a worker started from
+    // /proc/self/exe would show as "exe". A later move to another stage does not rename it.
+    const std::string process_name = std::string(program_invocation_short_name) + " " +
+                                     (o.stage >= 0 ? "s" + std::to_string(o.stage) : std::string("worker"));
+    ::prctl(PR_SET_NAME, process_name.c_str());
     require(!o.rendezvous.empty(), "--rendezvous", o.rendezvous,
             "a worker needs the trainer's HOST:PORT (the trainer prints it)");
     swarm::net::worker w({.rendezvous = o.rendezvous,
@@ -136,6 +143,9 @@ public:
         lr.validate();
         const optim::optimizer_options optimizer{
             .kind = optim::parse_optimizer_kind(s_.optimizer), .lr = s_.lr, .weight_decay = s_.weight_decay};
+        // Before any worker starts: one that cannot load the weights would never arrive, and
+        // the run would say only that, after --wait-s.
+        if (!s_.init_from.empty()) check_initial_weights(swarm::swarm_stage_units(model_, o_.stages, s_.partition));
         swarm::net::trainer trainer({.model = model_,
                                      .stages = o_.stages,
                                      .partition = s_.partition,
@@ -162,7 +172,7 @@ public:
         std::printf(") | batch %d | microbatches %d | compression %s\n", s_.batch, s_.microbatches,
                     o_.compress_block == 0 ? "off" : ("8-bit, blocks of " + std::to_string(o_.compress_block)).c_str());
         std::fflush(stdout);
-        child_processes children(program_.executable);
+        child_processes children(program_.executable, program_.name);
         const auto start_worker = [&](long long id, int stage, const std::string& rendezvous) {
             children.start(id, program_.worker_arguments({.rendezvous = rendezvous,
                                                           .host = "127.0.0.1",
@@ -213,6 +223,19 @@ public:
     }
 
 private:
+    // --init-from against every stage's tensors, as each worker will load them.
+    void check_initial_weights(const std::vector<nn::unit_range>& stages) const {
+        io::safetensors_file file;
+        try {
+            file = io::read_safetensors(s_.init_from);
+        } catch (const error& e) {
+            throw invalid_argument("--init-from", s_.init_from,
+                                   std::string("must be a readable safetensors file of this model: ") + e.what());
+        }
+        for (const nn::unit_range units : stages)
+            swarm::stage_service::check_weights(file, nn::gpt_stage<exec::cpu>::layout(model_, units));
+    }
+
     // The address a live worker takes newcomers' hellos at (--join-through-peer).
     static std::string a_live_worker(const swarm::net::trainer& trainer) {
         for (const auto& m : trainer.members())

@@ -117,12 +117,19 @@ public:
     // The weights of this stage's tensors from a safetensors file of the whole model
     // (train_gpt --save, or an llm.c/Hugging Face GPT-2 export with the same names).
     void load_weights(const io::safetensors_file& file) {
-        for (const auto& info : registry().entries()) {
+        check_weights(file, registry());
+        for (const auto& info : registry().entries())
+            std::memcpy(tensors_.parameters().data() + info.offset, file.find(info.name).data.data(),
+                        info.size * sizeof(float));
+    }
+    // Whether `file` holds every tensor of `registry` (a stage's), float32 and of its size: what
+    // load_weights needs, and what the trainer checks for every stage before any worker starts.
+    static void check_weights(const io::safetensors_file& file, const weft::parameter_registry& registry) {
+        for (const auto& info : registry.entries()) {
             const auto& record = file.find(info.name);
             require(record.type == dtype::f32 && static_cast<std::uint64_t>(record.element_count()) == info.size,
                     "--init-from tensor " + info.name, io::detail::shape_text(record.shape),
                     "must be float32 with " + std::to_string(info.size) + " elements (this model's shape)");
-            std::memcpy(tensors_.parameters().data() + info.offset, record.data.data(), info.size * sizeof(float));
         }
     }
 
