@@ -50,9 +50,12 @@ public:
     [[nodiscard]] bool active() const { return active_; }
 
     // A step begins: the full buffer as empty address space, and the stage asks for layers.
+    // A buffer already there (parameters gathered whole) is made anew: a gather adds the
+    // owners' parts into zeros, which the rest of the layer must be.
     void begin() {
         auto& full = tensors_->full;
-        if (!full.holds_parameters()) full.allocate_parameters();
+        full.release_parameters();
+        full.allocate_parameters();
         tensors_->parameters_in_use = 0;
         full.set_residency(this);
         active_ = true;
