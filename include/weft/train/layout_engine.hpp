@@ -374,14 +374,9 @@ private:
         // REDUCE_GRAD (its reduce-scatter takes the whole buffer).
         void gradients_final(int s, nn::gradient_range range, bool last) {
             auto& sharding = find(self->shardings_, s);
-            if (sharding.reduces_per_microbatch()) {
-                if constexpr (!joins_compute_stream) self->backend_.synchronize();
-                for (const nn::gradient_range part : nn::ranges_outside(range, find(self->tied_ranges_, s)))
-                    sharding.start_reduce_range(part);
-                return;
-            }
-            if (!last || !self->options_.overlap_reduce || sharding.zero_stage() != 0 || self->config_.dp() == 1)
-                return;
+            const bool overlapped = last && self->options_.overlap_reduce && sharding.zero_stage() == 0 &&
+                                    self->config_.dp() > 1;
+            if (!sharding.reduces_per_microbatch() && !overlapped) return;
             if constexpr (!joins_compute_stream) self->backend_.synchronize();
             for (const nn::gradient_range part : nn::ranges_outside(range, find(self->tied_ranges_, s)))
                 sharding.start_reduce_range(part);
