@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -45,10 +44,8 @@
 #include "weft/models/gpt.hpp"
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
-#include "weft/swarm/owed_calls.hpp"
+#include "weft/swarm/coordinator.hpp"
 #include "weft/swarm/protocol.hpp"
-#include "weft/swarm/rebalancer.hpp"
-#include "weft/swarm/router.hpp"
 #include "weft/swarm/stage_service.hpp"
 #include "weft/swarm/wire.hpp"
 #include "weft/train/grad_norm.hpp"
@@ -112,22 +109,41 @@ struct member_summary {
     std::string address;  // HOST:PORT it serves state (and redirects newcomers) at
 };
 
+// A rejoin: the member fetches stage `stage`'s state (units [first, last)) at `step` from `peers`.
+// Built out of line: GCC 12 inlines the writer's growth into the loop that sends it and then
+// misreads a resize as an overflow (-Warray-bounds, a false positive).
+[[gnu::noinline]] inline std::vector<std::byte> rejoin_message(int stage, int first, int last, std::uint64_t step,
+                                                               const std::vector<peer_address>& peers) {
+    message_writer w(message_kind::rejoin);
+    w.put(static_cast<std::int32_t>(stage)).put(first).put(last).put(step);
+    write_peers(w, peers);
+    return w.take();
+}
+
 class trainer {
 public:
     explicit trainer(trainer_options options)
         : options_(std::move(options)),
           units_(swarm_stage_units(options_.model, options_.stages, options_.partition)),
+          policy_(coordinator_options{.stages = options_.stages,
+                                      .microbatches = options_.microbatches,
+                                      .max_in_flight = options_.max_in_flight,
+                                      .max_attempts = options_.max_attempts,
+                                      .catch_up_steps = options_.catch_up_steps,
+                                      // A worker replaying steps is in no router: its calls get the expiry.
+                                      .catch_up_timeout_seconds = expiry_seconds(),
+                                      .routing = routing_rule::iwrr,
+                                      .router = options_.routing,
+                                      .rebalancing = options_.rebalancing,
+                                      .seed = options_.seed}),
           router_socket_(make_socket(context_, zmq::socket_type::router)) {
-        require(options_.microbatches >= 1, "--microbatches", options_.microbatches, "must be at least 1");
         require(options_.batch % options_.microbatches == 0, "--batch", options_.batch,
                 "must be a multiple of --microbatches " + std::to_string(options_.microbatches));
-        require(options_.max_attempts >= 1, "--max-attempts", options_.max_attempts, "must be at least 1");
-        require(options_.max_in_flight >= 0, "--in-flight", options_.max_in_flight, "must be >= 0 (0: all of a step's)");
         require(options_.heartbeat_seconds > 0, "--heartbeat-s", options_.heartbeat_seconds, "must be > 0");
+        require(options_.wait_for_worker_seconds >= 0, "--wait-s", options_.wait_for_worker_seconds, "must be >= 0");
         router_socket_.set(zmq::sockopt::router_mandatory, 1);
         router_socket_.bind(tcp_endpoint(options_.listen, "--listen", true));
         for (int k = 0; k < options_.stages; ++k) {
-            routers_.emplace_back(k, options_.routing, options_.seed + static_cast<std::uint64_t>(k));
             registries_.push_back(nn::gpt_stage<exec::cpu>::layout(options_.model, units_[std::size_t(k)]));
             norm_runs_.push_back(train::norm_counted_runs(registries_.back(), k, 0, tied_, units_));
         }
@@ -135,14 +151,14 @@ public:
 
     // HOST:PORT workers reach the rendezvous at.
     [[nodiscard]] std::string address() const { return bound_address(router_socket_); }
-    [[nodiscard]] std::uint64_t step_index() const { return step_; }
+    [[nodiscard]] std::uint64_t step_index() const { return policy_.step(); }
     [[nodiscard]] const std::vector<nn::unit_range>& stage_units() const { return units_; }
 
     // Serves the rendezvous until worker `id` is ready (it joined, and fetched its state).
     void wait_for_worker(worker_id id, double seconds) {
         serve_until(seconds, [&]() -> std::string {
-            const auto it = members_.find(id);
-            if (it != members_.end() && it->second.live && it->second.ready) return {};
+            const member_state* m = policy_.member(id);
+            if (m != nullptr && m->live && m->ready) return {};
             return "worker " + std::to_string(id) + " did not become ready within " + std::to_string(seconds) +
                    " s (--wait-s)";
         });
@@ -153,8 +169,8 @@ public:
         serve_until(seconds, [&]() -> std::string {
             std::string short_stages;
             for (int k = 0; k < options_.stages; ++k)
-                if (ready_count(k) < per_stage)
-                    short_stages += " stage " + std::to_string(k) + " has " + std::to_string(ready_count(k)) + ";";
+                if (policy_.ready_count(k) < per_stage)
+                    short_stages += " stage " + std::to_string(k) + " has " + std::to_string(policy_.ready_count(k)) + ";";
             if (short_stages.empty()) return {};
             return "workers did not arrive: after " + std::to_string(seconds) + " s," + short_stages +
                    " each stage needs " + std::to_string(per_stage) + " (workers join with --role worker "
@@ -167,51 +183,59 @@ public:
         require(batch.rows == options_.batch, "batch rows", batch.rows,
                 "must equal --batch " + std::to_string(options_.batch));
         const auto started = clock::now();
-        step_state st(options_.microbatches, options_.stages);
-        st.batch = &batch;
-        st.rows = batch.rows / options_.microbatches;
+        const std::uint64_t step = policy_.step();
+        tensors_ = step_tensors(options_.microbatches, options_.stages);
+        tensors_.batch = &batch;
+        tensors_.rows = batch.rows / options_.microbatches;
         result_ = step_result{};
-        result_.step = static_cast<long long>(step_);
+        result_.step = static_cast<long long>(step);
         dropped_before_step_ = dropped_.count;
         result_.served.resize(std::size_t(options_.stages));
-        run_microbatches(st);
-        std::vector<std::vector<float>> gradients = collect_gradients(st);
-        sum_tied_gradients(gradients);
+        policy_.begin_step();
+        drive_until(step_phase::summed);
+        applying_.step = step;
+        applying_.gradients = summed_gradients();
+        sum_tied_gradients(applying_.gradients);
         double squares = 0;
         for (int k = 0; k < options_.stages; ++k)
-            squares += train::counted_sum_of_squares<float>(gradients[std::size_t(k)], 0, norm_runs_[std::size_t(k)]);
+            squares += train::counted_sum_of_squares<float>(applying_.gradients[std::size_t(k)], 0,
+                                                            norm_runs_[std::size_t(k)]);
         double loss = 0;
-        for (const double l : st.loss) loss += l;
+        for (const double l : tensors_.loss) loss += l;
         loss /= options_.microbatches;
         result_.grad_norm = std::sqrt(squares);
         if (!std::isfinite(loss) || !std::isfinite(result_.grad_norm))
-            throw error("step " + std::to_string(step_) + " is not finite (loss " + std::to_string(loss) +
+            throw error("step " + std::to_string(step) + " is not finite (loss " + std::to_string(loss) +
                         ", gradient norm " + std::to_string(result_.grad_norm) +
                         "); it was not applied: lower --lr or check the data");
-        const double clip = train::clip_coefficient(options_.grad_clip, result_.grad_norm);
-        const auto [lost, behind] = apply(gradients, lr, clip);
+        applying_.lr = lr;
+        applying_.clip = train::clip_coefficient(options_.grad_clip, result_.grad_norm);
+        policy_.begin_apply();
+        drive_until(step_phase::applied);
+        policy_.end_step();
+        // The steps a behind worker may replay, as the policy keeps them.
+        history_.emplace(step, std::move(applying_));
+        const auto& kept = policy_.kept_steps();
+        while (!history_.empty() && (kept.empty() || history_.begin()->first < kept.front()))
+            history_.erase(history_.begin());
         result_.loss = loss;
-        result_.samples = st.counted_rows;
-        result_.seconds = std::chrono::duration<double>(clock::now() - started).count();
+        result_.samples = static_cast<long long>(tensors_.rows) * options_.microbatches;
+        result_.retried_calls = policy_.counts().retried_calls;
+        result_.late_replies = policy_.counts().late_replies;
         result_.wire_bytes_per_microbatch = static_cast<double>(wire_bytes_) / options_.microbatches;
         result_.plain_bytes_per_microbatch = static_cast<double>(plain_bytes_) / options_.microbatches;
         wire_bytes_ = plain_bytes_ = 0;
-        if (options_.catch_up_steps > 0) {
-            history_.push_back({step_, lr, clip, std::move(gradients)});
-            while (history_.size() > static_cast<std::size_t>(options_.catch_up_steps)) history_.pop_front();
-        }
-        ++step_;
-        for (const worker_id id : lost) send_rejoin(id, members_.at(id));
-        for (const worker_id id : behind) bring_up_to_date(id, members_.at(id));
+        send_orders();  // the lost and the behind: sent for their state, or replaying this step
         result_.moved = rebalance();
+        result_.seconds = std::chrono::duration<double>(clock::now() - started).count();
         return result_;
     }
 
     // Tells every member the run is over.
     void stop_workers() {
-        for (auto& [id, m] : members_) {
+        for (const auto& [id, link] : links_) {
             message_writer w(message_kind::stop);
-            static_cast<void>(send_to(router_socket_, m.peer, w.take()));
+            static_cast<void>(send_to(router_socket_, link.peer, w.take()));
         }
         // Let the messages leave before the socket closes (linger is 0).
         pump(std::chrono::milliseconds(100));
@@ -219,80 +243,41 @@ public:
 
     [[nodiscard]] std::vector<member_summary> members() const {
         std::vector<member_summary> out;
-        for (const auto& [id, m] : members_)
-            out.push_back({id, m.stage, m.live && m.ready, m.calls, m.timeouts, m.deaths, m.state_address});
+        for (const auto& [id, m] : policy_.members())
+            out.push_back({id, m.stage, m.live && m.ready, m.calls, m.timeouts, m.deaths, links_.at(id).state_address});
         return out;
     }
 
 private:
     using clock = std::chrono::steady_clock;
 
-    struct member {
-        std::string peer;           // routing id of its call socket
+    // How a member is reached: the routing ids of its two sockets, and its state server.
+    struct member_link {
+        std::string peer;           // its call socket: hello, ready and every reply come from it
+        std::string beat_peer;      // its heartbeat socket, bound at its first heartbeat
         std::string state_address;  // HOST:PORT of its state server
-        int stage = 0;
-        bool live = true;   // heard from within the expiry
-        bool ready = false;  // holds the current step's state and is in its router
-        std::uint64_t step = 0;
         clock::time_point heard;
-        long long calls = 0, timeouts = 0, deaths = 0;
-        owed_calls owed{};  // the calls it has not answered: a new call waits behind them
-        int catching_up = 0;        // replayed steps on their way
-        bool catch_up_failed = false;
     };
 
-    // A call on its way: what it was for, so its answer (or its loss) can be handled.
-    enum class call_kind { forward, backward, collect, apply, catch_up };
-    // The class the router times a call in; only forwards and backwards are routed by it.
-    static bool routed(call_kind kind) { return kind == call_kind::forward || kind == call_kind::backward; }
-    static call_class routed_as(call_kind kind) {
-        return kind == call_kind::forward ? call_class::forward : call_class::backward;
-    }
-    struct pending_call {
-        call_kind kind;
-        worker_id worker;
-        int stage;
-        int microbatch;
-        std::vector<std::int32_t> microbatches;  // collect
-        clock::time_point sent, deadline;
-        double timeout_seconds = 0;  // its own share of the deadline (the rest: the calls ahead of it)
-    };
-    struct completion {
-        pending_call call;
-        bool ok = false;
-        std::string why;  // when not ok
-        std::vector<std::byte> bytes;
-    };
-
-    struct microbatch_task {
-        int stage = 0;
-        bool backward = false;  // on the way back
-        bool started = false;
-        bool done = false;
-        bool in_flight = false;
-        int attempts = 0;
-        std::optional<clock::time_point> waiting_since;  // no live worker to send to
-    };
-    static microbatch_task redo_task(int stage) {
-        microbatch_task t;
-        t.stage = stage;
-        t.backward = true;
-        return t;
-    }
-    struct step_state {
-        step_state(int microbatches, int stages)
-            : tasks(std::size_t(microbatches)),
-              inputs(std::size_t(microbatches), std::vector<std::vector<float>>(std::size_t(stages))),
+    // The step's tensors, which the policy's calls name by (micro-batch, stage).
+    struct step_tensors {
+        step_tensors() = default;
+        step_tensors(int microbatches, int stages)
+            : inputs(std::size_t(microbatches), std::vector<std::vector<float>>(std::size_t(stages))),
               grad_outputs(std::size_t(microbatches), std::vector<std::vector<float>>(std::size_t(stages))),
               loss(std::size_t(microbatches), 0.0) {}
         const data::token_batch* batch = nullptr;
         int rows = 0;
-        std::vector<microbatch_task> tasks;
         std::vector<std::vector<std::vector<float>>> inputs;        // [mb][stage], stage >= 1
         std::vector<std::vector<std::vector<float>>> grad_outputs;  // [mb][stage], stage < last
         std::vector<double> loss;
-        std::map<std::pair<int, int>, worker_id> accepted;  // (stage, mb) -> whose backward counts
-        long long counted_rows = 0;
+        std::map<std::pair<int, int>, std::vector<float>> partials;  // (stage, first mb) -> collected sum
+    };
+    // A step's averaged gradients as applied: what a behind worker replays.
+    struct applied_step {
+        std::uint64_t step = 0;
+        double lr = 0, clip = 1;
+        std::vector<std::vector<float>> gradients;  // per stage
     };
 
     // Pumps messages until `unmet()` gives an empty string; past `seconds`, throws what it gives.
@@ -301,19 +286,44 @@ private:
         const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
         while (true) {
             pump(std::chrono::milliseconds(5));
+            send_orders();
             std::string why = unmet();
             if (why.empty()) return;
             if (clock::now() > deadline) throw error(why);
         }
     }
-
-    [[nodiscard]] int ready_count(int stage) const {
-        int n = 0;
-        for (const auto& [id, m] : members_) n += (m.live && m.ready && m.stage == stage) ? 1 : 0;
-        return n;
+    // Sends what the policy asks for and serves the rendezvous until the step reaches `phase`;
+    // a stage with work and no live worker for --wait-s ends the run.
+    void drive_until(step_phase phase) {
+        while (true) {
+            send_orders();
+            if (policy_.phase() == phase) return;
+            pump(std::chrono::milliseconds(5));
+            check_starved_stages();
+        }
     }
+    void check_starved_stages() {
+        const auto now = clock::now();
+        const auto starved = policy_.starved_stages();
+        for (auto it = starving_since_.begin(); it != starving_since_.end();)
+            it = std::find(starved.begin(), starved.end(), it->first) == starved.end() ? starving_since_.erase(it)
+                                                                                         : std::next(it);
+        for (const int k : starved) {
+            const auto since = starving_since_.try_emplace(k, now).first->second;
+            if (now - since > std::chrono::duration<double>(options_.wait_for_worker_seconds))
+                throw error("stage " + std::to_string(k) + " has no live worker: none answered within --wait-s " +
+                            std::to_string(options_.wait_for_worker_seconds) + " s (" +
+                            std::to_string(policy_.members().size()) +
+                            " workers ever joined); start workers with --role worker --rendezvous " + address());
+        }
+    }
+
     [[nodiscard]] double expiry_seconds() const { return options_.heartbeat_seconds * options_.missed_heartbeats; }
     [[nodiscard]] bool is_last(int stage) const { return stage == options_.stages - 1; }
+    [[nodiscard]] std::size_t activation_size() const {
+        return static_cast<std::size_t>(tensors_.rows) * std::size_t(options_.model.seq_len) *
+               std::size_t(options_.model.d_model);
+    }
 
     // ---- membership --------------------------------------------------------------------
     void on_hello(const std::string& peer, message_reader& r) {
@@ -321,49 +331,75 @@ private:
         worker_id id = next_id_;
         if (hello.requested_id >= 0) {
             id = static_cast<worker_id>(hello.requested_id);
-            if (auto it = members_.find(id); it != members_.end() && it->second.live && it->second.peer != peer) {
+            const member_state* m = policy_.member(id);
+            if (m != nullptr && m->live && links_.at(id).peer != peer) {
                 std::fprintf(stderr, "swarm: a second worker asked for id %llu, which is live; it gets %llu\n",
                              static_cast<unsigned long long>(id), static_cast<unsigned long long>(next_id_));
                 id = next_id_;
             }
         }
         next_id_ = std::max(next_id_, id + 1);
-        int stage = hello.requested_stage;
-        if (stage < 0 || stage >= options_.stages || (step_ > 0 && ready_count(stage) == 0)) stage = stage_to_join();
-        member& m = members_[id];
-        if (m.live && m.ready) routers_[std::size_t(m.stage)].leave(id);
-        m = member{.peer = peer, .state_address = hello.state_address, .stage = stage, .live = true, .ready = false,
-                   .step = 0, .heard = clock::now()};
-        welcome_message w{.id = id, .stage = stage, .stages = options_.stages, .step = step_, .model = options_.model,
-                          .units = units_[std::size_t(stage)], .optimizer = options_.optimizer,
+        const int stage = policy_.admit(id, hello.requested_stage);
+        links_[id] = member_link{.peer = peer, .beat_peer = {}, .state_address = hello.state_address,
+                                 .heard = clock::now()};
+        welcome_message w{.id = id, .stage = stage, .stages = options_.stages, .step = policy_.step(),
+                          .model = options_.model, .units = units_[std::size_t(stage)], .optimizer = options_.optimizer,
                           .init_from = options_.init_from, .heartbeat_seconds = options_.heartbeat_seconds,
                           .expiry_seconds = expiry_seconds(), .compress_block = options_.compress_block,
                           .chunk_elements = options_.chunk_elements, .faults = {}, .peers = peers_of(stage, id)};
         if (auto f = options_.faults.find(static_cast<std::int64_t>(id)); f != options_.faults.end()) w.faults = f->second;
         message_writer out(message_kind::welcome);
         write(out, w);
-        if (!send_to(router_socket_, peer, out.take())) m.live = false;
+        if (!send_to(router_socket_, peer, out.take())) fail_worker(id, "its connection is gone");
     }
-    // The stage a worker without a wish joins: the most loaded among those that still hold
-    // state (all of them at step 0; past it, a stage whose workers all died has no state to
-    // fetch, and the run has failed).
-    [[nodiscard]] int stage_to_join() const {
-        std::vector<stage_load> loads;
-        std::vector<int> stage_of;
-        for (int k = 0; k < options_.stages; ++k) {
-            if (step_ > 0 && ready_count(k) == 0) continue;
-            loads.push_back(load_of(k));
-            stage_of.push_back(k);
-        }
-        return loads.empty() ? 0 : stage_of[std::size_t(most_loaded_stage(loads))];
+    [[nodiscard]] std::vector<peer_address> peers_of(int stage, worker_id except) const {
+        std::vector<peer_address> peers;
+        for (const worker_id id : policy_.state_holders(stage, except)) peers.push_back({id, links_.at(id).state_address});
+        return peers;
     }
-    // Stage k's pool as the rebalancer sees it: its ready workers at their measured rates.
-    [[nodiscard]] stage_load load_of(int k) const {
-        std::vector<worker_id> ready;
-        for (const auto& [id, m] : members_)
-            if (m.live && m.ready && m.stage == k) ready.push_back(id);
-        return load_from_router(routers_[std::size_t(k)], ready, microbatch_calls(is_last(k)),
-                                options_.routing.initial_seconds);
+    // The member whose call socket `peer` is; a stranger's claim to be one is refused.
+    member_link& link_of(worker_id id, const std::string& peer, const char* what) {
+        const auto it = links_.find(id);
+        if (it == links_.end()) throw invalid_argument(what, id, "names no member");
+        if (it->second.peer != peer)
+            throw invalid_argument(what, id, "came from peer '" + printable_peer(peer) + "', not from that worker's");
+        return it->second;
+    }
+    void on_ready(const std::string& peer, message_reader& r) {
+        const auto id = r.get<worker_id>("id");
+        const auto step = r.get<std::uint64_t>("step");
+        r.finish();
+        link_of(id, peer, "ready from worker").heard = clock::now();
+        policy_.ready(id, step);
+    }
+    void on_heartbeat(const std::string& peer, message_reader& r) {
+        const auto id = r.get<worker_id>("id");
+        static_cast<void>(r.get<std::uint64_t>("step"));
+        r.finish();
+        const auto it = links_.find(id);
+        if (it == links_.end()) return;  // a worker of an earlier run, or not welcomed yet
+        member_link& link = it->second;
+        if (link.beat_peer.empty()) link.beat_peer = peer;
+        if (link.beat_peer != peer)
+            throw invalid_argument("heartbeat of worker", id,
+                                   "came from peer '" + printable_peer(peer) + "', not from that worker's heartbeat");
+        static_cast<void>(send_to(router_socket_, peer, message_writer(message_kind::heartbeat_ack).take()));
+        link.heard = clock::now();
+        policy_.heard_again(id);  // one given up on fetches its state anew
+    }
+    void fail_worker(worker_id id, const std::string& why) {
+        if (!policy_.failed(id)) return;
+        std::fprintf(stderr, "swarm: worker %llu of stage %d banned: %s\n", static_cast<unsigned long long>(id),
+                     policy_.member(id)->stage, why.c_str());
+    }
+    // A member fetches its stage's state again (on a move: the new stage's).
+    void send_rejoin(worker_id id) {
+        const member_state* m = policy_.member(id);
+        if (m == nullptr || !m->live) return;
+        const auto units = units_[std::size_t(m->stage)];
+        const std::vector<std::byte> bytes = rejoin_message(m->stage, units.first, units.last, policy_.step(),
+                                                      peers_of(m->stage, id));
+        if (!send_to(router_socket_, links_.at(id).peer, bytes)) fail_worker(id, "its connection is gone");
     }
     // Every --rebalance-s, between steps: at most one worker moves to the most loaded stage.
     std::optional<worker_move> rebalance() {
@@ -371,123 +407,76 @@ private:
         const auto now = clock::now();
         if (!last_rebalance_) last_rebalance_ = now;
         if (now - *last_rebalance_ < std::chrono::duration<double>(options_.rebalance_seconds)) return std::nullopt;
-        // A worker on its way in (joining, or moving) is in no pool yet; judging the loads
-        // without it would send a second worker after the first.
-        for (const auto& [id, m] : members_)
-            if (m.live && !m.ready) return std::nullopt;
+        if (policy_.anyone_joining()) return std::nullopt;
         last_rebalance_ = now;
-        std::vector<stage_load> loads;
-        for (int k = 0; k < options_.stages; ++k) loads.push_back(load_of(k));
-        const auto move = plan_move(loads, options_.rebalancing);
-        if (!move) return std::nullopt;
-        member& m = members_.at(move->worker);
-        routers_[std::size_t(m.stage)].leave(move->worker);
-        m.ready = false;
-        m.stage = move->to;
-        send_rejoin(move->worker, m);  // it fetches stage `to`'s state from that stage's peers
+        const auto move = policy_.rebalance();
+        send_orders();  // the moved worker fetches its new stage's state
         return move;
     }
-    [[nodiscard]] std::vector<peer_address> peers_of(int stage, worker_id except) const {
-        std::vector<peer_address> peers;
-        for (const auto& [id, m] : members_)
-            // m.step is step_ + 1 for a peer whose apply of this step already answered: it
-            // holds a newer state, which serves as well (the joiner catches up to either).
-            if (id != except && m.live && m.ready && m.stage == stage && m.step >= step_)
-                peers.push_back({id, m.state_address});
-        return peers;
+
+    // ---- the policy's orders -----------------------------------------------------------
+    // Sends the calls and rejoins the policy asks for, until it asks for none; a worker that
+    // cannot be reached fails (and its calls go elsewhere).
+    void send_orders() {
+        while (true) {
+            auto calls = policy_.take_calls();
+            const auto rejoins = policy_.take_rejoins();
+            if (calls.empty() && rejoins.empty()) return;
+            for (const worker_id id : rejoins) send_rejoin(id);
+            for (const call& c : calls)
+                if (policy_.awaited(c.id) != nullptr) send_call(c);
+        }
     }
-    // A stale member fetches its stage's state again (or a new stage's, on a move).
-    void send_rejoin(worker_id id, member& m) {
-        if (m.ready) routers_[std::size_t(m.stage)].leave(id);
-        m.ready = false;
-        message_writer w(message_kind::rejoin);
-        w.put(static_cast<std::int32_t>(m.stage)).put(units_[std::size_t(m.stage)].first);
-        w.put(units_[std::size_t(m.stage)].last).put(step_);
-        write_peers(w, peers_of(m.stage, id));
-        if (!send_to(router_socket_, m.peer, w.take())) mark_dead(id, m, "its connection is gone");
-    }
-    void on_ready(message_reader& r) {
-        const auto id = r.get<worker_id>("id");
-        const auto step = r.get<std::uint64_t>("step");
-        r.finish();
-        auto it = members_.find(id);
-        if (it == members_.end()) return;
-        member& m = it->second;
-        m.heard = clock::now();
-        m.live = true;
-        m.step = step;
-        bring_up_to_date(id, m);
-    }
-    // Catch-up: a worker holding an older step's state (its fetch took a while, or it became
-    // ready after this step's applies went out) is sent the kept steps' averaged gradients as
-    // applies, in order, and joins its stage's router once it holds the current step. One
-    // too far behind, or whose replay fails, fetches the state again.
-    void bring_up_to_date(worker_id id, member& m) {
-        if (m.catching_up > 0) return;  // the replies bring it on
-        if (m.step == step_) {
-            m.ready = true;
-            routers_[std::size_t(m.stage)].join(id);
+    void send_call(const call& c) {
+        message_writer w = call_message(c);
+        if (c.kind == call_kind::forward || c.kind == call_kind::backward) {
+            wire_bytes_ += w.size();
+            plain_bytes_ += w.plain_size();
+        }
+        if (!send_to(router_socket_, links_.at(c.worker).peer, w.take())) {
+            fail_worker(c.worker, "its connection is gone");
             return;
         }
-        if (m.ready) routers_[std::size_t(m.stage)].leave(id);
-        m.ready = false;
-        if (m.step > step_ || history_.empty() || m.step < history_.front().step) {
-            send_rejoin(id, m);
-            return;
-        }
-        m.catch_up_failed = false;
-        for (const auto& h : history_) {
-            if (h.step < m.step) continue;
-            const std::uint64_t call = next_call_++;
-            message_writer w(message_kind::apply);
-            w.put(call).put(h.step).put(h.lr).put(h.clip).put_floats(h.gradients[std::size_t(m.stage)]);
-            if (!send_call(id, {call_kind::catch_up, id, m.stage, -1, {}, {}, {}}, w, call)) return;
-            ++m.catching_up;
-        }
+        deadlines_[c.id] = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                              std::chrono::duration<double>(c.due_after_seconds));
     }
-    void caught_up(worker_id id, bool ok) {
-        member& m = members_.at(id);
-        --m.catching_up;
-        if (ok) ++m.step;
-        else m.catch_up_failed = true;
-        if (m.catching_up > 0 || !m.live) return;
-        if (m.catch_up_failed) send_rejoin(id, m);
-        else bring_up_to_date(id, m);
-    }
-    void on_heartbeat(const std::string& peer, message_reader& r) {
-        const auto id = r.get<worker_id>("id");
-        static_cast<void>(r.get<std::uint64_t>("step"));
-        r.finish();
-        static_cast<void>(send_to(router_socket_, peer, message_writer(message_kind::heartbeat_ack).take()));
-        auto it = members_.find(id);
-        if (it == members_.end()) return;
-        member& m = it->second;
-        m.heard = clock::now();
-        if (!m.live) {  // it was given up on but is back: it must fetch its state again
-            m.live = true;
-            send_rejoin(id, m);
-        }
-    }
-    void mark_dead(worker_id id, member& m, const std::string& why) {
-        if (!m.live) return;
-        m.live = false;
-        m.ready = false;
-        ++m.deaths;
-        routers_[std::size_t(m.stage)].failed(id);
-        std::fprintf(stderr, "swarm: worker %llu of stage %d banned: %s\n", static_cast<unsigned long long>(id),
-                     m.stage, why.c_str());
-        // Its calls on the way are lost, its replayed steps with them.
-        m.catching_up = 0;
-        m.owed.clear();
-        for (auto it = pending_.begin(); it != pending_.end();) {
-            if (it->second.worker == id) {
-                if (it->second.kind != call_kind::catch_up)
-                    completions_.push_back({it->second, false, "worker " + std::to_string(id) + " died", {}});
-                it = pending_.erase(it);
-            } else {
-                ++it;
+    message_writer call_message(const call& c) const {
+        switch (c.kind) {
+            case call_kind::forward:
+            case call_kind::backward: return compute_message(c);
+            case call_kind::collect: {
+                message_writer w(message_kind::collect);
+                w.put(c.id).put(c.step).put_ints(c.microbatches);
+                return w;
+            }
+            case call_kind::apply:
+            case call_kind::catch_up: {
+                const applied_step& h = c.kind == call_kind::apply ? applying_ : history_.at(c.step);
+                message_writer w(message_kind::apply);
+                w.put(c.id).put(h.step).put(h.lr).put(h.clip).put_floats(h.gradients[std::size_t(c.stage)]);
+                return w;
             }
         }
+        throw error("swarm: a call of an unknown kind");
+    }
+    // F or B of a micro-batch at a stage: the kept input, and the output gradient or the targets.
+    message_writer compute_message(const call& c) const {
+        const bool backward = c.kind == call_kind::backward;
+        const int mb = c.microbatch, stage = c.stage;
+        message_writer w(backward ? message_kind::backward : message_kind::forward);
+        w.put(c.id).put(c.step);
+        if (backward) w.put(static_cast<std::int32_t>(mb));
+        const auto block = options_.compress_block;
+        w.put(static_cast<std::int32_t>(tensors_.rows));
+        const data::token_batch_view rows = data::micro_batch(*tensors_.batch, mb, options_.microbatches);
+        w.put_ints(stage == 0 ? rows.inputs : std::span<const std::int32_t>());
+        w.put_floats(tensors_.inputs[std::size_t(mb)][std::size_t(stage)], block);
+        if (backward) {
+            w.put_floats(tensors_.grad_outputs[std::size_t(mb)][std::size_t(stage)], block);
+            w.put_ints(is_last(stage) ? rows.targets : std::span<const std::int32_t>());
+            w.put(static_cast<double>(tensors_.rows) / options_.batch);  // the micro-batch's share of the samples
+        }
+        return w;
     }
 
     // ---- the event loop ----------------------------------------------------------------
@@ -508,33 +497,30 @@ private:
         }
         result_.dropped_messages = static_cast<long long>(dropped_.count - dropped_before_step_);
         const auto now = clock::now();
-        for (auto& [id, m] : members_)
-            if (m.live && now - m.heard > std::chrono::duration<double>(expiry_seconds()))
-                mark_dead(id, m, "no heartbeat for " + std::to_string(expiry_seconds()) + " s");
-        for (auto it = pending_.begin(); it != pending_.end();) {
-            if (now > it->second.deadline) {
-                auto& m = members_.at(it->second.worker);
-                ++m.timeouts;
-                m.owed.settle(it->second.timeout_seconds);
-                const pending_call call = it->second;
-                it = pending_.erase(it);
-                if (call.kind == call_kind::catch_up) {
-                    caught_up(call.worker, false);
-                    continue;
-                }
-                routers_[std::size_t(call.stage)].timed_out(call.worker);
-                completions_.push_back({call, false, "timed out", {}});
+        for (const auto& [id, link] : links_) {
+            const member_state* m = policy_.member(id);
+            if (m != nullptr && m->live && now - link.heard > std::chrono::duration<double>(expiry_seconds()))
+                fail_worker(id, "no heartbeat for " + std::to_string(expiry_seconds()) + " s");
+        }
+        std::vector<std::uint64_t> overdue;
+        for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+            if (policy_.awaited(it->first) == nullptr) {
+                it = deadlines_.erase(it);  // answered, or lost with its worker
+            } else if (now > it->second) {
+                overdue.push_back(it->first);
+                it = deadlines_.erase(it);
             } else {
                 ++it;
             }
         }
+        for (const std::uint64_t id : overdue) policy_.timed_out(id);
     }
     void dispatch(const routed_message& message) {
         try {
             message_reader r(message.bytes, "peer '" + printable_peer(message.peer) + "'");
             switch (r.kind()) {
                 case message_kind::hello: on_hello(message.peer, r); return;
-                case message_kind::ready: on_ready(r); return;
+                case message_kind::ready: on_ready(message.peer, r); return;
                 case message_kind::heartbeat: on_heartbeat(message.peer, r); return;
                 case message_kind::forward_reply:
                 case message_kind::backward_reply:
@@ -548,6 +534,7 @@ private:
         } catch (const std::exception& e) {
             // A malformed message costs that message, not the run (std::exception: contents
             // that name no known member or call are refused as well as bytes that do not parse).
+            // A reply dropped so leaves its call awaited: it times out and goes elsewhere.
             std::fprintf(stderr, "swarm: dropped a message from peer '%s': %s\n", printable_peer(message.peer).c_str(),
                          e.what());
             dropped_.add(message.peer);
@@ -561,286 +548,94 @@ private:
                 std::fprintf(stderr, "swarm: peer '%s' banned after %zu malformed messages\n", printable_peer(peer).c_str(),
                              count);
     }
+    // The kind of reply a call takes.
+    static message_kind reply_kind(call_kind kind) {
+        switch (kind) {
+            case call_kind::forward: return message_kind::forward_reply;
+            case call_kind::backward: return message_kind::backward_reply;
+            case call_kind::collect: return message_kind::collect_reply;
+            case call_kind::apply:
+            case call_kind::catch_up: return message_kind::apply_reply;
+        }
+        return message_kind::refused;
+    }
+    // A reply, read whole and checked (its sender, its kind, its sizes) before the policy
+    // hears of it: a malformed one throws and is dropped, and its call stays awaited.
     void on_reply(message_reader& r, const routed_message& message) {
-        const auto call = r.get<std::uint64_t>("call");
-        const auto it = pending_.find(call);
-        if (it == pending_.end()) {
-            ++result_.late_replies;
+        const auto id = r.get<std::uint64_t>("call");
+        const call* awaited = policy_.awaited(id);
+        if (awaited == nullptr) {
+            static_cast<void>(policy_.answered(id, 0));  // counted late
             return;
         }
-        pending_call p = it->second;
-        pending_.erase(it);
-        member& m = members_.at(p.worker);
-        m.owed.settle(p.timeout_seconds);
-        m.heard = clock::now();
-        if (p.kind == call_kind::catch_up) {
-            caught_up(p.worker, r.kind() == message_kind::apply_reply);
-            return;
-        }
+        const call c = *awaited;
+        link_of(c.worker, message.peer, "reply of worker").heard = clock::now();
         if (r.kind() == message_kind::refused) {
             const auto worker_step = r.get<std::uint64_t>("worker step");
             const std::string why = r.get_string("reason");
-            completions_.push_back({p, false, "refused: " + why, {}});
-            // A worker holding another step's state fetches the current one.
-            if (worker_step != step_) send_rejoin(p.worker, m);
+            r.finish();
+            policy_.refused(id, worker_step, why);
             return;
         }
+        if (r.kind() != reply_kind(c.kind))
+            throw invalid_argument("reply kind", std::string(to_string(r.kind())),
+                                   std::string("call ") + std::to_string(id) + " was a " + swarm::to_string(c.kind));
         const auto seconds = r.get<double>("seconds");
-        // The router and the rebalancer weigh workers by the calls they route; a collect or
-        // an apply costs every worker of a stage the same once a step.
-        if (routed(p.kind)) routers_[std::size_t(p.stage)].finished(p.worker, seconds, routed_as(p.kind));
-        ++m.calls;
-        completions_.push_back({p, true, {}, message.bytes});
-    }
-
-    // Sends a call to a worker; false when it is gone (then it is banned).
-    bool send_call(worker_id id, pending_call call, message_writer& w, std::uint64_t call_id) {
-        member& m = members_.at(id);
-        call.worker = id;
-        call.sent = clock::now();
-        // A routed call gets its worker's timeout for its class, a collect or an apply that for
-        // any call. A catching-up worker is in no router yet: its replayed steps get the expiry
-        // time. A worker serves its calls in turn, so one sent behind others waits for theirs too.
-        call.timeout_seconds = expiry_seconds();
-        if (call.kind != call_kind::catch_up) {
-            const router& route = routers_[std::size_t(call.stage)];
-            call.timeout_seconds =
-                routed(call.kind) ? route.timeout_seconds(id, routed_as(call.kind)) : route.timeout_seconds(id);
-        }
-        call.deadline = call.sent + std::chrono::duration_cast<clock::duration>(
-                                        std::chrono::duration<double>(m.owed.due_after(call.timeout_seconds)));
-        if (routed(call.kind)) {
-            wire_bytes_ += w.size();
-            plain_bytes_ += w.plain_size();
-        }
-        if (!send_to(router_socket_, m.peer, w.take())) {
-            mark_dead(id, m, "its connection is gone");
-            return false;
-        }
-        m.owed.add(call.timeout_seconds);
-        pending_.emplace(call_id, std::move(call));
-        return true;
-    }
-    std::optional<worker_id> pick(int stage, call_class kind) {
-        auto& route = routers_[std::size_t(stage)];
-        while (auto id = route.pick(kind)) {
-            const member& m = members_.at(*id);
-            if (m.live && m.ready && m.step == step_) return id;
-            route.leave(*id);
-        }
-        return std::nullopt;
-    }
-    void no_worker(int stage, std::optional<clock::time_point>& since) {
-        if (!since) since = clock::now();
-        if (clock::now() - *since > std::chrono::duration<double>(options_.wait_for_worker_seconds))
-            throw error("stage " + std::to_string(stage) + " has no live worker: none answered within --wait-s " +
-                        std::to_string(options_.wait_for_worker_seconds) + " s (" +
-                        std::to_string(members_.size()) + " workers ever joined); start workers with --role worker "
-                        "--rendezvous " + address());
-    }
-
-    // ---- step 1: every micro-batch there and back --------------------------------------
-    // F or B of `mb` at `stage`: the kept input, and the output gradient or the targets.
-    message_writer call_message(const step_state& st, int mb, int stage, bool backward, std::uint64_t call) {
-        message_writer w(backward ? message_kind::backward : message_kind::forward);
-        w.put(call).put(step_);
-        if (backward) w.put(static_cast<std::int32_t>(mb));
-        const auto block = options_.compress_block;
-        w.put(static_cast<std::int32_t>(st.rows));
-        const auto& activations = st.inputs[std::size_t(mb)][std::size_t(stage)];
-        const data::token_batch_view rows = data::micro_batch(*st.batch, mb, options_.microbatches);
-        w.put_ints(stage == 0 ? rows.inputs : std::span<const std::int32_t>());
-        w.put_floats(activations, block);
-        if (backward) {
-            const auto& grad = st.grad_outputs[std::size_t(mb)][std::size_t(stage)];
-            w.put_floats(grad, block);
-            w.put_ints(is_last(stage) ? rows.targets : std::span<const std::int32_t>());
-            w.put(static_cast<double>(st.rows) / options_.batch);  // the micro-batch's share of the samples
-        }
-        return w;
-    }
-    void retry(microbatch_task& t, const std::string& what, const std::string& why) {
-        ++result_.retried_calls;
-        if (++t.attempts >= options_.max_attempts)
-            throw error(what + " failed " + std::to_string(t.attempts) + " times (the last: " + why +
-                        "); the retry cap is --max-attempts " + std::to_string(options_.max_attempts));
-    }
-    void run_microbatches(step_state& st) {
-        const int count = options_.microbatches;
-        const int cap = options_.max_in_flight > 0 ? options_.max_in_flight : count;
-        int done = 0, started = 0;
-        while (done < count) {
-            for (int mb = 0; mb < count; ++mb) {
-                auto& t = st.tasks[std::size_t(mb)];
-                if (t.done || t.in_flight) continue;
-                if (!t.started && started - done >= cap) continue;  // --in-flight: it waits its turn
-                // The last stage does forward, loss and backward in one call.
-                const bool backward = t.backward || is_last(t.stage);
-                const auto id = pick(t.stage, backward ? call_class::backward : call_class::forward);
-                if (!id) {
-                    no_worker(t.stage, t.waiting_since);
-                    continue;
-                }
-                t.waiting_since.reset();
-                if (!t.started) {
-                    t.started = true;
-                    ++started;
-                }
-                const std::uint64_t call = next_call_++;
-                auto w = call_message(st, mb, t.stage, backward, call);
-                t.in_flight = send_call(*id, {backward ? call_kind::backward : call_kind::forward, *id, t.stage, mb,
-                                              {}, {}, {}},
-                                        w, call);
+        require(std::isfinite(seconds) && seconds >= 0, "reply seconds", seconds, "must be finite and >= 0");
+        const auto expect_size = [&](const std::vector<float>& v, std::size_t size, const char* what) {
+            require(v.size() == size, what, v.size(), "must hold " + std::to_string(size) + " values");
+        };
+        const auto k = std::size_t(c.stage);
+        switch (c.kind) {
+            case call_kind::forward: {
+                auto output = r.get_floats("output");
+                count_reply_bytes(r, message);
+                expect_size(output, activation_size(), "forward output");
+                tensors_.inputs[std::size_t(c.microbatch)][k + 1] = std::move(output);
+                break;
             }
-            pump(std::chrono::milliseconds(5));
-            while (!completions_.empty()) {
-                completion c = std::move(completions_.front());
-                completions_.pop_front();
-                if (c.call.kind != call_kind::forward && c.call.kind != call_kind::backward) continue;
-                auto& t = st.tasks[std::size_t(c.call.microbatch)];
-                t.in_flight = false;
-                const std::string what = std::string(c.call.kind == call_kind::forward ? "forward" : "backward") +
-                                         " of micro-batch " + std::to_string(c.call.microbatch) + " at stage " +
-                                         std::to_string(c.call.stage);
-                if (!c.ok) {
-                    retry(t, what, c.why);
-                    continue;
+            case call_kind::backward: {
+                const double loss = r.get<double>("loss");
+                auto grad_input = r.get_floats("input gradient");
+                count_reply_bytes(r, message);
+                expect_size(grad_input, c.stage == 0 ? 0 : activation_size(), "input gradient");
+                if (!c.redo) {  // a redone backward counts its contribution; its outputs were taken
+                    if (is_last(c.stage)) tensors_.loss[std::size_t(c.microbatch)] = loss;
+                    if (c.stage > 0) tensors_.grad_outputs[std::size_t(c.microbatch)][k - 1] = std::move(grad_input);
                 }
-                if (advance(st, c)) ++done;
+                break;
             }
+            case call_kind::collect: {
+                auto sum = r.get_floats("gradient");
+                r.finish();
+                expect_size(sum, registries_[k].total_size(), "collected gradient");
+                tensors_.partials[{c.stage, c.microbatches.front()}] = std::move(sum);
+                break;
+            }
+            case call_kind::apply:
+            case call_kind::catch_up:
+                static_cast<void>(r.get<std::uint64_t>("worker step"));
+                r.finish();
+                break;
         }
-    }
-    // An answer's results: past the call id and seconds on_reply read.
-    static message_reader results_of(const completion& c) {
-        message_reader r(c.bytes, "worker " + std::to_string(c.call.worker));
-        static_cast<void>(r.get<std::uint64_t>("call"));
-        static_cast<void>(r.get<double>("seconds"));
-        return r;
+        if (c.kind != call_kind::apply && c.kind != call_kind::catch_up) result_.served[k].insert(c.worker);
+        policy_.answered(id, seconds);
     }
     // Counts an answer read to its end: its bytes, and what they would be plain.
-    void count_reply_bytes(const message_reader& r, const completion& c) {
+    void count_reply_bytes(const message_reader& r, const routed_message& message) {
         r.finish();
-        wire_bytes_ += c.bytes.size();
+        wire_bytes_ += message.bytes.size();
         plain_bytes_ += r.plain_size();
     }
 
-    // Takes a call's answer; true when its micro-batch has come all the way back.
-    bool advance(step_state& st, const completion& c) {
-        message_reader r = results_of(c);
-        const int mb = c.call.microbatch, k = c.call.stage;
-        auto& t = st.tasks[std::size_t(mb)];
-        result_.served[std::size_t(k)].insert(c.call.worker);
-        if (c.call.kind == call_kind::forward) {
-            st.inputs[std::size_t(mb)][std::size_t(k + 1)] = r.get_floats("output");
-            count_reply_bytes(r, c);
-            t.stage = k + 1;
-            t.attempts = 0;
-            return false;
-        }
-        const double loss = r.get<double>("loss");
-        std::vector<float> grad_input = r.get_floats("input gradient");
-        count_reply_bytes(r, c);
-        if (is_last(k)) st.loss[std::size_t(mb)] = loss;
-        st.accepted[{k, mb}] = c.call.worker;
-        t.attempts = 0;
-        if (k == 0) {
-            t.done = true;
-            return true;
-        }
-        st.grad_outputs[std::size_t(mb)][std::size_t(k - 1)] = std::move(grad_input);
-        t.stage = k - 1;
-        t.backward = true;
-        return false;
-    }
-
-    // ---- step 2: collect each accepted contribution once ------------------------------
-    std::vector<std::vector<float>> collect_gradients(step_state& st) {
-        std::set<std::pair<int, int>> need;  // (stage, mb) not collected yet
-        for (const auto& [key, id] : st.accepted) need.insert(key);
-        std::set<std::pair<int, int>> in_flight;
-        std::map<std::pair<int, int>, std::vector<float>> partials;  // (stage, first mb) -> sum
-        std::map<std::pair<int, int>, microbatch_task> redo;         // backwards to run again
-        std::vector<long long> rows(std::size_t(options_.stages), 0);
-        while (!need.empty()) {
-            // Group what is needed by the worker whose contribution counts.
-            std::map<std::pair<int, worker_id>, std::vector<std::int32_t>> groups;
-            for (const auto& key : need)
-                if (!in_flight.contains(key) && !redo.contains(key))
-                    groups[{key.first, st.accepted.at(key)}].push_back(key.second);
-            for (auto& [group, mbs] : groups) {
-                const auto [k, id] = group;
-                const member& m = members_.at(id);
-                if (!(m.live && m.ready && m.step == step_)) {  // gone: its backwards are redone
-                    for (const int mb : mbs) redo[{k, mb}] = redo_task(k);
-                    continue;
-                }
-                const std::uint64_t call = next_call_++;
-                message_writer w(message_kind::collect);
-                w.put(call).put(step_).put_ints(mbs);
-                for (const int mb : mbs) in_flight.insert({k, mb});
-                if (!send_call(id, {call_kind::collect, id, k, -1, mbs, {}, {}}, w, call))
-                    for (const int mb : mbs) in_flight.erase({k, mb}), redo[{k, mb}] = redo_task(k);
-            }
-            // Backwards to redo: any live worker of the stage, from the kept inputs.
-            for (auto& [key, t] : redo) {
-                if (t.in_flight) continue;
-                const auto id = pick(key.first, call_class::backward);
-                if (!id) {
-                    no_worker(key.first, t.waiting_since);
-                    continue;
-                }
-                const std::uint64_t call = next_call_++;
-                auto w = call_message(st, key.second, key.first, true, call);
-                t.in_flight = send_call(*id, {call_kind::backward, *id, key.first, key.second, {}, {}, {}}, w, call);
-            }
-            pump(std::chrono::milliseconds(5));
-            while (!completions_.empty()) {
-                completion c = std::move(completions_.front());
-                completions_.pop_front();
-                const int k = c.call.stage;
-                if (c.call.kind == call_kind::collect) {
-                    for (const int mb : c.call.microbatches) in_flight.erase({k, mb});
-                    if (!c.ok) {
-                        ++result_.retried_calls;
-                        for (const int mb : c.call.microbatches) redo[{k, mb}] = redo_task(k);
-                        continue;
-                    }
-                    message_reader r = results_of(c);
-                    auto sum = r.get_floats("gradient");
-                    r.finish();
-                    require(sum.size() == registries_[std::size_t(k)].total_size(), "collected gradient", sum.size(),
-                            "must hold stage " + std::to_string(k) + "'s parameters");
-                    partials[{k, *std::min_element(c.call.microbatches.begin(), c.call.microbatches.end())}] =
-                        std::move(sum);
-                    for (const int mb : c.call.microbatches) {
-                        need.erase({k, mb});
-                        rows[std::size_t(k)] += st.rows;
-                    }
-                    result_.served[std::size_t(k)].insert(c.call.worker);
-                } else if (c.call.kind == call_kind::backward) {
-                    const auto it = redo.find({k, c.call.microbatch});
-                    if (it == redo.end()) continue;
-                    auto& t = it->second;
-                    t.in_flight = false;
-                    if (!c.ok) {
-                        retry(t, "the redone backward of micro-batch " + std::to_string(c.call.microbatch) +
-                                     " at stage " + std::to_string(k), c.why);
-                        continue;
-                    }
-                    st.accepted[{k, c.call.microbatch}] = c.call.worker;
-                    redo.erase({k, c.call.microbatch});
-                }
-            }
-        }
-        // The samples counted: the same at every stage, each once.
-        for (int k = 0; k < options_.stages; ++k)
-            require(rows[std::size_t(k)] == options_.batch, "samples counted at stage " + std::to_string(k),
-                    rows[std::size_t(k)], "must be the batch's " + std::to_string(options_.batch));
-        st.counted_rows = rows[0];
-        // Summed in micro-batch order of the groups: the same bits on every worker it goes to.
+    // ---- the step's gradient -----------------------------------------------------------
+    // Each stage's sum of what was collected, added in micro-batch order of the collected
+    // groups: the same bits on every worker it goes to.
+    std::vector<std::vector<float>> summed_gradients() const {
         std::vector<std::vector<float>> gradients(std::size_t(options_.stages));
-        for (int k = 0; k < options_.stages; ++k) gradients[std::size_t(k)].assign(registries_[std::size_t(k)].total_size(), 0.0f);
-        for (const auto& [key, sum] : partials) {
+        for (int k = 0; k < options_.stages; ++k)
+            gradients[std::size_t(k)].assign(registries_[std::size_t(k)].total_size(), 0.0f);
+        for (const auto& [key, sum] : tensors_.partials) {
             auto& g = gradients[std::size_t(key.first)];
             for (std::size_t i = 0; i < g.size(); ++i) g[i] += sum[i];
         }
@@ -866,69 +661,21 @@ private:
         }
     }
 
-    // ---- step 3: every live worker of each stage steps with its stage's gradient ------
-    // Returns the members whose state is unknown (the apply was lost: they fetch it again),
-    // and those that became ready while the applies went out (they catch up).
-    struct apply_outcome {
-        std::vector<worker_id> lost, behind;
-    };
-    apply_outcome apply(const std::vector<std::vector<float>>& gradients, double lr, double clip) {
-        std::vector<int> applied(std::size_t(options_.stages), 0);
-        std::set<worker_id> waiting;
-        apply_outcome out;
-        for (auto& [id, m] : members_) {
-            if (!(m.live && m.ready && m.step == step_)) continue;
-            const std::uint64_t call = next_call_++;
-            message_writer w(message_kind::apply);
-            w.put(call).put(step_).put(lr).put(clip).put_floats(gradients[std::size_t(m.stage)]);
-            if (send_call(id, {call_kind::apply, id, m.stage, -1, {}, {}, {}}, w, call)) waiting.insert(id);
-        }
-        while (!waiting.empty()) {
-            pump(std::chrono::milliseconds(5));
-            while (!completions_.empty()) {
-                completion c = std::move(completions_.front());
-                completions_.pop_front();
-                if (c.call.kind != call_kind::apply) continue;
-                waiting.erase(c.call.worker);
-                member& m = members_.at(c.call.worker);
-                if (c.ok) {
-                    m.step = step_ + 1;
-                    ++applied[std::size_t(c.call.stage)];
-                } else if (m.live) {
-                    if (m.ready) routers_[std::size_t(m.stage)].leave(c.call.worker);
-                    m.ready = false;
-                    out.lost.push_back(c.call.worker);
-                }
-            }
-        }
-        for (int k = 0; k < options_.stages; ++k)
-            if (applied[std::size_t(k)] == 0)
-                throw error("stage " + std::to_string(k) + " lost every worker while stepping at step " +
-                            std::to_string(step_) + ": no one holds its state any more, the run cannot go on");
-        // Ready members not stepped: they became ready after the applies went out.
-        for (auto& [id, m] : members_)
-            if (m.live && m.ready && m.step != step_ + 1) {
-                routers_[std::size_t(m.stage)].leave(id);
-                m.ready = false;
-                out.behind.push_back(id);
-            }
-        return out;
-    }
-
     trainer_options options_;
     std::vector<nn::unit_range> units_;
     std::vector<models::tied_parameter> tied_ = models::gpt::tied_parameters(options_.model);
     std::vector<weft::parameter_registry> registries_;
     std::vector<std::vector<train::flat_run>> norm_runs_;  // what each stage counts in the norm
+    coordinator policy_;
     zmq::context_t context_;
     zmq::socket_t router_socket_;
-    std::vector<router> routers_;
-    std::map<worker_id, member> members_;
-    std::map<std::uint64_t, pending_call> pending_;
-    std::deque<completion> completions_;
+    std::map<worker_id, member_link> links_;
+    std::map<std::uint64_t, clock::time_point> deadlines_;  // of the calls sent and awaited
+    std::map<int, clock::time_point> starving_since_;       // stages with work and no live worker
     worker_id next_id_ = 0;
-    std::uint64_t next_call_ = 1;
-    std::uint64_t step_ = 0;
+    step_tensors tensors_;
+    applied_step applying_;                       // the step's gradient, on its way to the workers
+    std::map<std::uint64_t, applied_step> history_;  // the steps a behind worker may replay
     step_result result_;
     // Malformed messages dropped over the run, and the peers banned for them (see dispatch).
     static constexpr std::size_t malformed_before_ban = 8;
@@ -937,12 +684,6 @@ private:
     std::set<std::string> banned_peers_;
     std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
     std::optional<clock::time_point> last_rebalance_;
-    struct applied_step {
-        std::uint64_t step = 0;
-        double lr = 0, clip = 1;
-        std::vector<std::vector<float>> gradients;  // per stage
-    };
-    std::deque<applied_step> history_;  // the last catch_up_steps steps, for catch-up
 };
 
 }  // namespace weft::swarm::net
