@@ -148,12 +148,12 @@ void routing(const settings& s) {
                 "%s.\n\n",
                 hours(duration).c_str());
     std::printf("| routing | micro-batches/s | %% of optimum | retried calls |\n|---|---:|---:|---:|\n");
-    for (const auto policy : {sim::routing_policy::iwrr, sim::routing_policy::round_robin}) {
+    for (const auto policy : {weft::swarm::routing_rule::iwrr, weft::swarm::routing_rule::round_robin}) {
         sim::swarm_model m = base_model(duration);
         m.routing = policy;
         const auto r = sim::simulate(m, workers);
         std::printf("| %s | %.2f | %.1f | %lld |\n",
-                    policy == sim::routing_policy::iwrr ? "IWRR" : "uniform round-robin", r.microbatches_per_second(),
+                    policy == weft::swarm::routing_rule::iwrr ? "IWRR" : "uniform round-robin", r.microbatches_per_second(),
                     100 * r.fraction_of_optimal(), r.retried_calls);
     }
     std::printf("\n");

@@ -68,7 +68,7 @@ TEST_CASE("IWRR routes by speed where round-robin waits for the slowest", "[swar
         }
     auto model = small_model(1800);
     const auto weighted = sim::simulate(model, always_up(speeds, stages));
-    model.routing = sim::routing_policy::round_robin;
+    model.routing = weft::swarm::routing_rule::round_robin;
     const auto uniform = sim::simulate(model, always_up(speeds, stages));
     // Round-robin gives each worker a sixth of the calls, so the 0.25 one sets the pace: a
     // stage makes at most 6 x 0.25 / 0.4 s = 3.75 micro-batches a second of the 16.9 its

@@ -146,6 +146,7 @@ public:
             member_state& old = it->second;
             if (old.ready) routers_[std::size_t(old.stage)].leave(id);
             old.live = old.ready = false;
+            collect_plan_due_ = true;
             lose_calls_of(id, old);
         }
         member_state& m = members_[id];
@@ -179,6 +180,7 @@ public:
         m.live = false;
         m.ready = false;
         ++m.deaths;
+        collect_plan_due_ = true;  // what it held is redone
         routers_[std::size_t(m.stage)].failed(id);
         lose_calls_of(id, m);
         return true;
@@ -241,6 +243,7 @@ public:
         counts_ = {};
         tasks_.assign(std::size_t(options_.microbatches), task{});
         accepted_.clear();
+        uncollected_.clear();
         collected_.assign(std::size_t(options_.stages), {});
         collecting_.clear();
         redo_.clear();
@@ -252,8 +255,10 @@ public:
 
     // The calls to send now. A driver that cannot send one reports its worker failed.
     [[nodiscard]] std::vector<call> take_calls() {
-        if (phase_ == step_phase::collecting) plan_collects();
-        std::vector<call> out;
+        if (phase_ == step_phase::collecting && collect_plan_due_) plan_collects();
+        // Calls made outside the queue go first: they were issued first, so the calls their
+        // workers owe (which a deadline counts) are those sent ahead of them.
+        std::vector<call> out = std::exchange(outbox_, {});
         while (!queue_.empty()) {
             const work w = queue_.front();
             queue_.pop_front();
@@ -270,8 +275,6 @@ public:
             else tasks_[std::size_t(w.microbatch)].in_flight = true;
             out.push_back(issue(std::move(c)));
         }
-        for (auto& c : outbox_) out.push_back(std::move(c));
-        outbox_.clear();
         return out;
     }
 
@@ -498,6 +501,7 @@ private:
         t.in_flight = false;
         t.attempts = 0;
         accepted_[{c.stage, c.microbatch}] = c.worker;
+        uncollected_.insert({c.stage, c.microbatch});
         if (c.stage > 0) {
             t.stage = c.stage - 1;
             t.backward = true;
@@ -507,17 +511,22 @@ private:
         t.done = true;
         ++finished_;
         start_more();
-        if (finished_ == options_.microbatches) phase_ = step_phase::collecting;
+        if (finished_ == options_.microbatches) {
+            phase_ = step_phase::collecting;
+            collect_plan_due_ = true;
+        }
     }
     void redone(const call& c) {
         accepted_[{c.stage, c.microbatch}] = c.worker;
         redo_.erase({c.stage, c.microbatch});
         ++counts_.redone_backwards;
+        collect_plan_due_ = true;
     }
     void collected(const call& c) {
         auto& done = collected_[std::size_t(c.stage)];
         for (const int mb : c.microbatches) {
             collecting_.erase({c.stage, mb});
+            uncollected_.erase({c.stage, mb});
             require(done.insert(mb).second, "collected micro-batch", mb, "was collected twice at stage " +
                                                                             std::to_string(c.stage));
         }
@@ -589,10 +598,12 @@ private:
     // The collection: each (stage, micro-batch) not collected yet is asked of the worker whose
     // backward counted, grouped by worker; one that cannot hand it over has it redone.
     void plan_collects() {
+        collect_plan_due_ = false;
         std::map<std::pair<int, worker_id>, std::vector<std::int32_t>> groups;
-        for (const auto& [key, holder] : accepted_) {
+        for (const auto& key : uncollected_) {
             const auto [k, mb] = key;
-            if (collected_[std::size_t(k)].contains(mb) || collecting_.contains(key) || redo_.contains(key)) continue;
+            if (collecting_.contains(key) || redo_.contains(key)) continue;
+            const worker_id holder = accepted_.at(key);
             const member_state& m = members_.at(holder);
             if (!(m.live && m.ready && m.step == step_)) {  // gone, or moved on: its backward is redone
                 redo_[key];
@@ -623,6 +634,7 @@ private:
         }
         if (m.ready) routers_[std::size_t(m.stage)].leave(id);
         m.ready = false;
+        collect_plan_due_ = true;
         if (m.step > step_ || kept_.empty() || m.step < kept_.front()) {
             send_back(id, m);
             return;
@@ -645,6 +657,7 @@ private:
     }
     // The member fetches its stage's state again (on a move: the new stage's).
     void send_back(worker_id id, member_state& m) {
+        collect_plan_due_ = true;  // what it held is redone
         if (m.ready) routers_[std::size_t(m.stage)].leave(id);
         m.ready = false;
         if (std::find(rejoins_.begin(), rejoins_.end(), id) == rejoins_.end()) rejoins_.push_back(id);
@@ -669,8 +682,10 @@ private:
     std::vector<std::vector<work>> waiting_;   // per stage: work that found no live worker
     std::map<std::pair<int, int>, worker_id> accepted_;  // (stage, mb) -> whose backward counts
     std::vector<std::set<int>> collected_;               // per stage: micro-batches collected
+    std::set<std::pair<int, int>> uncollected_;          // (stage, mb) accepted, not collected yet
     std::set<std::pair<int, int>> collecting_;           // (stage, mb) asked of a worker
     std::map<std::pair<int, int>, redo_task> redo_;      // (stage, mb) backwards to run again
+    bool collect_plan_due_ = false;  // something changed that the collection's plan must see
     std::vector<int> applied_;                           // per stage: workers that stepped
     int applies_out_ = 0;
     std::vector<worker_id> lost_applies_;
