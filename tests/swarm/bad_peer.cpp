@@ -1,7 +1,7 @@
-// A peer that sends a SWARM trainer what the protocol never does, for tests/swarm/bad_peer.sh:
-// a REQ socket's framing (an empty delimiter before the body), multipart messages, random
-// bytes (empty, short, and a 1 MiB frame), a hello cut short after its header, and kinds the
-// trainer does not take (welcome, stop, a call). Each burst uses fresh sockets, so every burst
+// A peer that sends a SWARM trainer, or a worker's state server, what the protocol never does,
+// for tests/swarm/bad_peer.sh: a REQ socket's framing (an empty delimiter before the body),
+// multipart messages, random bytes (empty, short, and a 1 MiB frame), a hello and a state
+// request cut short after their header, and kinds neither takes (welcome, stop, a call). Each burst uses fresh sockets, so every burst
 // reaches the trainer's parsing before its ban on a repeating peer drops the rest unread.
 //   bad_peer HOST:PORT BURSTS INTERVAL_MS
 #include <zmq.hpp>
@@ -60,15 +60,17 @@ int main(int argc, char** argv) {
                                     std::size_t{1} << 20})
             send_frames(dealer, {random_bytes(rng, n)});
         // Well-headed, wrong: a hello cut short, kinds the trainer does not take.
-        message_writer truncated(message_kind::hello);
-        truncated.put(std::uint8_t{1});
-        send_frames(dealer, {truncated.take()});
+        for (const message_kind kind : {message_kind::hello, message_kind::state_request}) {
+            message_writer truncated(kind);
+            truncated.put(std::uint8_t{1});
+            send_frames(dealer, {truncated.take()});
+        }
         for (const message_kind kind : {message_kind::welcome, message_kind::stop, message_kind::forward}) {
             message_writer wrong(kind);
             wrong.put(std::uint64_t{12345});
             send_frames(dealer, {wrong.take()});
         }
-        sent += 1 + 5 + 1 + 3;  // the multipart, the random frames, the truncated hello, the wrong kinds
+        sent += 1 + 5 + 2 + 3;  // the multipart, the random frames, the truncated ones, the wrong kinds
         std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
     }
     std::printf("bad_peer: sent %d malformed messages in %d bursts to %s\n", sent, bursts, argv[1]);

@@ -144,7 +144,9 @@ struct routed_message {
 };
 [[nodiscard]] inline std::optional<routed_message> receive_from(zmq::socket_t& router,
                                                                 dropped_messages* dropped = nullptr) {
-    for (;;) {
+    // Messages of the wrong shape are read and dropped, a bounded number per call: a flood of
+    // them returns to the caller's clocks rather than holding it here.
+    for (int skipped = 0; skipped < 1000; ++skipped) {
         zmq::message_t id;
         if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
         zmq::message_t body;
@@ -157,6 +159,7 @@ struct routed_message {
         const auto* first = static_cast<const std::byte*>(body.data());
         return routed_message{id.to_string(), std::vector<std::byte>(first, first + body.size())};
     }
+    return std::nullopt;
 }
 
 // Waits up to `timeout` for any of `sockets` to have a message; which ones do.

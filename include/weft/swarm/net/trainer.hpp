@@ -44,6 +44,7 @@
 #include "weft/models/gpt.hpp"
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
+#include "weft/swarm/net/peer_guard.hpp"
 #include "weft/swarm/coordinator.hpp"
 #include "weft/swarm/protocol.hpp"
 #include "weft/swarm/stage_service.hpp"
@@ -189,7 +190,7 @@ public:
         tensors_.rows = batch.rows / options_.microbatches;
         result_ = step_result{};
         result_.step = static_cast<long long>(step);
-        dropped_before_step_ = dropped_.count;
+        dropped_before_step_ = guard_.dropped();
         result_.served.resize(std::size_t(options_.stages));
         policy_.begin_step();
         drive_until(step_phase::summed);
@@ -485,17 +486,14 @@ private:
     void pump(std::chrono::milliseconds wait) {
         zmq::socket_t* sockets[] = {&router_socket_};
         if (wait_readable(sockets, wait)[0]) {
-            while (auto m = receive_from(router_socket_, &dropped_)) {
-                if (banned_peers_.contains(m->peer)) {
-                    dropped_.add(m->peer);
-                    continue;
-                }
-                dispatch(*m);
-                ban_repeat_offenders();
+            for (int n = 0; n < peer_guard::messages_per_poll; ++n) {
+                auto m = receive_from(router_socket_, guard_.counter());
+                if (!m) break;
+                if (!guard_.refuses(m->peer)) dispatch(*m);
             }
-            ban_repeat_offenders();  // a peer whose messages were all of the wrong shape
+            guard_.ban_repeat_offenders();  // a peer whose messages were all of the wrong shape
         }
-        result_.dropped_messages = static_cast<long long>(dropped_.count - dropped_before_step_);
+        result_.dropped_messages = static_cast<long long>(guard_.dropped() - dropped_before_step_);
         const auto now = clock::now();
         for (const auto& [id, link] : links_) {
             const member_state* m = policy_.member(id);
@@ -535,18 +533,8 @@ private:
             // A malformed message costs that message, not the run (std::exception: contents
             // that name no known member or call are refused as well as bytes that do not parse).
             // A reply dropped so leaves its call awaited: it times out and goes elsewhere.
-            std::fprintf(stderr, "swarm: dropped a message from peer '%s': %s\n", printable_peer(message.peer).c_str(),
-                         e.what());
-            dropped_.add(message.peer);
+            guard_.drop(message.peer, e.what());
         }
-    }
-    // A peer that keeps sending malformed messages is banned: what it sends is dropped unread.
-    // Workers send none, so a worker is never banned this way (a stall or a crash bans it).
-    void ban_repeat_offenders() {
-        for (const auto& [peer, count] : dropped_.by_peer)
-            if (count >= malformed_before_ban && banned_peers_.insert(peer).second)
-                std::fprintf(stderr, "swarm: peer '%s' banned after %zu malformed messages\n", printable_peer(peer).c_str(),
-                             count);
     }
     // The kind of reply a call takes.
     static message_kind reply_kind(call_kind kind) {
@@ -677,11 +665,8 @@ private:
     applied_step applying_;                       // the step's gradient, on its way to the workers
     std::map<std::uint64_t, applied_step> history_;  // the steps a behind worker may replay
     step_result result_;
-    // Malformed messages dropped over the run, and the peers banned for them (see dispatch).
-    static constexpr std::size_t malformed_before_ban = 8;
-    dropped_messages dropped_;
+    peer_guard guard_{"swarm"};  // malformed messages dropped over the run, and the peers banned for them
     std::size_t dropped_before_step_ = 0;
-    std::set<std::string> banned_peers_;
     std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
     std::optional<clock::time_point> last_rebalance_;
 };

@@ -29,6 +29,7 @@
 #include "weft/core/error.hpp"
 #include "weft/io/safetensors.hpp"
 #include "weft/swarm/net/link.hpp"
+#include "weft/swarm/net/peer_guard.hpp"
 #include "weft/swarm/protocol.hpp"
 #include "weft/swarm/stage_service.hpp"
 #include "weft/swarm/wire.hpp"
@@ -54,6 +55,8 @@ struct worker_report {
     long long refused = 0;
     std::map<worker_id, long long> chunks_from;  // state chunks fetched, by donor
     std::set<worker_id> banned_peers;  // peers that failed to hand out state
+    std::size_t dropped_messages = 0;  // malformed messages to its state server, dropped
+    std::size_t banned_strangers = 0;  // peers banned for sending them
     std::string summary() const {
         std::string text = "worker " + std::to_string(id) + " | stage " + std::to_string(stage);
         if (!earlier_stages.empty()) {
@@ -70,6 +73,9 @@ struct worker_report {
         text += " | refused " + std::to_string(refused) + " | banned peers";
         if (banned_peers.empty()) text += " none";
         for (const worker_id p : banned_peers) text += " " + std::to_string(p);
+        if (dropped_messages > 0)
+            text += " | dropped " + std::to_string(dropped_messages) + " malformed messages, banned " +
+                    std::to_string(banned_strangers) + " peers for them";
         return text;
     }
 };
@@ -93,7 +99,7 @@ public:
         try {
             join();
         } catch (const stop_requested&) {
-            return report_;  // the run ended while this worker fetched its first state
+            return final_report();  // the run ended while this worker fetched its first state
         }
         std::printf("worker %llu | stage %d | ready; new workers may join through it: --rendezvous %s\n",
                     static_cast<unsigned long long>(report_.id), report_.stage, bound_address(state_server_).c_str());
@@ -114,12 +120,18 @@ public:
             throw error("worker " + std::to_string(report_.id) + ": the trainer at " + options_.rendezvous +
                         " stopped answering heartbeats for " + std::to_string(welcome_.expiry_seconds) +
                         " s; this worker ends so that no process outlives its run");
-        return report_;
+        return final_report();
     }
 
 private:
     using clock = std::chrono::steady_clock;
     struct stop_requested {};  // the trainer said stop while this worker was fetching state
+
+    worker_report final_report() {
+        report_.dropped_messages = guard_.dropped();
+        report_.banned_strangers = guard_.banned();
+        return report_;
+    }
 
     // While fetching, the trainer's messages are set aside for afterwards (a stop ends the
     // fetch at once), so that a run ending mid-fetch ends this worker too.
@@ -178,14 +190,6 @@ private:
         w.put_string(trainer_address_);
         static_cast<void>(send_to(state_server_, m.peer, w.take()));
     }
-    [[nodiscard]] static bool is_hello(const routed_message& m) {
-        try {
-            return message_reader(m.bytes, "a peer").kind() == message_kind::hello;
-        } catch (const error&) {
-            return false;  // serve_state refuses what it cannot read
-        }
-    }
-
     // Builds the stage's service and fills its state: the initial weights, or the peers'.
     void start_stage() {
         if (report_.stage >= 0 && report_.stage != welcome_.stage) report_.earlier_stages.push_back(report_.stage);
@@ -264,7 +268,7 @@ private:
         return receive(link);
     }
     std::optional<state_manifest> request_manifest(const peer_address& peer, zmq::socket_t& link) {
-        refuse_state_requests();
+        serve_peers(/*fetching=*/true);
         poll_trainer();
         send(link, state_request(0, 0, 0).take());
         const auto bytes = await(link);
@@ -296,7 +300,7 @@ private:
                 asked[i] = {at, clock::now()};
             }
             if (asked.empty()) return false;  // every peer banned
-            refuse_state_requests();
+            serve_peers(/*fetching=*/true);
             poll_trainer();
             std::vector<zmq::socket_t*> sockets;
             std::vector<std::size_t> which;
@@ -347,37 +351,66 @@ private:
                 snapshot_.reset();
             zmq::socket_t* sockets[] = {&calls_, &state_server_};
             const auto ready = wait_readable(sockets, std::chrono::milliseconds(100));
-            if (ready[1]) serve_waiting_state();
+            if (ready[1]) serve_peers(/*fetching=*/false);
             if (!ready[0]) continue;
             while (auto bytes = receive(calls_)) {
                 message_reader r(*bytes, "the trainer");
                 if (r.kind() == message_kind::stop) return;
                 handle(r);
-                serve_waiting_state();  // between calls, so a busy worker still hands out state
+                serve_peers(/*fetching=*/false);  // between calls, so a busy worker still hands out state
             }
         }
     }
-    // Peers' requests: state, or a newcomer's hello.
-    void serve_waiting_state() {
-        while (auto m = receive_from(state_server_)) {
-            if (is_hello(*m)) redirect(*m);
-            else serve_state(*m);
-        }
-    }
-
-    // Peers asking this worker for state while it fetches its own are refused at once rather
-    // than left waiting for their timeout: what it holds is half written, or another stage's.
-    void refuse_state_requests() {
-        while (auto m = receive_from(state_server_)) {
-            if (is_hello(*m)) {
-                redirect(*m);
-                continue;
+    // Peers' messages to the state server: a newcomer's hello (sent on to the trainer) or a
+    // state request. While this worker fetches its own state (`fetching`), requests are refused
+    // at once rather than left waiting for their timeout: what it holds is half written, or
+    // another stage's. Anything else, or a message cut short, is a stranger's: dropped and
+    // counted, and a peer that keeps sending them is banned (net/peer_guard.hpp).
+    void serve_peers(bool fetching) {
+        for (int n = 0; n < peer_guard::messages_per_poll; ++n) {
+            const auto m = receive_from(state_server_, guard_.counter());
+            if (!m) break;
+            if (guard_.refuses(m->peer)) continue;
+            try {
+                message_reader r(m->bytes, "peer '" + printable_peer(m->peer) + "'");
+                switch (r.kind()) {
+                    case message_kind::hello:
+                        static_cast<void>(read_hello(r));
+                        redirect(*m);
+                        break;
+                    case message_kind::state_request: {
+                        const requested_state request = read_state_request(r);
+                        if (fetching) refuse(m->peer, "worker " + std::to_string(welcome_.id) + " is fetching its own state");
+                        else serve_state(m->peer, request);
+                        break;
+                    }
+                    default:
+                        throw invalid_argument("message kind", std::string(to_string(r.kind())),
+                                               "a worker's state server takes hello and state requests");
+                }
+            } catch (const std::exception& e) {
+                guard_.drop(m->peer, e.what());
             }
-            message_writer w(message_kind::refused);
-            w.put(std::uint64_t{0}).put(std::uint64_t{0}).put_string("worker " + std::to_string(welcome_.id) +
-                                                                        " is fetching its own state");
-            static_cast<void>(send_to(state_server_, m->peer, w.take()));
         }
+        guard_.ban_repeat_offenders();
+    }
+    void refuse(const std::string& peer, const std::string& why) {
+        message_writer w(message_kind::refused);
+        w.put(std::uint64_t{0}).put(service_ ? service_->step() : std::uint64_t{0}).put_string(why);
+        static_cast<void>(send_to(state_server_, peer, w.take()));
+    }
+    struct requested_state {
+        std::int32_t stage = 0;
+        std::uint64_t step = 0, offset = 0, count = 0;  // count 0: the manifest
+    };
+    static requested_state read_state_request(message_reader& r) {
+        requested_state q;
+        q.stage = r.get<std::int32_t>("stage");
+        q.step = r.get<std::uint64_t>("step");
+        q.offset = r.get<std::uint64_t>("offset");
+        q.count = r.get<std::uint64_t>("count");
+        r.finish();
+        return q;
     }
     // A request for the manifest (count 0), or a chunk of step `step`'s state image, of
     // this worker's stage.
@@ -389,44 +422,38 @@ private:
     // Answers a peer's state request. A manifest request takes a snapshot of the state (one
     // copy, kept until a later step's request replaces it), so that the chunks the peer then
     // asks for are all of that step while this worker trains on. A request this worker cannot
-    // serve (it moved to another stage since the peer was told of it, it no longer holds that
-    // step, or the request is malformed) is refused, never fatal: the peer does without it.
-    void serve_state(const routed_message& m) {
+    // serve (it moved to another stage since the peer was told of it, or it no longer holds
+    // that step) is refused, never fatal: the peer does without it.
+    void serve_state(const std::string& peer, const requested_state& q) {
         message_writer w(message_kind::state_reply);
         try {
-            message_reader r(m.bytes, "a joining peer");
-            const auto stage = r.get<std::int32_t>("stage");
-            const auto step = r.get<std::uint64_t>("step");
-            const auto offset = r.get<std::uint64_t>("offset");
-            const auto count = r.get<std::uint64_t>("count");
-            r.finish();
-            if (stage != welcome_.stage)
-                throw invalid_argument("state request stage", stage,
+            if (q.stage != welcome_.stage)
+                throw invalid_argument("state request stage", q.stage,
                                        "this worker serves stage " + std::to_string(welcome_.stage));
-            if (count == 0) {
+            if (q.count == 0) {
                 if (!snapshot_ || snapshot_->manifest.step != service_->step()) {
                     const state_manifest now = service_->manifest();
                     snapshot_ = state_snapshot{now, service_->read_state(0, now.total())};
                 }
                 write(w, snapshot_->manifest);
             } else {
-                if (!snapshot_ || snapshot_->manifest.step != step)
-                    throw invalid_argument("state request step", step,
+                if (!snapshot_ || snapshot_->manifest.step != q.step)
+                    throw invalid_argument("state request step", q.step,
                                            "this worker's snapshot is of step " +
                                                (snapshot_ ? std::to_string(snapshot_->manifest.step) : "none"));
                 const auto& image = snapshot_->image;
-                require(count <= image.size() && offset <= image.size() - count, "state chunk offset", offset,
-                        "with " + std::to_string(count) + " values must lie within the state's " +
+                require(q.count <= image.size() && q.offset <= image.size() - q.count, "state chunk offset", q.offset,
+                        "with " + std::to_string(q.count) + " values must lie within the state's " +
                             std::to_string(image.size()) + " values");
-                w.put(step).put(offset).put_floats(std::span<const float>(image).subspan(offset, count));
+                w.put(q.step).put(q.offset).put_floats(std::span<const float>(image).subspan(q.offset, q.count));
             }
             ++report_.served["state"];
             snapshot_used_ = clock::now();
         } catch (const error& e) {
-            w = message_writer(message_kind::refused);
-            w.put(std::uint64_t{0}).put(service_->step()).put_string(e.what());
+            refuse(peer, e.what());
+            return;
         }
-        static_cast<void>(send_to(state_server_, m.peer, w.take()));
+        static_cast<void>(send_to(state_server_, peer, w.take()));
     }
 
     void play_faults(std::uint64_t step, message_kind kind) {
@@ -591,6 +618,7 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> trainer_gone_{false};
     bool stalled_ = false;
+    peer_guard guard_{"swarm worker"};  // strangers' messages to the state server
 };
 
 }  // namespace weft::swarm::net
