@@ -30,6 +30,7 @@
 #include "weft/io/safetensors.hpp"
 #include "weft/swarm/net/link.hpp"
 #include "weft/swarm/net/peer_guard.hpp"
+#include "weft/swarm/net/state_server.hpp"
 #include "weft/swarm/protocol.hpp"
 #include "weft/swarm/stage_service.hpp"
 #include "weft/swarm/wire.hpp"
@@ -194,7 +195,7 @@ private:
     void start_stage() {
         if (report_.stage >= 0 && report_.stage != welcome_.stage) report_.earlier_stages.push_back(report_.stage);
         report_.stage = welcome_.stage;
-        snapshot_.reset();
+        image_server_.forget();
         service_ = std::make_unique<stage_service>(welcome_.model, welcome_.stage, welcome_.stages, welcome_.units,
                                                    welcome_.optimizer);
         if (welcome_.peers.empty()) {
@@ -270,7 +271,7 @@ private:
     std::optional<state_manifest> request_manifest(const peer_address& peer, zmq::socket_t& link) {
         serve_peers(/*fetching=*/true);
         poll_trainer();
-        send(link, state_request(0, 0, 0).take());
+        send(link, state_request_for(0, 0, 0));
         const auto bytes = await(link);
         if (!bytes) {
             ban_peer(peer.id);
@@ -296,7 +297,7 @@ private:
                 if (asked.contains(i) || fetch_bans_.contains(links[i].first.id)) continue;
                 const std::uint64_t at = todo.back();
                 todo.pop_back();
-                send(links[i].second, state_request(manifest.step, at, std::min(chunk, total - at)).take());
+                send(links[i].second, state_request_for(manifest.step, at, std::min(chunk, total - at)));
                 asked[i] = {at, clock::now()};
             }
             if (asked.empty()) return false;  // every peer banned
@@ -345,10 +346,7 @@ private:
                 message_reader r(bytes, "the trainer");
                 handle(r);
             }
-            // A snapshot no peer asked from for a while is let go: it is a copy of the state.
-            if (snapshot_ && clock::now() - snapshot_used_ > std::chrono::duration<double>(
-                                                                  4 * options_.fetch_timeout_seconds))
-                snapshot_.reset();
+            image_server_.forget_if_idle();
             zmq::socket_t* sockets[] = {&calls_, &state_server_};
             const auto ready = wait_readable(sockets, std::chrono::milliseconds(100));
             if (ready[1]) serve_peers(/*fetching=*/false);
@@ -379,7 +377,7 @@ private:
                         redirect(*m);
                         break;
                     case message_kind::state_request: {
-                        const requested_state request = read_state_request(r);
+                        const state_request request = read_state_request(r);
                         if (fetching) refuse(m->peer, "worker " + std::to_string(welcome_.id) + " is fetching its own state");
                         else serve_state(m->peer, request);
                         break;
@@ -395,65 +393,19 @@ private:
         guard_.ban_repeat_offenders();
     }
     void refuse(const std::string& peer, const std::string& why) {
-        message_writer w(message_kind::refused);
-        w.put(std::uint64_t{0}).put(service_ ? service_->step() : std::uint64_t{0}).put_string(why);
-        static_cast<void>(send_to(state_server_, peer, w.take()));
-    }
-    struct requested_state {
-        std::int32_t stage = 0;
-        std::uint64_t step = 0, offset = 0, count = 0;  // count 0: the manifest
-    };
-    static requested_state read_state_request(message_reader& r) {
-        requested_state q;
-        q.stage = r.get<std::int32_t>("stage");
-        q.step = r.get<std::uint64_t>("step");
-        q.offset = r.get<std::uint64_t>("offset");
-        q.count = r.get<std::uint64_t>("count");
-        r.finish();
-        return q;
+        static_cast<void>(send_to(state_server_, peer, refusal(service_ ? service_->step() : 0, why)));
     }
     // A request for the manifest (count 0), or a chunk of step `step`'s state image, of
     // this worker's stage.
-    message_writer state_request(std::uint64_t step, std::uint64_t offset, std::uint64_t count) const {
-        message_writer w(message_kind::state_request);
-        w.put(static_cast<std::int32_t>(welcome_.stage)).put(step).put(offset).put(count);
-        return w;
+    [[nodiscard]] std::vector<std::byte> state_request_for(std::uint64_t step, std::uint64_t offset,
+                                                           std::uint64_t count) const {
+        return write_state_request({.stage = welcome_.stage, .step = step, .offset = offset, .count = count});
     }
-    // Answers a peer's state request. A manifest request takes a snapshot of the state (one
-    // copy, kept until a later step's request replaces it), so that the chunks the peer then
-    // asks for are all of that step while this worker trains on. A request this worker cannot
-    // serve (it moved to another stage since the peer was told of it, or it no longer holds
-    // that step) is refused, never fatal: the peer does without it.
-    void serve_state(const std::string& peer, const requested_state& q) {
-        message_writer w(message_kind::state_reply);
-        try {
-            if (q.stage != welcome_.stage)
-                throw invalid_argument("state request stage", q.stage,
-                                       "this worker serves stage " + std::to_string(welcome_.stage));
-            if (q.count == 0) {
-                if (!snapshot_ || snapshot_->manifest.step != service_->step()) {
-                    const state_manifest now = service_->manifest();
-                    snapshot_ = state_snapshot{now, service_->read_state(0, now.total())};
-                }
-                write(w, snapshot_->manifest);
-            } else {
-                if (!snapshot_ || snapshot_->manifest.step != q.step)
-                    throw invalid_argument("state request step", q.step,
-                                           "this worker's snapshot is of step " +
-                                               (snapshot_ ? std::to_string(snapshot_->manifest.step) : "none"));
-                const auto& image = snapshot_->image;
-                require(q.count <= image.size() && q.offset <= image.size() - q.count, "state chunk offset", q.offset,
-                        "with " + std::to_string(q.count) + " values must lie within the state's " +
-                            std::to_string(image.size()) + " values");
-                w.put(q.step).put(q.offset).put_floats(std::span<const float>(image).subspan(q.offset, q.count));
-            }
-            ++report_.served["state"];
-            snapshot_used_ = clock::now();
-        } catch (const error& e) {
-            refuse(peer, e.what());
-            return;
-        }
-        static_cast<void>(send_to(state_server_, peer, w.take()));
+    // Answers a peer's state request (net/state_server.hpp).
+    void serve_state(const std::string& peer, const state_request& q) {
+        const auto reply = image_server_.answer(*service_, q);
+        if (message_reader(reply, "this worker").kind() == message_kind::state_reply) ++report_.served["state"];
+        static_cast<void>(send_to(state_server_, peer, reply));
     }
 
     void play_faults(std::uint64_t step, message_kind kind) {
@@ -605,12 +557,7 @@ private:
     zmq::socket_t state_server_;
     welcome_message welcome_;
     std::unique_ptr<stage_service> service_;
-    struct state_snapshot {
-        state_manifest manifest;
-        std::vector<float> image;
-    };
-    std::optional<state_snapshot> snapshot_;  // what joining peers fetch (serve_state)
-    std::chrono::steady_clock::time_point snapshot_used_;
+    state_image_server image_server_{4 * options_.fetch_timeout_seconds};  // what joining peers fetch
     std::deque<std::vector<std::byte>> deferred_;  // the trainer's messages that came during a fetch
     std::set<worker_id> fetch_bans_;               // peers this fetch does without
     worker_report report_;
