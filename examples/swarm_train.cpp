@@ -34,9 +34,9 @@ int main(int argc, char** argv) {
     CLI::App app{"Train GPT-2 as a SWARM pipeline: pools of worker processes per stage that may fail, stall or join."};
     options o;
     using namespace weft::run::options;
-    weft::run::add_options(app, o, training | data | weights | logs, o.sizes);
-    // The weights live on the workers: --help does not offer --save, and the run refuses it
-    // with that reason when given (run::swarm_trainer).
+    weft::run::add_options(app, o, training | data | checkpoints | weights | logs, o.sizes);
+    // The weights live on the workers: --help does not offer --save (one file at the end), and
+    // the run refuses it, pointing at --checkpoint-dir, which fetches them (run::swarm_trainer).
     app.get_option("--save")->group("");
     app.add_option("--role", o.role, "trainer (the rendezvous, drives the steps) or worker")
         ->check(CLI::IsMember({"trainer", "worker"}))

@@ -4,6 +4,7 @@
 // micro-batch's contribution collected exactly once: no sample lost, none counted twice.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -450,4 +451,41 @@ TEST_CASE("bad options name themselves", "[swarm][coordinator]") {
     o = two_stages();
     o.microbatches = 0;
     CHECK_THROWS_WITH(coordinator(o), Catch::Contains("--microbatches"));
+}
+
+TEST_CASE("a run restarted from a checkpoint sends every member for its state and fills empty stages",
+          "[swarm][coordinator]") {
+    coordinator c(two_stages(2));
+    admit_four(c);
+    driver d(c);
+    d.step();
+    d.step();
+    // Stage 1 loses every worker; past step 0 a joiner cannot go there (no state to fetch).
+    c.failed(2);
+    c.failed(3);
+    CHECK(c.admit(9, 1) == 0);
+    c.ready(9, 2);
+    CHECK_FALSE(c.restorable());
+    // The run goes back to its checkpoint of step 1: everyone fetches it again, and stage 1
+    // takes joiners, who fetch it from the checkpoint.
+    c.restart_at(1);
+    CHECK(c.step() == 1);
+    CHECK(c.restorable());
+    CHECK(c.kept_steps().empty());
+    auto rejoins = c.take_rejoins();
+    std::sort(rejoins.begin(), rejoins.end());
+    CHECK(rejoins == std::vector<worker_id>{0, 1, 9});
+    CHECK(c.ready_count(0) == 0);
+    CHECK(c.admit(12, -1) == 1);  // the most loaded: empty
+    CHECK(c.admit(13, 1) == 1);   // a wish for an empty stage holds
+    for (const worker_id id : {0, 1, 9, 12, 13}) c.ready(id, 1);
+    CHECK(c.ready_count(1) == 2);
+    d.step();
+    CHECK(c.step() == 2);
+    CHECK_FALSE(c.restorable());
+    CHECK_THROWS_WITH(([&] {
+                          c.begin_step();
+                          c.restart_at(0);
+                      }()),
+                      Catch::Contains("must come between steps"));
 }

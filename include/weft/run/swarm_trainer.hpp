@@ -17,18 +17,22 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "weft/core/error.hpp"
+#include "weft/io/checkpoint_root.hpp"
 #include "weft/data/token_batches.hpp"
 #include "weft/io/token_file.hpp"
 #include "weft/nn/gpt_config.hpp"
 #include "weft/optim/any_optimizer.hpp"
+#include "weft/run/checkpoint_root_guard.hpp"
 #include "weft/run/child_processes.hpp"
 #include "weft/run/exit_codes.hpp"
 #include "weft/run/settings.hpp"
+#include "weft/swarm/checkpoint.hpp"
 #include "weft/swarm/fault_flags.hpp"
 #include "weft/swarm/net/trainer.hpp"
 #include "weft/swarm/net/worker.hpp"
@@ -123,7 +127,11 @@ public:
         require(!s_.data.empty(), "--data", s_.data,
                 "name an llm.c token file (make one with make_dataset --out-dir DIR)");
         require(s_.save.empty(), "--save", s_.save,
-                "is not supported by swarm_train: the weights live on the workers (train_gpt --save does it)");
+                "is not supported by swarm_train: save checkpoints with --checkpoint-dir (the weights live on the "
+                "workers; the trainer fetches them for each checkpoint)");
+        require(s_.resume.empty() || s_.init_from.empty(), "--resume", s_.resume,
+                "cannot be combined with --init-from: --resume continues a run from its checkpoint directory, "
+                "--init-from starts a new one from weights");
         const auto tokens = io::read_token_file(s_.data);
         for (const auto token : tokens.tokens())
             if (token >= model_.vocab_size)
@@ -145,7 +153,17 @@ public:
             .kind = optim::parse_optimizer_kind(s_.optimizer), .lr = s_.lr, .weight_decay = s_.weight_decay};
         // Before any worker starts: one that cannot load the weights would never arrive, and
         // the run would say only that, after --wait-s.
-        if (!s_.init_from.empty()) check_initial_weights(swarm::swarm_stage_units(model_, o_.stages, s_.partition));
+        const auto units = swarm::swarm_stage_units(model_, o_.stages, s_.partition);
+        if (!s_.init_from.empty()) check_initial_weights(units);
+        // The checkpoint a resumed run goes on from, checked whole before any worker starts;
+        // and a root that can take checkpoints, never another run's (run/checkpoint_root_guard.hpp).
+        std::optional<swarm::swarm_restore> restored;
+        if (!s_.resume.empty()) restored = swarm::load_swarm_checkpoint(s_.resume, model_, units, optimizer, "--resume");
+        if (!s_.checkpoint_dir.empty()) {
+            require_fresh_checkpoint_root(s_.checkpoint_dir, !s_.resume.empty(), s_.overwrite);
+            io::prepare_checkpoint_root(s_.checkpoint_dir, "--checkpoint-dir");
+        }
+        const long long first_step = restored ? static_cast<long long>(restored->manifest.step) : 0;
         swarm::net::trainer trainer({.model = model_,
                                      .stages = o_.stages,
                                      .partition = s_.partition,
@@ -166,6 +184,10 @@ public:
                                      .rebalance_seconds = o_.rebalance_s,
                                      .catch_up_steps = o_.catch_up_steps,
                                      .rebalancing = {}});
+        if (restored) {
+            std::printf("resumed at step %lld from %s\n", first_step, restored->directory.c_str());
+            trainer.restore(std::move(*restored));
+        }
         const std::string address = trainer.address();
         std::printf("weft %s | rendezvous %s | stages %d (units", program_.name.c_str(), address.c_str(), o_.stages);
         for (const auto& u : trainer.stage_units()) std::printf(" [%d, %d)", u.first, u.last);
@@ -191,9 +213,22 @@ public:
             log.open(s_.log_json);
             require(log.good(), "--log-json", s_.log_json, "must be a writable file path");
         }
+        long long saved_step = -1;
+        bool replaced_old = !s_.overwrite || !s_.resume.empty();
+        const auto checkpoint = [&](long long steps_done) {
+            if (!replaced_old) remove_checkpoints(s_.checkpoint_dir);  // --overwrite: at the first save, not before
+            replaced_old = true;
+            const auto saved = trainer.save_checkpoint(s_.checkpoint_dir, run_settings(), s_.keep);
+            saved_step = steps_done;
+            std::printf("saved checkpoint %s\n", saved.directory.c_str());
+            std::fflush(stdout);
+        };
+        if (first_step >= s_.steps)
+            std::printf("already at step %lld, the --steps %lld this run ends at: nothing to train\n", first_step,
+                        s_.steps);
         try {
             trainer.wait_for_workers(o_.workers_per_stage, o_.wait_s);
-            for (long long step = 0; step < s_.steps; ++step) {
+            for (long long step = first_step; step < s_.steps; ++step) {
                 // A worker of --join starts before its step and joins while it runs; the next
                 // step waits until it is ready, so that the faults of a test happen after it is.
                 for (const auto& [id, at] : plan.joins)
@@ -206,7 +241,10 @@ public:
                 const double step_lr = lr.at(step);
                 const auto r = trainer.step(data::batch_at(tokens, step, s_.batch, model_.seq_len), step_lr);
                 report_step(r, step_lr, log);
+                if (!s_.checkpoint_dir.empty() && s_.checkpoint_every > 0 && (step + 1) % s_.checkpoint_every == 0)
+                    checkpoint(step + 1);
             }
+            if (!s_.checkpoint_dir.empty() && saved_step != std::max(first_step, s_.steps)) checkpoint(s_.steps);
         } catch (...) {
             trainer.stop_workers();
             throw;
@@ -223,6 +261,15 @@ public:
     }
 
 private:
+    // The settings a checkpoint's manifest keeps, to show how the run was made.
+    [[nodiscard]] nlohmann::json run_settings() const {
+        return {{"program", program_.name}, {"data", s_.data},          {"batch", s_.batch},
+                {"steps", s_.steps},        {"lr", s_.lr},              {"min_lr", s_.final_lr()},
+                {"warmup_steps", s_.warmup_steps}, {"decay_steps", s_.decay_end()}, {"optimizer", s_.optimizer},
+                {"weight_decay", s_.weight_decay}, {"grad_clip", s_.grad_clip}, {"seed", s_.seed},
+                {"stages", o_.stages},      {"compress_block", o_.compress_block}};
+    }
+
     // --init-from against every stage's tensors, as each worker will load them.
     void check_initial_weights(const std::vector<nn::unit_range>& stages) const {
         io::safetensors_file file;

@@ -150,7 +150,7 @@ public:
             lose_calls_of(id, old);
         }
         member_state& m = members_[id];
-        const bool wish_holds = wish >= 0 && wish < options_.stages && !(step_ > 0 && ready_count(wish) == 0);
+        const bool wish_holds = wish >= 0 && wish < options_.stages && has_state_to_fetch(wish);
         m = member_state{.stage = wish_holds ? wish : stage_to_join(), .live = true, .ready = false, .step = 0};
         return m.stage;
     }
@@ -235,6 +235,25 @@ public:
         send_back(move->worker, m);
         return move;
     }
+
+    // The run goes on from `step`, whose state a checkpoint holds for every stage (a resumed
+    // run): every member fetches its stage's state again, calls owed are forgotten, and a
+    // stage with no worker takes joiners, who fetch it from the checkpoint.
+    void restart_at(std::uint64_t step) {
+        require(phase_ == step_phase::between_steps, "restart_at in phase", int(phase_), "must come between steps");
+        pending_.clear();
+        outbox_.clear();
+        kept_.clear();
+        step_ = step;
+        restorable_step_ = step;
+        for (auto& [id, m] : members_) {
+            m.owed.clear();
+            m.catching_up = 0;
+            if (m.live) send_back(id, m);
+        }
+    }
+    // Whether every stage's state of this step is in a checkpoint the driver serves.
+    [[nodiscard]] bool restorable() const { return restorable_step_ && *restorable_step_ == step_; }
 
     // ---- a step -----------------------------------------------------------------------------
     void begin_step() {
@@ -432,13 +451,26 @@ private:
         return phase_ == step_phase::computing && !t.done && !t.in_flight && t.stage == w.stage;
     }
 
-    // The stage a worker without a wish joins: the most loaded among those that still hold
-    // state (all of them at step 0; past it, a stage whose workers all died has none to fetch).
+    // Whether a joiner of `stage` can fetch its state: the initial weights (step 0), a
+    // checkpoint of this step (restart_at), or a worker that holds it.
+    [[nodiscard]] bool has_state_to_fetch(int stage) const {
+        return step_ == 0 || restorable() || ready_count(stage) > 0;
+    }
+    // The stage a worker without a wish joins: one without members, else the most loaded among
+    // those whose state it can fetch (past step 0 and off a checkpoint, a stage whose workers
+    // all died has none).
     [[nodiscard]] int stage_to_join() const {
+        // First a stage that no member serves or is on its way to (after a restart, everyone
+        // is fetching state, and no pool has a rate yet).
+        for (int k = 0; k < options_.stages; ++k) {
+            bool anyone = false;
+            for (const auto& [id, m] : members_) anyone = anyone || (m.live && m.stage == k);
+            if (!anyone && has_state_to_fetch(k)) return k;
+        }
         std::vector<stage_load> loads;
         std::vector<int> stage_of;
         for (int k = 0; k < options_.stages; ++k) {
-            if (step_ > 0 && ready_count(k) == 0) continue;
+            if (!has_state_to_fetch(k)) continue;
             loads.push_back(load_of(k));
             stage_of.push_back(k);
         }
@@ -675,6 +707,7 @@ private:
     std::vector<call> outbox_;          // collects, applies, replays: made outside take_calls' queue
     std::vector<worker_id> rejoins_;
     std::deque<std::uint64_t> kept_;     // applied steps a behind worker may replay
+    std::optional<std::uint64_t> restorable_step_;  // the step a checkpoint the driver serves holds
     // The step under way.
     std::vector<task> tasks_;
     int started_ = 0, finished_ = 0;

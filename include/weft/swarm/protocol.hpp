@@ -30,6 +30,10 @@ struct worker_faults {
     double slow_factor = 1;  // every call takes this many times its compute time
 };
 
+// The peer id a welcome or a rejoin gives the trainer itself when it serves a stage's state
+// from a checkpoint (a resumed run): the worker fetches from it as from any peer.
+inline constexpr worker_id checkpoint_peer_id = ~worker_id{0};
+
 struct peer_address {
     worker_id id = 0;
     std::string address;  // HOST:PORT of its state server

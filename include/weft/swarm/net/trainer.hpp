@@ -45,6 +45,8 @@
 #include "weft/nn/gpt_stage.hpp"
 #include "weft/swarm/net/link.hpp"
 #include "weft/swarm/net/peer_guard.hpp"
+#include "weft/swarm/net/state_server.hpp"
+#include "weft/swarm/checkpoint.hpp"
 #include "weft/swarm/coordinator.hpp"
 #include "weft/swarm/protocol.hpp"
 #include "weft/swarm/stage_service.hpp"
@@ -214,6 +216,10 @@ public:
         policy_.begin_apply();
         drive_until(step_phase::applied);
         policy_.end_step();
+        if (!policy_.restorable()) {  // past the checkpoint the run restarted from: workers hold the state
+            restored_.clear();
+            restored_servers_.clear();
+        }
         // The steps a behind worker may replay, as the policy keeps them.
         history_.emplace(step, std::move(applying_));
         const auto& kept = policy_.kept_steps();
@@ -230,6 +236,31 @@ public:
         result_.moved = rebalance();
         result_.seconds = std::chrono::duration<double>(clock::now() - started).count();
         return result_;
+    }
+
+    // The run goes on from a checkpoint (`restored`, swarm/checkpoint.hpp): the next step is
+    // its step, and until every stage has a worker again the trainer serves the checkpoint's
+    // state to the workers that fetch it (as a peer, at its own address).
+    void restore(swarm_restore restored) {
+        require(restored.stages.size() == std::size_t(options_.stages), "checkpoint stages", restored.stages.size(),
+                "must be this run's --stages " + std::to_string(options_.stages));
+        restored_ = std::move(restored.stages);
+        restored_servers_.assign(restored_.size(), state_image_server{});
+        policy_.restart_at(restored.manifest.step);
+        send_orders();
+    }
+
+    // Fetches every stage's state from one of its workers (or, right after a restore, from the
+    // checkpoint it serves) and writes it as root/step-<n> (swarm/checkpoint.hpp).
+    train::checkpoint_saved save_checkpoint(const std::filesystem::path& root, const nlohmann::json& run, int keep) {
+        require(policy_.phase() == step_phase::between_steps, "save_checkpoint", "mid-step", "must come between steps");
+        std::vector<stage_image> images;
+        int workers = 0;
+        for (const auto& [id, m] : policy_.members()) workers += (m.live && m.ready) ? 1 : 0;
+        for (int k = 0; k < options_.stages; ++k) images.push_back(fetch_stage_image(k));
+        const swarm_checkpoint_run about{.model = options_.model, .units = units_, .optimizer = options_.optimizer,
+                                         .microbatches = options_.microbatches, .workers = workers, .run = run};
+        return save_swarm_checkpoint(root, images, about, policy_.step() * std::uint64_t(options_.batch), keep);
     }
 
     // Tells every member the run is over.
@@ -356,7 +387,83 @@ private:
     [[nodiscard]] std::vector<peer_address> peers_of(int stage, worker_id except) const {
         std::vector<peer_address> peers;
         for (const worker_id id : policy_.state_holders(stage, except)) peers.push_back({id, links_.at(id).state_address});
+        // No worker holds it: the checkpoint the run restarted from does, served here.
+        if (peers.empty() && serving_checkpoint()) peers.push_back({checkpoint_peer_id, address()});
         return peers;
+    }
+    [[nodiscard]] bool serving_checkpoint() const { return !restored_.empty() && policy_.restorable(); }
+    // A worker fetching its stage's state from the checkpoint this trainer serves.
+    void on_state_request(const std::string& peer, message_reader& r) {
+        const state_request q = read_state_request(r);
+        std::vector<std::byte> reply;
+        if (!serving_checkpoint()) {
+            reply = refusal(policy_.step(), "the trainer serves no checkpoint at step " + std::to_string(policy_.step()));
+        } else if (q.stage < 0 || q.stage >= options_.stages) {
+            reply = refusal(policy_.step(), "state request stage " + std::to_string(q.stage) + " is not a stage of this run");
+        } else {
+            const auto k = std::size_t(q.stage);
+            reply = restored_servers_[k].answer(*restored_[k], q);
+        }
+        static_cast<void>(send_to(router_socket_, peer, reply));
+    }
+    // One stage's state image for a checkpoint: from a worker that holds this step's, over its
+    // state server (manifest, then chunks), pumping the rendezvous between the replies so the
+    // members' heartbeats are answered; or from the checkpoint this trainer serves.
+    stage_image fetch_stage_image(int stage) {
+        std::string failures;
+        for (const worker_id id : policy_.state_holders(stage, checkpoint_peer_id)) {
+            const member_state* m = policy_.member(id);
+            if (m == nullptr || m->step != policy_.step()) continue;
+            try {
+                return fetch_image_from(links_.at(id).state_address, stage);
+            } catch (const error& e) {
+                failures += " worker " + std::to_string(id) + ": " + e.what() + ";";
+            }
+        }
+        if (serving_checkpoint()) {
+            const stage_service& service = *restored_[std::size_t(stage)];
+            const state_manifest m = service.manifest();
+            return {m, service.read_state(0, m.total())};
+        }
+        throw error("checkpoint: no worker of stage " + std::to_string(stage) + " handed out its state of step " +
+                    std::to_string(policy_.step()) + (failures.empty() ? std::string(" (none holds it)") : ":" + failures));
+    }
+    stage_image fetch_image_from(const std::string& state_address, int stage) {
+        zmq::socket_t link = make_socket(context_, zmq::socket_type::dealer);
+        link.connect(tcp_endpoint(state_address, "worker state address", false));
+        const auto ask = [&](const state_request& q) {
+            send(link, write_state_request(q));
+            const auto deadline = clock::now() + std::chrono::duration<double>(expiry_seconds());
+            while (clock::now() < deadline) {
+                zmq::socket_t* sockets[] = {&link};
+                if (wait_readable(sockets, std::chrono::milliseconds(2))[0])
+                    if (auto bytes = receive(link)) return std::move(*bytes);
+                pump(std::chrono::milliseconds(0));
+            }
+            throw error("no answer within " + std::to_string(expiry_seconds()) + " s");
+        };
+        const auto manifest_bytes = ask({.stage = stage, .step = 0, .offset = 0, .count = 0});
+        message_reader mr(manifest_bytes, "worker state server " + state_address);
+        if (mr.kind() != message_kind::state_reply) throw error("it refused");
+        stage_image image{read_manifest(mr), {}};
+        mr.finish();
+        const std::uint64_t total = image.manifest.total(), chunk = std::max<std::uint64_t>(1, options_.chunk_elements);
+        image.values.reserve(total);
+        for (std::uint64_t at = 0; at < total; at += chunk) {
+            const auto bytes = ask({.stage = stage, .step = image.manifest.step, .offset = at,
+                                    .count = std::min(chunk, total - at)});
+            message_reader r(bytes, "worker state server " + state_address);
+            if (r.kind() != message_kind::state_reply) throw error("it refused a chunk");
+            require(r.get<std::uint64_t>("step") == image.manifest.step, "state chunk step", "another",
+                    "must be the manifest's");
+            require(r.get<std::uint64_t>("offset") == at, "state chunk offset", "another", "must be the one asked for");
+            const auto values = r.get_floats("state");
+            r.finish();
+            require(values.size() == std::min(chunk, total - at), "state chunk values", values.size(),
+                    "must be the count asked for");
+            image.values.insert(image.values.end(), values.begin(), values.end());
+        }
+        return image;
     }
     // The member whose call socket `peer` is; a stranger's claim to be one is refused.
     member_link& link_of(worker_id id, const std::string& peer, const char* what) {
@@ -520,6 +627,7 @@ private:
                 case message_kind::hello: on_hello(message.peer, r); return;
                 case message_kind::ready: on_ready(message.peer, r); return;
                 case message_kind::heartbeat: on_heartbeat(message.peer, r); return;
+                case message_kind::state_request: on_state_request(message.peer, r); return;
                 case message_kind::forward_reply:
                 case message_kind::backward_reply:
                 case message_kind::collect_reply:
@@ -527,7 +635,7 @@ private:
                 case message_kind::refused: on_reply(r, message); return;
                 default:
                     throw invalid_argument("message kind", std::string(to_string(r.kind())),
-                                           "the trainer takes hello, ready, heartbeat and call replies");
+                                           "the trainer takes hello, ready, heartbeat, state requests and call replies");
             }
         } catch (const std::exception& e) {
             // A malformed message costs that message, not the run (std::exception: contents
@@ -669,6 +777,9 @@ private:
     std::size_t dropped_before_step_ = 0;
     std::size_t wire_bytes_ = 0, plain_bytes_ = 0;
     std::optional<clock::time_point> last_rebalance_;
+    // The checkpoint a resumed run started from, served to the workers fetching its stages.
+    std::vector<std::unique_ptr<stage_service>> restored_;
+    std::vector<state_image_server> restored_servers_;
 };
 
 }  // namespace weft::swarm::net

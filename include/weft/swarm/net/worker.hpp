@@ -70,7 +70,9 @@ struct worker_report {
         for (const auto& [kind, n] : served) text += " " + kind + " " + std::to_string(n);
         text += " | state chunks from";
         if (chunks_from.empty()) text += " none";
-        for (const auto& [donor, n] : chunks_from) text += " " + std::to_string(donor) + ":" + std::to_string(n);
+        for (const auto& [donor, n] : chunks_from)
+            text += " " + (donor == checkpoint_peer_id ? std::string("checkpoint") : std::to_string(donor)) + ":" +
+                    std::to_string(n);
         text += " | refused " + std::to_string(refused) + " | banned peers";
         if (banned_peers.empty()) text += " none";
         for (const worker_id p : banned_peers) text += " " + std::to_string(p);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A real `kill -9` of the SWARM trainer mid-run, then `--resume` from its checkpoint root: the
+# spawned workers die with their trainer (PR_SET_PDEATHSIG), the resumed run starts new ones
+# that fetch every stage's state from the checkpoint (served by the trainer), and the steps of
+# both runs together are the uninterrupted run's: within 1e-6 relative of an uninterrupted
+# SWARM run, and within 1e-5 of train_gpt's reference. Prints the time from the kill to the
+# resumed run's first step.
+#   kill_trainer.sh SWARM_TRAIN REFERENCE_LOG OUT_DIR -- swarm_train arguments (with --init-from)...
+set -euo pipefail
+swarm_train=$1 reference=$2 out=$3
+shift 4
+rm -rf "$out"
+mkdir -p "$out"
+# The resumed run takes its weights from the checkpoint: --init-from is refused with --resume.
+args=() init_from=()
+while [[ $# -gt 0 ]]; do
+    if [[ $1 == --init-from ]]; then init_from=(--init-from "$2"); shift 2; continue; fi
+    args+=("$1")
+    shift
+done
+set -- "${args[@]}"
+# The uninterrupted run, to compare with.
+"$swarm_train" "$@" "${init_from[@]}" --log-json "$out/whole.jsonl" > "$out/whole.out" 2>&1 ||
+    { cat "$out/whole.out"; echo "kill_trainer: the uninterrupted run failed"; exit 1; }
+# The run to kill, its workers slowed so that it is killed while it trains.
+"$swarm_train" "$@" "${init_from[@]}" --checkpoint-dir "$out/ckpt" --checkpoint-every 3 \
+    --slow 0:60 --slow 1:60 --slow 2:60 --slow 3:60 --log-json "$out/first.jsonl" > "$out/first.out" 2>&1 &
+trainer=$!
+cleanup() { kill -9 "$trainer" 2>/dev/null || true; pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 1 600); do
+    grep -q "saved checkpoint .*step-00000006" "$out/first.out" && break
+    sleep 0.05
+done
+grep -q "saved checkpoint .*step-00000006" "$out/first.out" ||
+    { cat "$out/first.out"; echo "kill_trainer: the checkpoint of step 6 never came"; exit 1; }
+kill -9 "$trainer"
+killed_at=$(date +%s.%N)
+wait "$trainer" 2>/dev/null || true
+grep -q '"step":9,' "$out/first.jsonl" && { echo "kill_trainer: the run ended before the kill; slow it down"; exit 1; }
+# The spawned workers go with it.
+for _ in $(seq 1 100); do
+    pgrep -f -- "--parent-pid $trainer" > /dev/null || break
+    sleep 0.05
+done
+if pgrep -f -- "--parent-pid $trainer" > /dev/null; then
+    echo "kill_trainer: worker processes outlived the killed trainer:"; pgrep -af -- "--parent-pid $trainer"; exit 1
+fi
+"$swarm_train" "$@" --resume "$out/ckpt" --checkpoint-dir "$out/ckpt" --log-json "$out/resumed.jsonl" \
+    > "$out/resumed.out" 2>&1 &
+resumed=$!
+# Training again: the resumed run's first step is logged.
+for _ in $(seq 1 3000); do
+    [[ -s "$out/resumed.jsonl" ]] && break
+    kill -0 "$resumed" 2>/dev/null || break
+    sleep 0.01
+done
+training_at=$(date +%s.%N)
+status=0
+wait "$resumed" || status=$?
+cat "$out/resumed.out"
+[[ $status -eq 0 ]] || { echo "kill_trainer: the resumed run exited with $status"; exit 1; }
+python3 -c 'import sys; print(f"kill_trainer: training again {float(sys.argv[2]) - float(sys.argv[1]):.2f} s after the kill -9")' \
+    "$killed_at" "$training_at"
+grep -q "resumed at step 6 from $out/ckpt/step-00000006" "$out/resumed.out" ||
+    { echo "kill_trainer: the run did not resume at step 6"; exit 1; }
+grep -q "state chunks from checkpoint:" "$out/resumed.out" ||
+    { echo "kill_trainer: no worker fetched its state from the checkpoint"; exit 1; }
+# The steps of the killed run up to the checkpoint, then the resumed run's: the whole run.
+python3 - "$out/first.jsonl" "$out/resumed.jsonl" "$out/joined.jsonl" <<'PY'
+import json, sys
+first = [json.loads(l) for l in open(sys.argv[1])]
+resumed = [json.loads(l) for l in open(sys.argv[2])]
+assert resumed and resumed[0]["step"] == 6, f"the resumed log starts at {resumed[0]['step'] if resumed else None}"
+with open(sys.argv[3], "w") as f:
+    for r in [r for r in first if r["step"] < 6] + resumed:
+        f.write(json.dumps(r) + "\n")
+PY
+python3 "$(dirname "$0")/close_losses.py" "$out/whole.jsonl" "$out/joined.jsonl" --batch 8 --rtol 1e-6
+python3 "$(dirname "$0")/close_losses.py" "$reference" "$out/joined.jsonl" --batch 8
