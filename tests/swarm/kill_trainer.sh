@@ -5,6 +5,9 @@
 # both runs together are the uninterrupted run's: within 1e-6 relative of an uninterrupted
 # SWARM run, and within 1e-5 of train_gpt's reference. Prints the time from the kill to the
 # resumed run's first step.
+# Without --spawn in the arguments, the test starts four workers of its own (--rendezvous,
+# 2 stages x 2), which outlive the killed trainer and are welcomed back by the resumed one,
+# restarted on the same --listen.
 #   kill_trainer.sh SWARM_TRAIN REFERENCE_LOG OUT_DIR -- swarm_train arguments (with --init-from)...
 set -euo pipefail
 swarm_train=$1 reference=$2 out=$3
@@ -19,14 +22,34 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 set -- "${args[@]}"
-# The uninterrupted run, to compare with.
-"$swarm_train" "$@" "${init_from[@]}" --log-json "$out/whole.jsonl" > "$out/whole.out" 2>&1 ||
+spawn=false
+for a in "$@"; do [[ $a == --spawn ]] && spawn=true; done
+listen=() workers=()
+if ! $spawn; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    listen=(--listen "127.0.0.1:$port")
+fi
+start_workers() {
+    for id in 0 1 2 3; do
+        "$swarm_train" --role worker --rendezvous "127.0.0.1:$port" --id "$id" --stage $((id % 2)) \
+            --connect-timeout-s 30 > "$out/worker$id.out" 2>&1 &
+        workers+=($!)
+    done
+}
+# The uninterrupted run, to compare with (its workers spawned).
+whole_args=("$@")
+$spawn || whole_args+=(--spawn)
+"$swarm_train" "${whole_args[@]}" "${init_from[@]}" --log-json "$out/whole.jsonl" > "$out/whole.out" 2>&1 ||
     { cat "$out/whole.out"; echo "kill_trainer: the uninterrupted run failed"; exit 1; }
 # The run to kill, its workers slowed so that it is killed while it trains.
-"$swarm_train" "$@" "${init_from[@]}" --checkpoint-dir "$out/ckpt" --checkpoint-every 3 \
+$spawn || start_workers
+"$swarm_train" "$@" "${listen[@]}" "${init_from[@]}" --checkpoint-dir "$out/ckpt" --checkpoint-every 3 \
     --slow 0:60 --slow 1:60 --slow 2:60 --slow 3:60 --log-json "$out/first.jsonl" > "$out/first.out" 2>&1 &
 trainer=$!
-cleanup() { kill -9 "$trainer" 2>/dev/null || true; pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true; }
+cleanup() {
+    kill -9 "$trainer" ${resumed:-} "${workers[@]}" 2>/dev/null || true
+    pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true
+}
 trap cleanup EXIT
 for _ in $(seq 1 600); do
     grep -q "saved checkpoint .*step-00000006" "$out/first.out" && break
@@ -38,7 +61,12 @@ kill -9 "$trainer"
 killed_at=$(date +%s.%N)
 wait "$trainer" 2>/dev/null || true
 grep -q '"step":9,' "$out/first.jsonl" && { echo "kill_trainer: the run ended before the kill; slow it down"; exit 1; }
-# The spawned workers go with it.
+# The spawned workers go with it; workers of their own stay, for the trainer to come back.
+if ! $spawn; then
+    for w in "${workers[@]}"; do
+        kill -0 "$w" 2>/dev/null || { cat "$out"/worker*.out; echo "kill_trainer: a worker ended with its trainer"; exit 1; }
+    done
+fi
 for _ in $(seq 1 100); do
     pgrep -f -- "--parent-pid $trainer" > /dev/null || break
     sleep 0.05
@@ -46,7 +74,7 @@ done
 if pgrep -f -- "--parent-pid $trainer" > /dev/null; then
     echo "kill_trainer: worker processes outlived the killed trainer:"; pgrep -af -- "--parent-pid $trainer"; exit 1
 fi
-"$swarm_train" "$@" --resume "$out/ckpt" --checkpoint-dir "$out/ckpt" --log-json "$out/resumed.jsonl" \
+"$swarm_train" "$@" "${listen[@]}" --resume "$out/ckpt" --checkpoint-dir "$out/ckpt" --log-json "$out/resumed.jsonl" \
     > "$out/resumed.out" 2>&1 &
 resumed=$!
 # Training again: the resumed run's first step is logged.
@@ -64,6 +92,15 @@ python3 -c 'import sys; print(f"kill_trainer: training again {float(sys.argv[2])
     "$killed_at" "$training_at"
 grep -q "resumed at step 6 from $out/ckpt/step-00000006" "$out/resumed.out" ||
     { echo "kill_trainer: the run did not resume at step 6"; exit 1; }
+if ! $spawn; then
+    for w in "${workers[@]}"; do wait "$w" || { cat "$out"/worker*.out; echo "kill_trainer: a worker failed"; exit 1; }; done
+    cat "$out"/worker*.out > "$out/workers.out"
+    cat "$out/workers.out"
+    [[ $(grep -c "welcomed back 1 time" "$out/workers.out") -eq 4 ]] ||
+        { echo "kill_trainer: not every worker was welcomed back by the resumed trainer"; exit 1; }
+    cp "$out/workers.out" "$out/resumed_workers.out"
+    cat "$out/workers.out" >> "$out/resumed.out"
+fi
 grep -q "state chunks from checkpoint:" "$out/resumed.out" ||
     { echo "kill_trainer: no worker fetched its state from the checkpoint"; exit 1; }
 # The steps of the killed run up to the checkpoint, then the resumed run's: the whole run.

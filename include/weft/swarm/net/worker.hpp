@@ -58,6 +58,7 @@ struct worker_report {
     std::set<worker_id> banned_peers;  // peers that failed to hand out state
     std::size_t dropped_messages = 0;  // malformed messages to its state server, dropped
     std::size_t banned_strangers = 0;  // peers banned for sending them
+    int reconnects = 0;                // times the trainer stopped answering and one welcomed it back
     std::string summary() const {
         std::string text = "worker " + std::to_string(id) + " | stage " + std::to_string(stage);
         if (!earlier_stages.empty()) {
@@ -76,6 +77,7 @@ struct worker_report {
         text += " | refused " + std::to_string(refused) + " | banned peers";
         if (banned_peers.empty()) text += " none";
         for (const worker_id p : banned_peers) text += " " + std::to_string(p);
+        if (reconnects > 0) text += " | welcomed back " + std::to_string(reconnects) + " time(s) after losing the trainer";
         if (dropped_messages > 0)
             text += " | dropped " + std::to_string(dropped_messages) + " malformed messages, banned " +
                     std::to_string(banned_strangers) + " peers for them";
@@ -90,23 +92,59 @@ public:
           endpoint_(tcp_endpoint(options_.rendezvous, "--rendezvous", false)),
           calls_(make_socket(context_, zmq::socket_type::dealer)),
           state_server_(make_socket(context_, zmq::socket_type::router)) {
-        require(options_.connect_timeout_seconds > 0, "--connect-timeout", options_.connect_timeout_seconds,
+        require(options_.connect_timeout_seconds > 0, "--connect-timeout-s", options_.connect_timeout_seconds,
                 "must be > 0 seconds");
         state_server_.bind("tcp://" + options_.host + ":*");
         calls_.connect(endpoint_);
     }
 
-    // Joins and serves until the trainer says stop (or stops answering). The report is the
-    // worker's to print.
+    // Joins and serves until the trainer says stop. The report is the worker's to print. When
+    // the trainer stops answering heartbeats (it died, or its host did), the worker says hello
+    // again at --rendezvous for up to --connect-timeout-s: a trainer restarted there (--resume)
+    // welcomes it back, under its id and for its stage, and it fetches its state anew. With
+    // nobody there it ends, so that no process outlives its run.
     worker_report run() {
-        try {
-            join();
-        } catch (const stop_requested&) {
-            return final_report();  // the run ended while this worker fetched its first state
+        for (bool first = true;; first = false) {
+            try {
+                join();
+            } catch (const stop_requested&) {
+                return final_report();  // the run ended while this worker fetched its state
+            } catch (const error& e) {
+                if (first) throw;
+                throw error("worker " + std::to_string(report_.id) + ": the trainer at " + options_.rendezvous +
+                            " stopped answering heartbeats, and no trainer welcomed this worker back: " + e.what());
+            }
+            std::printf("worker %llu | stage %d | ready; new workers may join through it: --rendezvous %s\n",
+                        static_cast<unsigned long long>(report_.id), report_.stage,
+                        bound_address(state_server_).c_str());
+            std::fflush(stdout);
+            serve_with_heartbeats();
+            if (!trainer_gone_) return final_report();
+            std::fprintf(stderr,
+                         "worker %llu: the trainer at %s stopped answering heartbeats for %g s; saying hello there "
+                         "again for up to %g s (--connect-timeout-s)\n",
+                         static_cast<unsigned long long>(report_.id), options_.rendezvous.c_str(),
+                         welcome_.expiry_seconds, options_.connect_timeout_seconds);
+            ++report_.reconnects;
+            // Back under its id, for its stage; through a fresh socket, so that nothing queued
+            // for the dead trainer reaches the new one.
+            options_.requested_id = static_cast<std::int64_t>(welcome_.id);
+            options_.requested_stage = welcome_.stage;
+            trainer_gone_ = false;
+            stopping_ = false;
+            deferred_.clear();
+            calls_ = make_socket(context_, zmq::socket_type::dealer);
+            endpoint_ = tcp_endpoint(options_.rendezvous, "--rendezvous", false);
+            calls_.connect(endpoint_);
         }
-        std::printf("worker %llu | stage %d | ready; new workers may join through it: --rendezvous %s\n",
-                    static_cast<unsigned long long>(report_.id), report_.stage, bound_address(state_server_).c_str());
-        std::fflush(stdout);
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+    struct stop_requested {};  // the trainer said stop while this worker was fetching state
+
+    // Serves the trainer's calls, beating the heartbeat on a second thread meanwhile.
+    void serve_with_heartbeats() {
         std::thread beat([this] { heartbeat_loop(); });
         try {
             serve();
@@ -119,16 +157,7 @@ public:
         }
         stopping_ = true;
         beat.join();
-        if (trainer_gone_)
-            throw error("worker " + std::to_string(report_.id) + ": the trainer at " + options_.rendezvous +
-                        " stopped answering heartbeats for " + std::to_string(welcome_.expiry_seconds) +
-                        " s; this worker ends so that no process outlives its run");
-        return final_report();
     }
-
-private:
-    using clock = std::chrono::steady_clock;
-    struct stop_requested {};  // the trainer said stop while this worker was fetching state
 
     worker_report final_report() {
         report_.dropped_messages = guard_.dropped();
