@@ -26,7 +26,22 @@ spawn=false
 for a in "$@"; do [[ $a == --spawn ]] && spawn=true; done
 listen=() workers=()
 if ! $spawn; then
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # A free port below the kernel's ephemeral range: while the trainer is down, the workers'
+    # reconnect attempts and their own sockets take ephemeral ports, and one of them could hold
+    # the trainer's (a loopback connect to a port nobody listens on may connect to itself).
+    port=$(python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    p = random.randrange(10000, low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()
+')
     listen=(--listen "127.0.0.1:$port")
 fi
 start_workers() {
@@ -44,7 +59,7 @@ $spawn || whole_args+=(--spawn)
 # The run to kill, its workers slowed so that it is killed while it trains.
 $spawn || start_workers
 "$swarm_train" "$@" "${listen[@]}" "${init_from[@]}" --checkpoint-dir "$out/ckpt" --checkpoint-every 3 \
-    --slow 0:60 --slow 1:60 --slow 2:60 --slow 3:60 --log-json "$out/first.jsonl" > "$out/first.out" 2>&1 &
+    --slow 0:150 --slow 1:150 --slow 2:150 --slow 3:150 --log-json "$out/first.jsonl" > "$out/first.out" 2>&1 &
 trainer=$!
 cleanup() {
     kill -9 "$trainer" ${resumed:-} "${workers[@]}" 2>/dev/null || true

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -226,20 +227,27 @@ public:
         if (first_step >= s_.steps)
             std::printf("already at step %lld, the --steps %lld this run ends at: nothing to train\n", first_step,
                         s_.steps);
+        std::set<long long> joined;  // --join workers started (a step replayed after a rollback starts none again)
         try {
             trainer.wait_for_workers(o_.workers_per_stage, o_.wait_s);
             for (long long step = first_step; step < s_.steps; ++step) {
                 // A worker of --join starts before its step and joins while it runs; the next
                 // step waits until it is ready, so that the faults of a test happen after it is.
                 for (const auto& [id, at] : plan.joins)
-                    if (at == step && o_.spawn)
+                    if (at == step && o_.spawn && joined.insert(id).second)
                         start_worker(id, static_cast<int>(id % o_.stages),
                                      o_.join_through_peer ? a_live_worker(trainer) : address);
                 for (const auto& [id, at] : plan.joins)
                     if (at + 1 == step && o_.spawn)
                         trainer.wait_for_worker(static_cast<swarm::worker_id>(id), o_.wait_s);
                 const double step_lr = lr.at(step);
-                const auto r = trainer.step(data::batch_at(tokens, step, s_.batch, model_.seq_len), step_lr);
+                swarm::net::step_result r;
+                try {
+                    r = trainer.step(data::batch_at(tokens, step, s_.batch, model_.seq_len), step_lr);
+                } catch (const swarm::net::stage_lost& lost) {
+                    step = roll_back(trainer, lost, units, optimizer, log) - 1;  // the loop's ++ makes it the step
+                    continue;
+                }
                 report_step(r, step_lr, log);
                 if (!s_.checkpoint_dir.empty() && s_.checkpoint_every > 0 && (step + 1) % s_.checkpoint_every == 0)
                     checkpoint(step + 1);
@@ -261,6 +269,38 @@ public:
     }
 
 private:
+    // A stage lost every worker: the run goes back to the newest checkpoint in --checkpoint-dir
+    // (or to its start, without one), losing the steps since, and waits up to --wait-s for
+    // every stage to have a worker again (a joiner of the lost stage fetches its state from
+    // the checkpoint, which the trainer serves). Returns the step the run goes on from.
+    long long roll_back(swarm::net::trainer& trainer, const swarm::net::stage_lost& lost,
+                        const std::vector<nn::unit_range>& units, const optim::optimizer_options& optimizer,
+                        std::ofstream& log) const {
+        long long to = 0;
+        std::string from = "the initial weights (no checkpoint yet)";
+        if (!s_.checkpoint_dir.empty() && !checkpoints_in(s_.checkpoint_dir).empty()) {
+            auto restored = swarm::load_swarm_checkpoint(s_.checkpoint_dir, model_, units, optimizer, "--checkpoint-dir");
+            to = static_cast<long long>(restored.manifest.step);
+            from = restored.directory.string();
+            trainer.restore(std::move(restored));
+        } else {
+            trainer.restart_from_start();
+        }
+        std::printf("rollback | stage %d lost every worker at step %llu | the run goes back to step %lld from %s, "
+                    "losing %lld step(s); waiting up to %g s (--wait-s) for a worker of every stage\n",
+                    lost.stage, static_cast<unsigned long long>(lost.step), to, from.c_str(),
+                    static_cast<long long>(lost.step) - to, o_.wait_s);
+        std::fflush(stdout);
+        if (log.is_open())
+            log << nlohmann::ordered_json{{"event", "rollback"}, {"lost_stage", lost.stage}, {"at_step", lost.step},
+                                          {"to_step", to}}
+                       .dump()
+                << '\n'
+                << std::flush;
+        trainer.wait_for_workers(1, o_.wait_s);
+        return to;
+    }
+
     // The settings a checkpoint's manifest keeps, to show how the run was made.
     [[nodiscard]] nlohmann::json run_settings() const {
         return {{"program", program_.name}, {"data", s_.data},          {"batch", s_.batch},

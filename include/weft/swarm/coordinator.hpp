@@ -237,10 +237,18 @@ public:
     }
 
     // The run goes on from `step`, whose state a checkpoint holds for every stage (a resumed
-    // run): every member fetches its stage's state again, calls owed are forgotten, and a
+    // run, or one that lost a stage), or step 0 (the initial weights): a step under way is
+    // abandoned, every member fetches its stage's state again, calls owed are forgotten, and a
     // stage with no worker takes joiners, who fetch it from the checkpoint.
     void restart_at(std::uint64_t step) {
-        require(phase_ == step_phase::between_steps, "restart_at in phase", int(phase_), "must come between steps");
+        phase_ = step_phase::between_steps;
+        queue_.clear();
+        for (auto& w : waiting_) w.clear();
+        redo_.clear();
+        collecting_.clear();
+        uncollected_.clear();
+        applies_out_ = 0;
+        lost_applies_.clear();
         pending_.clear();
         outbox_.clear();
         kept_.clear();
@@ -251,6 +259,19 @@ public:
             m.catching_up = 0;
             if (m.live) send_back(id, m);
         }
+    }
+    // Whether a joiner of `stage` can fetch its state: the initial weights (step 0), a
+    // checkpoint of this step (restart_at), or a worker that holds it. A stage without is lost:
+    // the run can go on only from a checkpoint.
+    [[nodiscard]] bool has_state_to_fetch(int stage) const {
+        return step_ == 0 || restorable() || ready_count(stage) > 0;
+    }
+    // In the applied phase: a stage none of whose workers stepped (its state is gone).
+    [[nodiscard]] std::optional<int> stage_without_apply() const {
+        if (phase_ != step_phase::applied) return std::nullopt;
+        for (int k = 0; k < options_.stages; ++k)
+            if (applied_[std::size_t(k)] == 0) return k;
+        return std::nullopt;
     }
     // Whether every stage's state of this step is in a checkpoint the driver serves.
     [[nodiscard]] bool restorable() const { return restorable_step_ && *restorable_step_ == step_; }
@@ -451,11 +472,6 @@ private:
         return phase_ == step_phase::computing && !t.done && !t.in_flight && t.stage == w.stage;
     }
 
-    // Whether a joiner of `stage` can fetch its state: the initial weights (step 0), a
-    // checkpoint of this step (restart_at), or a worker that holds it.
-    [[nodiscard]] bool has_state_to_fetch(int stage) const {
-        return step_ == 0 || restorable() || ready_count(stage) > 0;
-    }
     // The stage a worker without a wish joins: one without members, else the most loaded among
     // those whose state it can fetch (past step 0 and off a checkpoint, a stage whose workers
     // all died has none).

@@ -123,6 +123,18 @@ struct member_summary {
     return w.take();
 }
 
+// A stage lost every worker, and with them its state: the step cannot finish, and the run
+// can go on only from a checkpoint (trainer::restore) or from the start (restart_from_start).
+struct stage_lost : error {
+    stage_lost(int lost_stage, std::uint64_t at_step)
+        : error("stage " + std::to_string(lost_stage) + " lost every worker at step " + std::to_string(at_step) +
+                ": no one holds its state any more"),
+          stage(lost_stage),
+          step(at_step) {}
+    int stage;
+    std::uint64_t step;
+};
+
 class trainer {
 public:
     explicit trainer(trainer_options options)
@@ -215,6 +227,7 @@ public:
         applying_.clip = train::clip_coefficient(options_.grad_clip, result_.grad_norm);
         policy_.begin_apply();
         drive_until(step_phase::applied);
+        if (const auto k = policy_.stage_without_apply()) throw stage_lost(*k, step);
         policy_.end_step();
         if (!policy_.restorable()) {  // past the checkpoint the run restarted from: workers hold the state
             restored_.clear();
@@ -246,8 +259,14 @@ public:
                 "must be this run's --stages " + std::to_string(options_.stages));
         restored_ = std::move(restored.stages);
         restored_servers_.assign(restored_.size(), state_image_server{});
-        policy_.restart_at(restored.manifest.step);
-        send_orders();
+        restart_at(restored.manifest.step);
+    }
+    // The run goes back to step 0 (the initial weights): what a run that lost a stage before
+    // its first checkpoint can do.
+    void restart_from_start() {
+        restored_.clear();
+        restored_servers_.clear();
+        restart_at(0);
     }
 
     // Fetches every stage's state from one of its workers (or, right after a restore, from the
@@ -324,6 +343,12 @@ private:
             if (clock::now() > deadline) throw error(why);
         }
     }
+    void restart_at(std::uint64_t step) {
+        policy_.restart_at(step);  // a step under way is abandoned: its calls are awaited no more
+        history_.clear();
+        starving_since_.clear();
+        send_orders();  // every member fetches its stage's state again
+    }
     // Sends what the policy asks for and serves the rendezvous until the step reaches `phase`;
     // a stage with work and no live worker for --wait-s ends the run.
     void drive_until(step_phase phase) {
@@ -341,6 +366,8 @@ private:
             it = std::find(starved.begin(), starved.end(), it->first) == starved.end() ? starving_since_.erase(it)
                                                                                          : std::next(it);
         for (const int k : starved) {
+            // No worker holds the stage's state, and none can fetch it: waiting is no use.
+            if (!policy_.has_state_to_fetch(k)) throw stage_lost(k, policy_.step());
             const auto since = starving_since_.try_emplace(k, now).first->second;
             if (now - since > std::chrono::duration<double>(options_.wait_for_worker_seconds))
                 throw error("stage " + std::to_string(k) + " has no live worker: none answered within --wait-s " +
