@@ -472,13 +472,12 @@ private:
         return phase_ == step_phase::computing && !t.done && !t.in_flight && t.stage == w.stage;
     }
 
-    // The stage a worker without a wish joins: one without members, else the most loaded among
-    // those whose state it can fetch (past step 0 and off a checkpoint, a stage whose workers
-    // all died has none).
+    // The stage a worker without a wish joins: the most loaded among those whose state it can
+    // fetch (past step 0 and off a checkpoint, a stage whose workers all died has none).
     [[nodiscard]] int stage_to_join() const {
-        // First a stage that no member serves or is on its way to (after a restart, everyone
-        // is fetching state, and no pool has a rate yet).
-        for (int k = 0; k < options_.stages; ++k) {
+        // After a restart from a checkpoint, everyone is fetching state and no pool has a rate:
+        // first a stage that no member is on its way to.
+        for (int k = 0; restorable() && k < options_.stages; ++k) {
             bool anyone = false;
             for (const auto& [id, m] : members_) anyone = anyone || (m.live && m.stage == k);
             if (!anyone && has_state_to_fetch(k)) return k;
