@@ -495,3 +495,38 @@ TEST_CASE("a run restarted from a checkpoint sends every member for its state an
     d.step();
     CHECK(c.step() == 1);
 }
+
+TEST_CASE("an unreachable worker's calls fail over, and it serves again once heard from, unbanned",
+          "[swarm][coordinator]") {
+    coordinator c(two_stages(4));
+    admit_four(c);
+    driver d(c);
+    d.decide = [](const call&) { return fate::hold; };
+    c.begin_step();
+    d.run_until(step_phase::summed);
+    const worker_id flaky = d.held.front().worker;
+    int owed = 0;
+    for (const auto& x : d.held) owed += x.worker == flaky;
+    c.unreachable(flaky);
+    CHECK(c.counts().retried_calls == owed);
+    CHECK(c.member(flaky)->live);
+    CHECK(c.member(flaky)->ready);
+    CHECK(c.route(0).times_banned(flaky) == 0);
+    // Its calls went elsewhere; none goes to it while it is unreachable.
+    const std::size_t before = d.sent.size();
+    d.decide = [](const call&) { return fate::answer; };
+    for (const auto& x : d.held)
+        if (c.awaited(x.id)) c.answered(x.id, 0.1);
+    d.run_until(step_phase::collecting);
+    for (std::size_t i = before; i < d.sent.size(); ++i) CHECK(d.sent[i].worker != flaky);
+    // Heard from again: it takes calls (its collect first: it held backwards from before).
+    c.reachable(flaky);
+    d.run_until(step_phase::summed);
+    REQUIRE(c.phase() == step_phase::summed);
+    d.check_each_sample_once();
+    c.begin_apply();
+    d.run_until(step_phase::applied);
+    c.end_step();
+    d.step();
+    CHECK(d.count(call_kind::forward, flaky, before) + d.count(call_kind::backward, flaky, before) > 0);
+}

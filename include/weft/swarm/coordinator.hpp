@@ -115,6 +115,7 @@ struct member_state {
     owed_calls owed{};    // calls it has not answered: a new call waits behind them
     int catching_up = 0;  // replayed steps on their way
     bool catch_up_failed = false;
+    bool unreachable = false;  // its connection dropped: out of its router until heard from again
 };
 
 enum class step_phase { between_steps, computing, collecting, summed, applying, applied };
@@ -184,6 +185,29 @@ public:
         routers_[std::size_t(m.stage)].failed(id);
         lose_calls_of(id, m);
         return true;
+    }
+
+    // Worker `id` cannot be reached just now (its connection dropped, as a flaky link's do):
+    // the calls it owed fail over, and it takes no new ones until it is heard from again. Not
+    // a ban: it keeps its state and its place, and if it is really gone its heartbeats stop.
+    void unreachable(worker_id id) {
+        const auto it = members_.find(id);
+        if (it == members_.end() || !it->second.live) return;
+        member_state& m = it->second;
+        if (m.ready && !m.unreachable) routers_[std::size_t(m.stage)].leave(id);
+        m.unreachable = true;
+        lose_calls_of(id, m);
+    }
+    // Worker `id` was heard from: one that was unreachable takes calls again.
+    void reachable(worker_id id) {
+        const auto it = members_.find(id);
+        if (it == members_.end() || !it->second.unreachable) return;
+        member_state& m = it->second;
+        m.unreachable = false;
+        if (m.live && m.ready) {
+            routers_[std::size_t(m.stage)].join(id);
+            wake(m.stage);
+        }
     }
 
     // Workers to send back for their stage's state (a rejoin), taken once each.
@@ -497,7 +521,7 @@ private:
         // In turn: the ready members of the stage after the last one picked.
         std::vector<worker_id> pool;
         for (const auto& [id, m] : members_)
-            if (m.live && m.ready && m.stage == stage) pool.push_back(id);
+            if (m.live && m.ready && !m.unreachable && m.stage == stage) pool.push_back(id);
         if (pool.empty()) return std::nullopt;
         auto& next = round_robin_next_[std::size_t(stage)];
         const worker_id chosen = pool[next++ % pool.size()];
@@ -674,8 +698,10 @@ private:
         if (m.step == step_) {
             if (!m.ready) {
                 m.ready = true;
-                routers_[std::size_t(m.stage)].join(id);
-                wake(m.stage);
+                if (!m.unreachable) {
+                    routers_[std::size_t(m.stage)].join(id);
+                    wake(m.stage);
+                }
             }
             return;
         }

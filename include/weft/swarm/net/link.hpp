@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,18 @@ namespace weft::swarm::net {
 [[nodiscard]] inline zmq::socket_t make_socket(zmq::context_t& context, zmq::socket_type type) {
     zmq::socket_t socket(context, type);
     socket.set(zmq::sockopt::linger, 0);
+    return socket;
+}
+
+// A DEALER that keeps one routing id across reconnections (`role`, then a random 64-bit
+// nonce: unique to this socket, and not guessed by a stranger), so that a ROUTER with
+// ZMQ_ROUTER_HANDOVER knows it again after a dropped connection instead of as a new peer.
+[[nodiscard]] inline zmq::socket_t make_dealer_with_identity(zmq::context_t& context, const std::string& role) {
+    zmq::socket_t socket = make_socket(context, zmq::socket_type::dealer);
+    static thread_local std::mt19937_64 random{std::random_device{}()};
+    char id[64];
+    std::snprintf(id, sizeof id, "%s-%016llx", role.c_str(), static_cast<unsigned long long>(random()));
+    socket.set(zmq::sockopt::routing_id, std::string(id));
     return socket;
 }
 

@@ -157,6 +157,8 @@ public:
         require(options_.heartbeat_seconds > 0, "--heartbeat-s", options_.heartbeat_seconds, "must be > 0");
         require(options_.wait_for_worker_seconds >= 0, "--wait-s", options_.wait_for_worker_seconds, "must be >= 0");
         router_socket_.set(zmq::sockopt::router_mandatory, 1);
+        // A worker that reconnects (a dropped connection) comes back under its routing id.
+        router_socket_.set(zmq::sockopt::router_handover, 1);
         router_socket_.bind(tcp_endpoint(options_.listen, "--listen", true));
         for (int k = 0; k < options_.stages; ++k) {
             registries_.push_back(nn::gpt_stage<exec::cpu>::layout(options_.model, units_[std::size_t(k)]));
@@ -505,6 +507,7 @@ private:
         const auto step = r.get<std::uint64_t>("step");
         r.finish();
         link_of(id, peer, "ready from worker").heard = clock::now();
+        policy_.reachable(id);
         policy_.ready(id, step);
     }
     void on_heartbeat(const std::string& peer, message_reader& r) {
@@ -521,6 +524,7 @@ private:
         static_cast<void>(send_to(router_socket_, peer, message_writer(message_kind::heartbeat_ack).take()));
         link.heard = clock::now();
         policy_.heard_again(id);  // one given up on fetches its state anew
+        policy_.reachable(id);    // one whose connection dropped takes calls again
     }
     void fail_worker(worker_id id, const std::string& why) {
         if (!policy_.failed(id)) return;
@@ -569,7 +573,12 @@ private:
             plain_bytes_ += w.plain_size();
         }
         if (!send_to(router_socket_, links_.at(c.worker).peer, w.take())) {
-            fail_worker(c.worker, "its connection is gone");
+            // A dropped connection is not a death: the worker reconnects (its sockets keep their
+            // routing ids), and if it is really gone its heartbeats stop and it is banned then.
+            std::fprintf(stderr, "swarm: worker %llu unreachable (its connection dropped): its calls go elsewhere "
+                                 "until it is heard from again\n",
+                         static_cast<unsigned long long>(c.worker));
+            policy_.unreachable(c.worker);
             return;
         }
         deadlines_[c.id] = clock::now() + std::chrono::duration_cast<clock::duration>(
@@ -693,6 +702,7 @@ private:
         }
         const call c = *awaited;
         link_of(c.worker, message.peer, "reply of worker").heard = clock::now();
+        policy_.reachable(c.worker);
         if (r.kind() == message_kind::refused) {
             const auto worker_step = r.get<std::uint64_t>("worker step");
             const std::string why = r.get_string("reason");

@@ -90,7 +90,7 @@ public:
     explicit worker(worker_options options)
         : options_(std::move(options)),
           endpoint_(tcp_endpoint(options_.rendezvous, "--rendezvous", false)),
-          calls_(make_socket(context_, zmq::socket_type::dealer)),
+          calls_(make_dealer_with_identity(context_, "worker-calls")),
           state_server_(make_socket(context_, zmq::socket_type::router)) {
         require(options_.connect_timeout_seconds > 0, "--connect-timeout-s", options_.connect_timeout_seconds,
                 "must be > 0 seconds");
@@ -133,7 +133,7 @@ public:
             trainer_gone_ = false;
             stopping_ = false;
             deferred_.clear();
-            calls_ = make_socket(context_, zmq::socket_type::dealer);
+            calls_ = make_dealer_with_identity(context_, "worker-calls");
             endpoint_ = tcp_endpoint(options_.rendezvous, "--rendezvous", false);
             calls_.connect(endpoint_);
         }
@@ -556,7 +556,7 @@ private:
     }
 
     void heartbeat_loop() {
-        auto beat = make_socket(context_, zmq::socket_type::dealer);
+        auto beat = make_dealer_with_identity(context_, "worker-beat");
         beat.connect(endpoint_);
         auto last_ack = clock::now();
         const worker_id id = welcome_.id;  // the main thread changes only the stage and step on a rejoin
