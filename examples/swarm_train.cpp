@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
     app.add_option("--wait-s", o.wait_s, "seconds to wait for workers (at the start, and for a stage with none live)")
         ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();
+    app.add_option("--fetch-timeout-s", o.fetch_timeout_s,
+                   "worker: seconds a peer may take to hand out a chunk of state before it is passed over")
+        ->check(weft::run::finite_at_least(0, false))
+        ->capture_default_str();
     app.add_option("--connect-timeout-s", o.connect_timeout_s, "worker: seconds to reach the rendezvous")
         ->check(weft::run::finite_at_least(0, false))
         ->capture_default_str();

@@ -67,6 +67,7 @@ struct swarm_worker_settings {
     int stage = -1;                  // -1: where the trainer wants
     long long parent_pid = 0;        // > 0: the worker exits with this process (a spawned worker)
     double connect_timeout_s = 10;
+    double fetch_timeout_s = 5;  // a peer that hands out no state chunk within this is passed over
 };
 
 // Worker processes --spawn starts on this one machine at most.
@@ -110,7 +111,8 @@ inline int run_swarm_worker(const swarm_worker_settings& o) {
                           .requested_id = o.id,
                           .requested_stage = o.stage,
                           .host = o.host,
-                          .connect_timeout_seconds = o.connect_timeout_s});
+                          .connect_timeout_seconds = o.connect_timeout_s,
+                          .fetch_timeout_seconds = o.fetch_timeout_s});
     const auto report = w.run();
     std::printf("%s\n", report.summary().c_str());
     return exit_code::done;

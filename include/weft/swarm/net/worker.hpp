@@ -43,7 +43,7 @@ struct worker_options {
     int requested_stage = -1;        // -1: the rendezvous chooses
     std::string host = "127.0.0.1";  // the address peers reach this worker's state server at
     double connect_timeout_seconds = 10;
-    double fetch_timeout_seconds = 5;  // a peer that does not answer a chunk within this is banned
+    double fetch_timeout_seconds = 5;  // a peer that does not answer a chunk within this is passed over (--fetch-timeout-s)
 };
 
 // What a worker did, printed when it ends.
@@ -93,6 +93,8 @@ public:
           calls_(make_dealer_with_identity(context_, "worker-calls")),
           state_server_(make_socket(context_, zmq::socket_type::router)) {
         require(options_.connect_timeout_seconds > 0, "--connect-timeout-s", options_.connect_timeout_seconds,
+                "must be > 0 seconds");
+        require(options_.fetch_timeout_seconds > 0, "--fetch-timeout-s", options_.fetch_timeout_seconds,
                 "must be > 0 seconds");
         state_server_.bind("tcp://" + options_.host + ":*");
         calls_.connect(endpoint_);
