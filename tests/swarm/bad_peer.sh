@@ -10,8 +10,8 @@ shift 5
 mkdir -p "$out"
 log="$out/swarm_bad_peer.jsonl"
 rm -f "$log"
-# A free port, chosen by the kernel (the trainer must listen where the stranger can find it).
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A free port (the trainer must listen where the stranger can find it).
+port=$(python3 "$(dirname "$0")/free_port.py")
 "$swarm_train" "$@" --listen "127.0.0.1:$port" --log-json "$log" > "$out/swarm_bad_peer.out" 2>&1 &
 trainer=$!
 cleanup() { kill -9 "$trainer" 2>/dev/null || true; pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true; }

@@ -26,22 +26,8 @@ spawn=false
 for a in "$@"; do [[ $a == --spawn ]] && spawn=true; done
 listen=() workers=()
 if ! $spawn; then
-    # A free port below the kernel's ephemeral range: while the trainer is down, the workers'
-    # reconnect attempts and their own sockets take ephemeral ports, and one of them could hold
-    # the trainer's (a loopback connect to a port nobody listens on may connect to itself).
-    port=$(python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for _ in range(1000):
-    p = random.randrange(10000, low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()
-')
+    # Below the ephemeral range (tests/swarm/free_port.py): the resumed trainer binds it again.
+    port=$(python3 "$(dirname "$0")/free_port.py")
     listen=(--listen "127.0.0.1:$port")
 fi
 start_workers() {

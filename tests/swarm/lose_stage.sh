@@ -10,7 +10,7 @@ swarm_train=$1 reference=$2 out=$3
 shift 4
 rm -rf "$out"
 mkdir -p "$out"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 "$(dirname "$0")/free_port.py")
 "$swarm_train" "$@" --spawn --stages 2 --workers-per-stage 2 --listen "127.0.0.1:$port" \
     --checkpoint-dir "$out/ckpt" --checkpoint-every 2 --fail 1@5 --fail 3@5 --wait-s 30 \
     --log-json "$out/run.jsonl" > "$out/run.out" 2>&1 &

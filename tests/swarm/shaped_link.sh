@@ -47,21 +47,7 @@ for a in "$@"; do
 done
 [[ -n $batch ]] || { echo "shaped_link: the arguments must give --batch"; exit 2; }
 
-free_port() {
-    python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for _ in range(1000):
-    p = random.randrange(10000, low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()
-'
-}
+free_port() { python3 "$here/free_port.py"; }
 
 pids=()
 cleanup() { kill -9 "${pids[@]}" 2>/dev/null || true; }
