@@ -530,3 +530,23 @@ TEST_CASE("an unreachable worker's calls fail over, and it serves again once hea
     d.step();
     CHECK(d.count(call_kind::forward, flaky, before) + d.count(call_kind::backward, flaky, before) > 0);
 }
+
+TEST_CASE("a worker unreachable while it replays steps fetches its state again", "[swarm][coordinator]") {
+    coordinator c(two_stages(2));
+    admit_four(c);
+    driver d(c);
+    d.step();
+    d.step();
+    c.admit(5, 0);
+    c.ready(5, 1);  // one step behind: a replay
+    const auto replays = c.take_calls();
+    REQUIRE(replays.size() == 1);
+    REQUIRE(replays[0].kind == call_kind::catch_up);
+    c.unreachable(5);
+    CHECK_FALSE(c.awaited(replays[0].id));
+    CHECK(c.member(5)->catching_up == 0);
+    CHECK(c.take_rejoins() == std::vector<worker_id>{5});
+    c.reachable(5);
+    c.ready(5, 2);
+    CHECK(c.member(5)->ready);
+}

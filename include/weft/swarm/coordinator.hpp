@@ -196,7 +196,9 @@ public:
         member_state& m = it->second;
         if (m.ready && !m.unreachable) routers_[std::size_t(m.stage)].leave(id);
         m.unreachable = true;
+        const bool was_catching_up = m.catching_up > 0;
         lose_calls_of(id, m);
+        if (was_catching_up) send_back(id, m);  // its replayed steps are lost: it fetches its state again
     }
     // Worker `id` was heard from: one that was unreachable takes calls again.
     void reachable(worker_id id) {
@@ -317,7 +319,7 @@ public:
         start_more();
     }
 
-    // The calls to send now. A driver that cannot send one reports its worker failed.
+    // The calls to send now. A driver that cannot send one reports its worker unreachable.
     [[nodiscard]] std::vector<call> take_calls() {
         if (phase_ == step_phase::collecting && collect_plan_due_) plan_collects();
         // Calls made outside the queue go first: they were issued first, so the calls their
