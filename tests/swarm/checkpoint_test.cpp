@@ -12,17 +12,18 @@
 
 namespace {
 
-const weft::nn::gpt_config model{.num_layers = 2, .d_model = 16, .num_heads = 2, .vocab_size = 32, .seq_len = 4,
-                                 .seed = 5};
-const weft::optim::optimizer_options adamw{.kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2,
-                                           .weight_decay = 0.1};
+const weft::nn::gpt_config saved_model{
+    .num_layers = 2, .d_model = 16, .num_heads = 2, .vocab_size = 32, .seq_len = 4, .seed = 5};
+const weft::optim::optimizer_options saved_adamw{
+    .kind = weft::optim::optimizer_kind::adamw, .lr = 1e-2, .weight_decay = 0.1};
 
 // Stages that took `steps` optimizer steps with made-up gradients (the same on the tied wte).
 std::vector<std::unique_ptr<weft::swarm::stage_service>> trained_stages(const std::vector<weft::nn::unit_range>& units,
                                                                         int steps) {
     std::vector<std::unique_ptr<weft::swarm::stage_service>> stages;
     for (std::size_t k = 0; k < units.size(); ++k)
-        stages.push_back(std::make_unique<weft::swarm::stage_service>(model, int(k), int(units.size()), units[k], adamw));
+        stages.push_back(std::make_unique<weft::swarm::stage_service>(saved_model, int(k), int(units.size()), units[k],
+                                                                      saved_adamw));
     for (int s = 0; s < steps; ++s)
         for (auto& stage : stages) {
             std::vector<float> gradient(stage->parameters().size());
@@ -34,7 +35,8 @@ std::vector<std::unique_ptr<weft::swarm::stage_service>> trained_stages(const st
     return stages;
 }
 
-std::vector<weft::swarm::stage_image> images_of(const std::vector<std::unique_ptr<weft::swarm::stage_service>>& stages) {
+std::vector<weft::swarm::stage_image> images_of(
+    const std::vector<std::unique_ptr<weft::swarm::stage_service>>& stages) {
     std::vector<weft::swarm::stage_image> images;
     for (const auto& stage : stages) {
         const auto m = stage->manifest();
@@ -44,7 +46,8 @@ std::vector<weft::swarm::stage_image> images_of(const std::vector<std::unique_pt
 }
 
 struct temporary_root {
-    std::filesystem::path path = std::filesystem::temp_directory_path() / ("weft_swarm_ckpt_" + std::to_string(::getpid()));
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("weft_swarm_ckpt_" + std::to_string(::getpid()));
     temporary_root() { std::filesystem::remove_all(path); }
     ~temporary_root() { std::filesystem::remove_all(path); }
 };
@@ -53,13 +56,17 @@ struct temporary_root {
 
 TEST_CASE("a SWARM checkpoint restores every stage's parameters and optimizer state bit for bit",
           "[swarm][checkpoint]") {
-    const auto units = weft::swarm::swarm_stage_units(model, 3, {});
+    const auto units = weft::swarm::swarm_stage_units(saved_model, 3, {});
     const auto stages = trained_stages(units, 3);
     const auto images = images_of(stages);
     temporary_root root;
     std::filesystem::create_directories(root.path);
-    const weft::swarm::swarm_checkpoint_run run{.model = model, .units = units, .optimizer = adamw, .microbatches = 2,
-                                                 .workers = 6, .run = {{"program", "swarm_train"}}};
+    const weft::swarm::swarm_checkpoint_run run{.model = saved_model,
+                                                .units = units,
+                                                .optimizer = saved_adamw,
+                                                .microbatches = 2,
+                                                .workers = 6,
+                                                .run = {{"program", "swarm_train"}}};
     const auto saved = weft::swarm::save_swarm_checkpoint(root.path, images, run, /*samples=*/24);
     CHECK(saved.directory == root.path / "step-00000003");
     const auto manifest = weft::io::read_manifest(saved.directory);
@@ -68,7 +75,7 @@ TEST_CASE("a SWARM checkpoint restores every stage's parameters and optimizer st
     CHECK(manifest.layout.pp == 3);
     CHECK(manifest.layout.schedule == "swarm");
     // From the root (its `latest`), into fresh stages: the same images.
-    const auto restored = weft::swarm::load_swarm_checkpoint(root.path, model, units, adamw);
+    const auto restored = weft::swarm::load_swarm_checkpoint(root.path, saved_model, units, saved_adamw);
     REQUIRE(restored.stages.size() == 3);
     for (std::size_t k = 0; k < 3; ++k) {
         const auto m = restored.stages[k]->manifest();
@@ -79,23 +86,23 @@ TEST_CASE("a SWARM checkpoint restores every stage's parameters and optimizer st
 }
 
 TEST_CASE("a SWARM checkpoint of another model, optimizer, or one torn, is refused", "[swarm][checkpoint]") {
-    const auto units = weft::swarm::swarm_stage_units(model, 2, {});
+    const auto units = weft::swarm::swarm_stage_units(saved_model, 2, {});
     const auto images = images_of(trained_stages(units, 1));
     temporary_root root;
     std::filesystem::create_directories(root.path);
-    const weft::swarm::swarm_checkpoint_run run{.model = model, .units = units, .optimizer = adamw, .microbatches = 2,
-                                                 .workers = 4, .run = {}};
+    const weft::swarm::swarm_checkpoint_run run{
+        .model = saved_model, .units = units, .optimizer = saved_adamw, .microbatches = 2, .workers = 4, .run = {}};
     const auto saved = weft::swarm::save_swarm_checkpoint(root.path, images, run, 8);
-    auto other = model;
+    auto other = saved_model;
     other.num_heads = 4;
-    CHECK_THROWS_WITH(weft::swarm::load_swarm_checkpoint(root.path, other, units, adamw),
+    CHECK_THROWS_WITH(weft::swarm::load_swarm_checkpoint(root.path, other, units, saved_adamw),
                       Catch::Contains("\"model\" of manifest"));
-    auto sgd = adamw;
+    auto sgd = saved_adamw;
     sgd.kind = weft::optim::optimizer_kind::sgd;
-    CHECK_THROWS_WITH(weft::swarm::load_swarm_checkpoint(root.path, model, units, sgd),
+    CHECK_THROWS_WITH(weft::swarm::load_swarm_checkpoint(root.path, saved_model, units, sgd),
                       Catch::Contains("--optimizer adamw"));
     std::filesystem::remove(saved.directory / "manifest.json");
-    CHECK_THROWS_AS(weft::swarm::load_swarm_checkpoint(saved.directory, model, units, adamw), weft::error);
+    CHECK_THROWS_AS(weft::swarm::load_swarm_checkpoint(saved.directory, saved_model, units, saved_adamw), weft::error);
     // Images of two steps do not make a checkpoint.
     auto mixed = images;
     mixed[1].manifest.step += 1;

@@ -43,9 +43,15 @@ struct driver {
             for (auto& x : calls) {
                 sent.push_back(x);
                 switch (decide(x)) {
-                    case fate::answer: c.answered(x.id, seconds(x)); break;
-                    case fate::time_out: c.timed_out(x.id); break;
-                    case fate::hold: held.push_back(x); break;
+                    case fate::answer:
+                        c.answered(x.id, seconds(x));
+                        break;
+                    case fate::time_out:
+                        c.timed_out(x.id);
+                        break;
+                    case fate::hold:
+                        held.push_back(x);
+                        break;
                 }
                 if (c.phase() == until) return;
             }
@@ -92,7 +98,8 @@ void admit_four(coordinator& c) {
 
 }  // namespace
 
-TEST_CASE("a calm step: every micro-batch forward and back, collected once, applied everywhere", "[swarm][coordinator]") {
+TEST_CASE("a calm step: every micro-batch forward and back, collected once, applied everywhere",
+          "[swarm][coordinator]") {
     coordinator c(two_stages());
     admit_four(c);
     driver d(c);
@@ -262,8 +269,8 @@ TEST_CASE("the retry cap fails the step with a message naming the option", "[swa
     driver d(c);
     d.decide = [](const call&) { return fate::time_out; };
     c.begin_step();
-    CHECK_THROWS_WITH(d.run_until(step_phase::summed), Catch::Contains("--max-attempts 3") &&
-                                                           Catch::Contains("forward of micro-batch 0 at stage 0"));
+    CHECK_THROWS_WITH(d.run_until(step_phase::summed),
+                      Catch::Contains("--max-attempts 3") && Catch::Contains("forward of micro-batch 0 at stage 0"));
 }
 
 TEST_CASE("a stage with no live worker starves, and a joiner wakes it", "[swarm][coordinator]") {

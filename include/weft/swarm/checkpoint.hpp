@@ -44,7 +44,7 @@ struct swarm_checkpoint_run {
     std::vector<nn::unit_range> units;  // per stage
     optim::optimizer_options optimizer;
     int microbatches = 1;
-    int workers = 0;                              // members serving when it was saved
+    int workers = 0;                                // members serving when it was saved
     nlohmann::json run = nlohmann::json::object();  // the program's settings, kept in the manifest
 };
 
@@ -91,8 +91,8 @@ inline train::checkpoint_saved save_swarm_checkpoint(const std::filesystem::path
     std::error_code error;
     if (!std::filesystem::create_directory(staged, error))
         throw invalid_argument("--checkpoint-dir", root.string(),
-                               "cannot take a new checkpoint: creating " + staged.string() + " fails: " +
-                                   (error ? error.message() : "it exists"));
+                               "cannot take a new checkpoint: creating " + staged.string() +
+                                   " fails: " + (error ? error.message() : "it exists"));
     try {
         const std::string model = models::gpt::describe(run.model);
         const io::safetensors_metadata metadata{{std::string(train::progress_step_key), std::to_string(step)},
@@ -162,14 +162,15 @@ inline swarm_restore load_swarm_checkpoint(const std::filesystem::path& path, co
                 ": the files come from different saves, or the manifest was edited");
     const auto names = fresh.state_names();
     for (std::size_t k = 0; k < units.size(); ++k) {
-        auto service =
-            std::make_unique<stage_service>(model, static_cast<int>(k), static_cast<int>(units.size()), units[k], optimizer);
+        auto service = std::make_unique<stage_service>(model, static_cast<int>(k), static_cast<int>(units.size()),
+                                                       units[k], optimizer);
         const auto& registry = service->registry();
         std::vector<float> parameters(registry.total_size());
         io::load_checkpoint(weights, registry, parameters);
         auto state = io::load_optimizer_state(optimizer_file, registry, optimizer_name, names);
-        require(state.steps == out.manifest.step, "optimizer step of " + (out.directory / train::optimizer_file_name).string(),
-                state.steps, "must equal the manifest's step " + std::to_string(out.manifest.step));
+        require(state.steps == out.manifest.step,
+                "optimizer step of " + (out.directory / train::optimizer_file_name).string(), state.steps,
+                "must equal the manifest's step " + std::to_string(out.manifest.step));
         state_manifest image{state.steps, parameters.size(), {}};
         for (const auto& t : state.tensors) image.optimizer_tensors.emplace_back(t.name, t.values.size());
         service->begin_restore(image);

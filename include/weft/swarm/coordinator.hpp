@@ -60,11 +60,16 @@ enum class call_kind : std::uint8_t {
 
 [[nodiscard]] inline const char* to_string(call_kind kind) {
     switch (kind) {
-        case call_kind::forward: return "forward";
-        case call_kind::backward: return "backward";
-        case call_kind::collect: return "collect";
-        case call_kind::apply: return "apply";
-        case call_kind::catch_up: return "catch-up";
+        case call_kind::forward:
+            return "forward";
+        case call_kind::backward:
+            return "backward";
+        case call_kind::collect:
+            return "collect";
+        case call_kind::apply:
+            return "apply";
+        case call_kind::catch_up:
+            return "catch-up";
     }
     return "?";
 }
@@ -86,9 +91,9 @@ struct call {
 struct coordinator_options {
     int stages = 1;
     int microbatches = 1;
-    int max_in_flight = 0;  // micro-batches going at once; 0: all of the step's
-    int max_attempts = 8;   // sends of one forward or backward before the step fails
-    int catch_up_steps = 4;  // applied steps a behind worker may replay (0: it fetches its state again)
+    int max_in_flight = 0;                // micro-batches going at once; 0: all of the step's
+    int max_attempts = 8;                 // sends of one forward or backward before the step fails
+    int catch_up_steps = 4;               // applied steps a behind worker may replay (0: it fetches its state again)
     double catch_up_timeout_seconds = 3;  // a replayed step's (its worker is in no router yet)
     routing_rule routing = routing_rule::iwrr;
     router_options router{};
@@ -108,8 +113,8 @@ struct coordinator_options {
 // One member as the coordinator sees it.
 struct member_state {
     int stage = 0;
-    bool live = true;    // not known dead
-    bool ready = false;  // holds the current step's state and is in its stage's router
+    bool live = true;        // not known dead
+    bool ready = false;      // holds the current step's state and is in its stage's router
     std::uint64_t step = 0;  // the step whose state it holds (step + 1 once it applied this one)
     long long calls = 0, timeouts = 0, deaths = 0;
     owed_calls owed{};    // calls it has not answered: a new call waits behind them
@@ -335,10 +340,17 @@ public:
                 waiting_[std::size_t(w.stage)].push_back(w);
                 continue;
             }
-            call c{.kind = is_backward(w) ? call_kind::backward : call_kind::forward, .worker = *id, .stage = w.stage,
-                   .step = step_, .microbatch = w.microbatch, .microbatches = {}, .redo = w.redo};
-            if (w.redo) redo_.at({w.stage, w.microbatch}).in_flight = true;
-            else tasks_[std::size_t(w.microbatch)].in_flight = true;
+            call c{.kind = is_backward(w) ? call_kind::backward : call_kind::forward,
+                   .worker = *id,
+                   .stage = w.stage,
+                   .step = step_,
+                   .microbatch = w.microbatch,
+                   .microbatches = {},
+                   .redo = w.redo};
+            if (w.redo)
+                redo_.at({w.stage, w.microbatch}).in_flight = true;
+            else
+                tasks_[std::size_t(w.microbatch)].in_flight = true;
             out.push_back(issue(std::move(c)));
         }
         return out;
@@ -367,16 +379,24 @@ public:
             return c;
         }
         if (c.kind == call_kind::forward || c.kind == call_kind::backward)
-            routers_[std::size_t(c.stage)].finished(c.worker, seconds,
-                                                    c.kind == call_kind::forward ? call_class::forward
-                                                                                 : call_class::backward);
+            routers_[std::size_t(c.stage)].finished(
+                c.worker, seconds, c.kind == call_kind::forward ? call_class::forward : call_class::backward);
         ++m.calls;
         switch (c.kind) {
-            case call_kind::forward: forwarded(c); break;
-            case call_kind::backward: c.redo ? redone(c) : backed(c); break;
-            case call_kind::collect: collected(c); break;
-            case call_kind::apply: applied(c, true); break;
-            case call_kind::catch_up: break;
+            case call_kind::forward:
+                forwarded(c);
+                break;
+            case call_kind::backward:
+                c.redo ? redone(c) : backed(c);
+                break;
+            case call_kind::collect:
+                collected(c);
+                break;
+            case call_kind::apply:
+                applied(c, true);
+                break;
+            case call_kind::catch_up:
+                break;
         }
         return c;
     }
@@ -423,7 +443,8 @@ public:
         applied_.assign(std::size_t(options_.stages), 0);
         for (auto& [id, m] : members_) {
             if (!(m.live && m.ready && m.step == step_)) continue;
-            outbox_.push_back(issue({.kind = call_kind::apply, .worker = id, .stage = m.stage, .step = step_, .microbatches = {}}));
+            outbox_.push_back(
+                issue({.kind = call_kind::apply, .worker = id, .stage = m.stage, .step = step_, .microbatches = {}}));
             ++applies_out_;
         }
         if (applies_out_ == 0) phase_ = step_phase::applied;
@@ -538,11 +559,19 @@ private:
         c.id = next_call_++;
         const router& r = routers_[std::size_t(c.stage)];
         switch (c.kind) {
-            case call_kind::forward: c.timeout_seconds = r.timeout_seconds(c.worker, call_class::forward); break;
-            case call_kind::backward: c.timeout_seconds = r.timeout_seconds(c.worker, call_class::backward); break;
+            case call_kind::forward:
+                c.timeout_seconds = r.timeout_seconds(c.worker, call_class::forward);
+                break;
+            case call_kind::backward:
+                c.timeout_seconds = r.timeout_seconds(c.worker, call_class::backward);
+                break;
             case call_kind::collect:
-            case call_kind::apply: c.timeout_seconds = r.timeout_seconds(c.worker); break;
-            case call_kind::catch_up: c.timeout_seconds = options_.catch_up_timeout_seconds; break;
+            case call_kind::apply:
+                c.timeout_seconds = r.timeout_seconds(c.worker);
+                break;
+            case call_kind::catch_up:
+                c.timeout_seconds = options_.catch_up_timeout_seconds;
+                break;
         }
         c.due_after_seconds = m.owed.due_after(c.timeout_seconds);
         m.owed.add(c.timeout_seconds);
@@ -600,8 +629,8 @@ private:
         for (const int mb : c.microbatches) {
             collecting_.erase({c.stage, mb});
             uncollected_.erase({c.stage, mb});
-            require(done.insert(mb).second, "collected micro-batch", mb, "was collected twice at stage " +
-                                                                            std::to_string(c.stage));
+            require(done.insert(mb).second, "collected micro-batch", mb,
+                    "was collected twice at stage " + std::to_string(c.stage));
         }
         for (const auto& s : collected_)
             if (s.size() != static_cast<std::size_t>(options_.microbatches)) return;
@@ -627,10 +656,12 @@ private:
             case call_kind::forward:
             case call_kind::backward: {
                 ++counts_.retried_calls;
-                int& attempts = c.redo ? redo_.at({c.stage, c.microbatch}).attempts
-                                       : tasks_[std::size_t(c.microbatch)].attempts;
-                if (c.redo) redo_.at({c.stage, c.microbatch}).in_flight = false;
-                else tasks_[std::size_t(c.microbatch)].in_flight = false;
+                int& attempts =
+                    c.redo ? redo_.at({c.stage, c.microbatch}).attempts : tasks_[std::size_t(c.microbatch)].attempts;
+                if (c.redo)
+                    redo_.at({c.stage, c.microbatch}).in_flight = false;
+                else
+                    tasks_[std::size_t(c.microbatch)].in_flight = false;
                 if (++attempts >= options_.max_attempts)
                     throw error(std::string(c.redo ? "the redone backward" : to_string(c.kind)) + " of micro-batch " +
                                 std::to_string(c.microbatch) + " at stage " + std::to_string(c.stage) + " failed " +
@@ -647,8 +678,12 @@ private:
                     queue_.push_back({mb, c.stage, true});
                 }
                 return;
-            case call_kind::apply: applied(c, false); return;
-            case call_kind::catch_up: caught_up(c.worker, false); return;
+            case call_kind::apply:
+                applied(c, false);
+                return;
+            case call_kind::catch_up:
+                caught_up(c.worker, false);
+                return;
         }
     }
     // Every call `id` owed is lost at once (it died, or started over).
@@ -687,8 +722,11 @@ private:
         }
         for (auto& [group, mbs] : groups) {
             for (const int mb : mbs) collecting_.insert({group.first, mb});
-            outbox_.push_back(issue({.kind = call_kind::collect, .worker = group.second, .stage = group.first,
-                                     .step = step_, .microbatches = std::move(mbs)}));
+            outbox_.push_back(issue({.kind = call_kind::collect,
+                                     .worker = group.second,
+                                     .stage = group.first,
+                                     .step = step_,
+                                     .microbatches = std::move(mbs)}));
         }
     }
 
@@ -717,18 +755,23 @@ private:
         m.catch_up_failed = false;
         for (const std::uint64_t s : kept_) {
             if (s < m.step) continue;
-            outbox_.push_back(issue({.kind = call_kind::catch_up, .worker = id, .stage = m.stage, .step = s, .microbatches = {}}));
+            outbox_.push_back(
+                issue({.kind = call_kind::catch_up, .worker = id, .stage = m.stage, .step = s, .microbatches = {}}));
             ++m.catching_up;
         }
     }
     void caught_up(worker_id id, bool ok) {
         member_state& m = members_.at(id);
         --m.catching_up;
-        if (ok) ++m.step;
-        else m.catch_up_failed = true;
+        if (ok)
+            ++m.step;
+        else
+            m.catch_up_failed = true;
         if (m.catching_up > 0 || !m.live) return;
-        if (m.catch_up_failed) send_back(id, m);
-        else bring_up_to_date(id, m);
+        if (m.catch_up_failed)
+            send_back(id, m);
+        else
+            bring_up_to_date(id, m);
     }
     // The member fetches its stage's state again (on a move: the new stage's).
     void send_back(worker_id id, member_state& m) {
@@ -747,21 +790,21 @@ private:
     std::uint64_t step_ = 0;
     step_phase phase_ = step_phase::between_steps;
     step_counts counts_;
-    std::vector<call> outbox_;          // collects, applies, replays: made outside take_calls' queue
+    std::vector<call> outbox_;  // collects, applies, replays: made outside take_calls' queue
     std::vector<worker_id> rejoins_;
-    std::deque<std::uint64_t> kept_;     // applied steps a behind worker may replay
+    std::deque<std::uint64_t> kept_;                // applied steps a behind worker may replay
     std::optional<std::uint64_t> restorable_step_;  // the step a checkpoint the driver serves holds
     // The step under way.
     std::vector<task> tasks_;
     int started_ = 0, finished_ = 0;
-    std::deque<work> queue_;                   // forwards, backwards and redos to send
-    std::vector<std::vector<work>> waiting_;   // per stage: work that found no live worker
+    std::deque<work> queue_;                             // forwards, backwards and redos to send
+    std::vector<std::vector<work>> waiting_;             // per stage: work that found no live worker
     std::map<std::pair<int, int>, worker_id> accepted_;  // (stage, mb) -> whose backward counts
     std::vector<std::set<int>> collected_;               // per stage: micro-batches collected
     std::set<std::pair<int, int>> uncollected_;          // (stage, mb) accepted, not collected yet
     std::set<std::pair<int, int>> collecting_;           // (stage, mb) asked of a worker
     std::map<std::pair<int, int>, redo_task> redo_;      // (stage, mb) backwards to run again
-    bool collect_plan_due_ = false;  // something changed that the collection's plan must see
+    bool collect_plan_due_ = false;                      // something changed that the collection's plan must see
     std::vector<int> applied_;                           // per stage: workers that stepped
     int applies_out_ = 0;
     std::vector<worker_id> lost_applies_;
