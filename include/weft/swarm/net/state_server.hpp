@@ -82,6 +82,7 @@ public:
                 w.put(q.step).put(q.offset).put_floats(std::span<const float>(image).subspan(q.offset, q.count));
             }
             used_ = clock::now();
+            ++served_;
             return w.take();
         } catch (const error& e) {
             return refusal(service.step(), e.what());
@@ -92,6 +93,8 @@ public:
         if (snapshot_ && clock::now() - used_ > std::chrono::duration<double>(idle_seconds_)) snapshot_.reset();
     }
     void forget() { snapshot_.reset(); }
+    // Requests answered with state (not refused).
+    [[nodiscard]] long long served() const { return served_; }
 
 private:
     using clock = std::chrono::steady_clock;
@@ -102,6 +105,7 @@ private:
     double idle_seconds_;
     std::optional<snapshot> snapshot_;
     clock::time_point used_{};
+    long long served_ = 0;
 };
 
 }  // namespace weft::swarm::net

@@ -164,6 +164,7 @@ private:
     worker_report final_report() {
         report_.dropped_messages = guard_.dropped();
         report_.banned_strangers = guard_.banned();
+        if (image_server_.served() > 0) report_.served["state"] = image_server_.served();
         return report_;
     }
 
@@ -436,9 +437,7 @@ private:
     }
     // Answers a peer's state request (net/state_server.hpp).
     void serve_state(const std::string& peer, const state_request& q) {
-        const auto reply = image_server_.answer(*service_, q);
-        if (message_reader(reply, "this worker").kind() == message_kind::state_reply) ++report_.served["state"];
-        static_cast<void>(send_to(state_server_, peer, reply));
+        static_cast<void>(send_to(state_server_, peer, image_server_.answer(*service_, q)));
     }
 
     void play_faults(std::uint64_t step, message_kind kind) {
