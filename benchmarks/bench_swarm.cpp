@@ -2,7 +2,8 @@
 //  1. throughput against the failure rate, SWARM next to a static 1F1B pipeline that restarts
 //     from its last checkpoint;
 //  2. percent of the optimum on a trace of preemptible workers, rebalancing never, every
-//     300 s and every 60 s (Ryabinin et al. 2023 report 95.8 % at 300 s, 82.7 % without);
+//     300 s and every 60 s (Ryabinin et al. 2023 report 95.8 % at 300 s, 82.7 % without),
+//     and the ceilings that whole workers and exact steps put on it;
 //  3. interleaved weighted round-robin against uniform round-robin over workers of mixed
 //     speeds.
 // Markdown tables on stdout (docs/swarm.md shows them), and with --svg FILE the plot of (1).
@@ -17,6 +18,7 @@
 #include "weft/io/atomic_file.hpp"
 #include "weft/io/svg_line_chart.hpp"
 #include "weft/swarm/sim/checkpoint_restart.hpp"
+#include "weft/swarm/sim/placement_ceiling.hpp"
 #include "weft/swarm/sim/virtual_swarm.hpp"
 #include "weft/swarm/sim/worker_traces.hpp"
 
@@ -53,26 +55,33 @@ std::string hours(double seconds) {
 // ---- 1. throughput against the failure rate ------------------------------------------------
 void failure_rates(const settings& s) {
     const double duration = s.quick ? 1800 : 4 * 3600;
-    const std::vector<double> rates = s.quick ? std::vector<double>{0, 1} : std::vector<double>{0, 0.1, 0.25, 0.5, 1, 2};
+    const std::vector<double> rates =
+        s.quick ? std::vector<double>{0, 1} : std::vector<double>{0, 0.1, 0.25, 0.5, 1, 2};
     const int stages = 4, replicas = 8;
     const std::vector<double> speeds(std::size_t(stages * replicas), 1.0);
     const double replace_seconds = 60;
-    sim::static_pipeline_model baseline{.forward_seconds = {0.1, 0.1, 0.1, 0.4 / 3}, .backward_multiple = 2,
-                                        .latency_seconds = 0.01, .replicas = replicas,
+    sim::static_pipeline_model baseline{.forward_seconds = {0.1, 0.1, 0.1, 0.4 / 3},
+                                        .backward_multiple = 2,
+                                        .latency_seconds = 0.01,
+                                        .replicas = replicas,
                                         .microbatches_per_step = microbatches_per_step,
-                                        .apply_seconds = 0.5, .checkpoint_seconds = 30,
-                                        .restart_seconds = replace_seconds + 60, .checkpoint_interval = 0,
+                                        .apply_seconds = 0.5,
+                                        .checkpoint_seconds = 30,
+                                        .restart_seconds = replace_seconds + 60,
+                                        .checkpoint_interval = 0,
                                         .duration_seconds = duration};
     std::printf("### Throughput against the failure rate\n\n");
-    std::printf("%d workers of equal speed, %d stages of 0.4 s of work a micro-batch at speed 1, steps of %d "
-                "micro-batches, %s. A failed worker is replaced %.0f s later. SWARM: %d micro-batches in flight; "
-                "the replacement joins the most loaded stage after a %.0f s download; rebalancing every 300 s. "
-                "1F1B: %d pipelines of %d stages, a checkpoint every Young's interval (30 s to write one), %.0f s "
-                "to restart from it.\n\n",
-                stages * replicas, stages, microbatches_per_step, hours(duration).c_str(), replace_seconds, in_flight,
-                base_model(duration).download_seconds, replicas, stages, baseline.restart_seconds);
-    std::printf("| failures per worker-hour | SWARM micro-batches/s | 1F1B + restart micro-batches/s | SWARM / 1F1B | "
-                "1F1B restarts | SWARM retried calls | SWARM redone backwards |\n");
+    std::printf(
+        "%d workers of equal speed, %d stages of 0.4 s of work a micro-batch at speed 1, steps of %d "
+        "micro-batches, %s. A failed worker is replaced %.0f s later. SWARM: %d micro-batches in flight; "
+        "the replacement joins the most loaded stage after a %.0f s download; rebalancing every 300 s. "
+        "1F1B: %d pipelines of %d stages, a checkpoint every Young's interval (30 s to write one), %.0f s "
+        "to restart from it.\n\n",
+        stages * replicas, stages, microbatches_per_step, hours(duration).c_str(), replace_seconds, in_flight,
+        base_model(duration).download_seconds, replicas, stages, baseline.restart_seconds);
+    std::printf(
+        "| failures per worker-hour | SWARM micro-batches/s | 1F1B + restart micro-batches/s | SWARM / 1F1B | "
+        "1F1B restarts | SWARM retried calls | SWARM redone backwards |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
     weft::io::line_series swarm_line{.label = "SWARM", .points = {}};
     weft::io::line_series static_line{.label = "1F1B, restart from checkpoint", .points = {}};
@@ -105,6 +114,31 @@ void failure_rates(const settings& s) {
 }
 
 // ---- 2. percent of the optimum on a preemption trace ---------------------------------------
+// What no policy of this step structure passes on the trace, each measured apart: the
+// placement whole workers allow (sim/placement_ceiling.hpp), the throughput exact
+// (synchronous) steps leave with no failure at all, and rebalancing as often as steps end.
+void ceilings(double duration, const std::vector<double>& speeds, const std::vector<sim::sim_worker>& trace) {
+    const double whole = sim::whole_worker_placement_fraction(base_model(duration), trace);
+    // The same workers, up the whole run and evenly placed: each stage gets a third of each kind.
+    std::vector<sim::sim_worker> calm;
+    for (std::size_t i = 0; i < speeds.size(); ++i)
+        calm.push_back({.speed = speeds[i], .stage = static_cast<int>(i % 4), .up = {{0.0, INFINITY}}});
+    const auto barrier = sim::simulate(base_model(duration), calm);
+    sim::swarm_model every_step = base_model(duration);
+    every_step.rebalance_seconds = 1e-9;  // at every step's end
+    const auto eager = sim::simulate(every_step, trace);
+    std::printf("What bounds the table above, each measured on its own:\n\n");
+    std::printf("| ceiling | %% of optimum |\n|---|---:|\n");
+    std::printf("| whole workers divided afresh at every instant, with no download (placement's ceiling) | %.1f |\n",
+                100 * whole);
+    std::printf("| the same workers up all along, evenly placed, no failure (exact steps' ceiling) | %.1f |\n",
+                100 * barrier.fraction_of_optimal());
+    std::printf("| both together (their product, an estimate) | %.1f |\n", 100 * whole * barrier.fraction_of_optimal());
+    std::printf("| the trace, rebalancing at every step's end | %.1f (placement %.1f) |\n",
+                100 * eager.fraction_of_optimal(), 100 * eager.placement_fraction_of_optimal());
+    std::printf("\n");
+}
+
 void preemption(const settings& s) {
     const double duration = s.quick ? 1800 : 6 * 3600;
     // 48 preemptible instances of three kinds: up for 2 h on average, then preempted for 30 min.
@@ -112,16 +146,18 @@ void preemption(const settings& s) {
     for (int i = 0; i < 48; ++i) speeds.push_back(i % 3 == 0 ? 2.0 : i % 3 == 1 ? 0.5 : 1.0);
     const auto workers = sim::preemptible(speeds, 7200, 1800, duration, 11);
     std::printf("### Percent of the optimum on a preemption trace\n\n");
-    std::printf("48 preemptible workers (a third twice as fast, a third half as fast), each up for 2 h and then "
-                "preempted for 30 min on average, %s, 4 stages, the same model and steps as above; arrivals join "
-                "the most loaded stage after a 20 s download. The optimum is the fluid bound: every worker up "
-                "computing without pause, perfectly divided among the stages. *Placement* is what the workers' "
-                "stages allowed (the slowest stage's ready workers computing without pause); the rest of the gap is "
-                "execution: step barriers, calls lost with a departing worker and their timeouts, redone "
-                "backwards.\n\n",
-                hours(duration).c_str());
-    std::printf("| rebalancing | micro-batches/s | %% of optimum | placement, %% of optimum | moves | arrivals | "
-                "departures | retried calls | redone backwards |\n");
+    std::printf(
+        "48 preemptible workers (a third twice as fast, a third half as fast), each up for 2 h and then "
+        "preempted for 30 min on average, %s, 4 stages, the same model and steps as above; arrivals join "
+        "the most loaded stage after a 20 s download. The optimum is the fluid bound: every worker up "
+        "computing without pause, perfectly divided among the stages. *Placement* is what the workers' "
+        "stages allowed (the slowest stage's ready workers computing without pause); the rest of the gap is "
+        "execution: step barriers, calls lost with a departing worker and their timeouts, redone "
+        "backwards.\n\n",
+        hours(duration).c_str());
+    std::printf(
+        "| rebalancing | micro-batches/s | %% of optimum | placement, %% of optimum | moves | arrivals | "
+        "departures | retried calls | redone backwards |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const double period : {0.0, 300.0, 60.0}) {
         sim::swarm_model m = base_model(duration);
@@ -133,6 +169,7 @@ void preemption(const settings& s) {
                     r.moves, r.arrivals, r.departures, r.retried_calls, r.redone_backwards);
     }
     std::printf("\n");
+    ceilings(duration, speeds, workers);
 }
 
 // ---- 3. IWRR against uniform round-robin -----------------------------------------------------
@@ -144,17 +181,18 @@ void routing(const settings& s) {
     for (int k = 0; k < 4; ++k)
         for (const double speed : pool) workers.push_back({.speed = speed, .stage = k, .up = {{0.0, INFINITY}}});
     std::printf("### Interleaved weighted round-robin against uniform round-robin\n\n");
-    std::printf("4 stages of 8 workers of speeds 2, 2, 1, 1, 1, 1, 0.5 and 0.25, no failures, no rebalancing, "
-                "%s.\n\n",
-                hours(duration).c_str());
+    std::printf(
+        "4 stages of 8 workers of speeds 2, 2, 1, 1, 1, 1, 0.5 and 0.25, no failures, no rebalancing, "
+        "%s.\n\n",
+        hours(duration).c_str());
     std::printf("| routing | micro-batches/s | %% of optimum | retried calls |\n|---|---:|---:|---:|\n");
     for (const auto policy : {weft::swarm::routing_rule::iwrr, weft::swarm::routing_rule::round_robin}) {
         sim::swarm_model m = base_model(duration);
         m.routing = policy;
         const auto r = sim::simulate(m, workers);
         std::printf("| %s | %.2f | %.1f | %lld |\n",
-                    policy == weft::swarm::routing_rule::iwrr ? "IWRR" : "uniform round-robin", r.microbatches_per_second(),
-                    100 * r.fraction_of_optimal(), r.retried_calls);
+                    policy == weft::swarm::routing_rule::iwrr ? "IWRR" : "uniform round-robin",
+                    r.microbatches_per_second(), 100 * r.fraction_of_optimal(), r.retried_calls);
     }
     std::printf("\n");
 }

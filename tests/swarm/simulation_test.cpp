@@ -7,6 +7,7 @@
 
 #include "weft/core/error.hpp"
 #include "weft/swarm/sim/checkpoint_restart.hpp"
+#include "weft/swarm/sim/placement_ceiling.hpp"
 #include "weft/swarm/sim/virtual_swarm.hpp"
 #include "weft/swarm/sim/worker_traces.hpp"
 
@@ -111,9 +112,15 @@ TEST_CASE("failures cost throughput, redone backwards, never a counted sample", 
 }
 
 TEST_CASE("the static pipeline restarts from its checkpoint on every failure", "[swarm][sim]") {
-    sim::static_pipeline_model model{.forward_seconds = {0.1, 0.1}, .backward_multiple = 2, .latency_seconds = 0,
-                                     .replicas = 2, .microbatches_per_step = 64, .apply_seconds = 0,
-                                     .checkpoint_seconds = 10, .restart_seconds = 60, .checkpoint_interval = 0,
+    sim::static_pipeline_model model{.forward_seconds = {0.1, 0.1},
+                                     .backward_multiple = 2,
+                                     .latency_seconds = 0,
+                                     .replicas = 2,
+                                     .microbatches_per_step = 64,
+                                     .apply_seconds = 0,
+                                     .checkpoint_seconds = 10,
+                                     .restart_seconds = 60,
+                                     .checkpoint_interval = 0,
                                      .duration_seconds = 3600};
     // 1F1B over 32 micro-batches a replica and 2 stages of 0.3 s: 31 x 0.3 + 0.6.
     CHECK(model.step_seconds() == Approx(9.9));
@@ -149,14 +156,36 @@ TEST_CASE("worker traces are reproducible and well formed", "[swarm][sim]") {
     CHECK(differs);
 }
 
+TEST_CASE("the whole-worker ceiling is what dividing whole workers afresh at every instant allows", "[swarm][sim]") {
+    auto model = small_model(100);  // four stages of equal work
+    // As many equal workers as stages: each stage gets one, the fluid bound itself.
+    CHECK(sim::whole_worker_placement_fraction(model, always_up({1, 1, 1, 1}, {-1, -1, -1, -1})) == Approx(1.0));
+    // Five: one stage gets two, the slowest has one of the 5 / 4 the fluid bound gives it.
+    CHECK(sim::whole_worker_placement_fraction(model, always_up({1, 1, 1, 1, 1}, {-1, -1, -1, -1, -1})) == Approx(0.8));
+    // Mixed speeds that divide evenly: 2 | 1 + 1 | 1 + 0.5 + 0.5 | 2.
+    CHECK(sim::whole_worker_placement_fraction(model, always_up({2, 2, 1, 1, 1, 0.5, 0.5}, std::vector<int>(7, -1))) ==
+          Approx(1.0));
+    // Over time: four workers for the first 50 s, then one of them gone (three stages manned,
+    // the fourth empty: nothing flows) for the last 50. Fluid: 4 / 1.6 then 3 / 1.6 a second.
+    std::vector<sim::sim_worker> workers = always_up({1, 1, 1, 1}, {-1, -1, -1, -1});
+    workers[3].up = {{0.0, 50.0}};
+    CHECK(sim::whole_worker_placement_fraction(model, workers) == Approx((4.0 * 50) / (4.0 * 50 + 3.0 * 50)));
+    // A stage with twice the work takes twice the speed: 2 stages of 0.4 s and 0.8 s.
+    model.forward_seconds = {0.1, 0.8};  // stage works: 0.1 + 0.3 = 0.4, and the last stage's 3 x 0.8 = 2.4
+    CHECK(sim::whole_worker_placement_fraction(model, always_up({1, 6}, {-1, -1})) == Approx(1.0));
+    // Bad input is named.
+    CHECK_THROWS_WITH(sim::whole_worker_placement_fraction(model, {}), Catch::Contains("workers"));
+    CHECK_THROWS_WITH(sim::whole_worker_placement_fraction(model, always_up({-1}, {-1})),
+                      Catch::Contains("workers[0].speed"));
+}
+
 TEST_CASE("bad simulation input is refused with the field named", "[swarm][sim]") {
     auto model = small_model(60);
     const auto workers = always_up({1.0}, {0});
     model.forward_seconds.clear();
     CHECK_THROWS_WITH(sim::simulate(model, workers), Catch::Contains("forward_seconds"));
     model = small_model(60);
-    CHECK_THROWS_WITH(sim::simulate(model, always_up({1.0}, {7})),
-                      Catch::Contains("workers[0].stage = 7 is invalid"));
+    CHECK_THROWS_WITH(sim::simulate(model, always_up({1.0}, {7})), Catch::Contains("workers[0].stage = 7 is invalid"));
     CHECK_THROWS_WITH(sim::simulate(model, always_up({0.0}, {0})), Catch::Contains("workers[0].speed"));
     CHECK_THROWS_WITH(sim::simulate(model, {}), Catch::Contains("workers"));
     model.microbatches_per_step = 0;
