@@ -1,7 +1,7 @@
 // Checkpoint directories without an engine: SHA-256 against the FIPS 180-4 examples, the
 // manifest written and read back, every file checked against it (a torn, truncated, damaged
 // or foreign checkpoint is refused, naming the file), and the root's names, `latest` pointer,
-// pruning, atomic directory commit and clean-up of what killed saves left.
+// pruning, atomic directory commit, staged saves and clean-up of what killed saves left.
 #include "weft/io/checkpoint_manifest.hpp"
 #include "weft/io/checkpoint_root.hpp"
 #include "weft/io/sha256.hpp"
@@ -10,11 +10,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "file_contents.hpp"
 #include "scratch_dir.hpp"
@@ -40,12 +43,16 @@ weft::io::checkpoint_manifest make_checkpoint(const fs::path& dir) {
     fs::create_directories(dir);
     write_text(dir / "model.safetensors", "weights weights weights");
     write_text(dir / "optimizer.safetensors", "moments");
-    weft::io::checkpoint_manifest m{.model = "gpt layers=2", .optimizer = "adamw", .step = 12, .samples = 96,
-                                    .rng_seed = 1234,
-                                    .layout = {.pp = 2, .dp = 2, .tp = 1, .zero = 1, .chunks = 1,
-                                               .microbatches = 4, .world = 4, .schedule = "zb-h1"},
-                                    .run = {{"lr", 0.001}, {"batch", 8}},
-                                    .files = {}};
+    weft::io::checkpoint_manifest m{
+        .model = "gpt layers=2",
+        .optimizer = "adamw",
+        .step = 12,
+        .samples = 96,
+        .rng_seed = 1234,
+        .layout =
+            {.pp = 2, .dp = 2, .tp = 1, .zero = 1, .chunks = 1, .microbatches = 4, .world = 4, .schedule = "zb-h1"},
+        .run = {{"lr", 0.001}, {"batch", 8}},
+        .files = {}};
     for (const char* name : {"model.safetensors", "optimizer.safetensors"})
         m.files.push_back(weft::io::describe_checkpoint_file(dir, name));
     weft::io::write_manifest(dir, m);
@@ -53,7 +60,8 @@ weft::io::checkpoint_manifest make_checkpoint(const fs::path& dir) {
 }
 
 void verify(const fs::path& dir) {
-    weft::io::verify_checkpoint_files(dir, weft::io::read_manifest(dir), {"model.safetensors", "optimizer.safetensors"});
+    weft::io::verify_checkpoint_files(dir, weft::io::read_manifest(dir),
+                                      {"model.safetensors", "optimizer.safetensors"});
 }
 
 }  // namespace
@@ -191,7 +199,9 @@ TEST_CASE("a checkpoint root names, points at, prunes and commits checkpoints", 
     write_text(root / "latest", "../../etc\n");
     CHECK_THROWS_WITH(weft::io::resolve_checkpoint(root, "--resume"), Contains("must name a checkpoint directory"));
     // A binary `latest`, or one cut at a NUL, is shown escaped, whole, and said not to be text.
-    write_text(root / "latest", std::string("step-0000\0\x01\xff" "08\n", 15));
+    write_text(root / "latest", std::string("step-0000\0\x01\xff"
+                                            "08\n",
+                                            15));
     CHECK_THROWS_WITH(weft::io::resolve_checkpoint(root, "--resume"),
                       Contains("= \"step-0000\\x00\\x01\\xff08\" is invalid: is not text") &&
                           Contains("must name a checkpoint directory"));
@@ -217,4 +227,49 @@ TEST_CASE("a staged checkpoint a killed save left is removed once stale", "[io][
     weft::io::prepare_checkpoint_root(root, "--checkpoint-dir");
     CHECK_FALSE(fs::exists(dead));
     CHECK(fs::exists(live));  // its writer (this process) still runs
+}
+
+TEST_CASE("a staged checkpoint takes its place when committed and leaves nothing when not", "[io][checkpoint]") {
+    const scratch_dir dir("root_staged");
+    const fs::path root = dir.path / "ckpt";
+    weft::io::prepare_checkpoint_root(root, "--checkpoint-dir");
+    const auto entries = [&] {
+        std::vector<std::string> names;
+        for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+        std::sort(names.begin(), names.end());
+        return names;
+    };
+    // A save that throws before its commit: its directory goes with it.
+    fs::path abandoned;
+    try {
+        weft::io::staged_checkpoint staged(root, 3, "--checkpoint-dir");
+        abandoned = staged.path();
+        CHECK(abandoned.parent_path() == root);  // the rename stays on one file system
+        CHECK(fs::is_directory(abandoned));
+        make_checkpoint(abandoned);
+        throw std::runtime_error("the disk is full");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK_FALSE(fs::exists(abandoned));
+    CHECK(entries().empty());
+
+    // Committed and published: in place, named by `latest`, the older ones pruned to `keep`.
+    for (const std::uint64_t step : {1, 2, 3}) {
+        weft::io::staged_checkpoint staged(root, step, "--checkpoint-dir");
+        CHECK(staged.target() == root / weft::io::checkpoint_name(step));
+        CHECK_THROWS_WITH(staged.publish(0), Contains("must be committed before it is published"));
+        make_checkpoint(staged.path());
+        staged.commit();
+        const auto pruned = staged.publish(2);
+        CHECK(pruned.size() == (step == 3 ? 1u : 0u));
+    }
+    CHECK(entries() == std::vector<std::string>{"latest", "step-00000002", "step-00000003"});
+    CHECK(weft::io::resolve_checkpoint(root, "--resume") == root / "step-00000003");
+
+    // A rank of a collective save that writes nothing makes nothing and removes nothing.
+    { const weft::io::staged_checkpoint reader(root, 4, "checkpoint directory", /*writer=*/false); }
+    CHECK(entries().size() == 3);
+    // A root that is not there: the error names the option and the root.
+    CHECK_THROWS_WITH(weft::io::staged_checkpoint(dir.path / "gone", 5, "--checkpoint-dir"),
+                      Contains("--checkpoint-dir") && Contains("gone") && Contains("cannot take a new checkpoint"));
 }

@@ -172,9 +172,8 @@ inline std::vector<std::filesystem::path> prune_checkpoints(const std::filesyste
             checkpoints.emplace_back(*step, entry.path());
     std::sort(checkpoints.begin(), checkpoints.end());
     const std::string latest = read_latest(root);
-    const std::size_t excess = checkpoints.size() > static_cast<std::size_t>(keep)
-                                   ? checkpoints.size() - static_cast<std::size_t>(keep)
-                                   : 0;
+    const std::size_t excess =
+        checkpoints.size() > static_cast<std::size_t>(keep) ? checkpoints.size() - static_cast<std::size_t>(keep) : 0;
     for (std::size_t i = 0; i < excess; ++i) {
         if (checkpoints[i].second.filename() == latest) continue;
         fs::remove_all(checkpoints[i].second, error);
@@ -182,5 +181,58 @@ inline std::vector<std::filesystem::path> prune_checkpoints(const std::filesyste
     }
     return removed;
 }
+
+// A checkpoint directory while it is written. path() is a name in the root that only this
+// process uses, so that the rename into place stays on one file system; commit() renames it
+// to root/step-<n> once its manifest (written last) is there. A save that throws before its
+// commit leaves nothing: the destructor removes what it wrote. `writer` false is a rank of a
+// collective save that writes no file: it makes and removes nothing. `parameter` names the
+// option in the error when the directory cannot be made.
+class staged_checkpoint {
+public:
+    staged_checkpoint(const std::filesystem::path& root, std::uint64_t step, std::string_view parameter,
+                      bool writer = true)
+        : root_(root),
+          name_(checkpoint_name(step)),
+          target_(root / name_),
+          staged_(detail::temporary_path_for(target_)),
+          writer_(writer) {
+        if (!writer_) return;
+        std::error_code error;
+        if (!std::filesystem::create_directory(staged_, error))
+            throw invalid_argument(parameter, root.string(),
+                                   "cannot take a new checkpoint: creating " + staged_.string() +
+                                       " fails: " + (error ? error.message() : "it exists"));
+    }
+    staged_checkpoint(const staged_checkpoint&) = delete;
+    staged_checkpoint& operator=(const staged_checkpoint&) = delete;
+    ~staged_checkpoint() {
+        std::error_code ignored;
+        if (writer_ && !committed_) std::filesystem::remove_all(staged_, ignored);
+    }
+
+    [[nodiscard]] const std::filesystem::path& path() const { return staged_; }
+    [[nodiscard]] const std::filesystem::path& target() const { return target_; }
+    // The directory is whole: it takes its place (commit_directory).
+    void commit() {
+        commit_directory(staged_, target_);
+        committed_ = true;
+    }
+    // After commit: `latest` names it, and the newest `keep` checkpoints are kept (0: all).
+    // Returns the directories removed.
+    std::vector<std::filesystem::path> publish(int keep) {
+        require(committed_, "checkpoint", target_.string(), "must be committed before it is published");
+        publish_latest(root_, name_);
+        return prune_checkpoints(root_, keep);
+    }
+
+private:
+    std::filesystem::path root_;
+    std::string name_;
+    std::filesystem::path target_;
+    std::filesystem::path staged_;
+    bool writer_;
+    bool committed_ = false;
+};
 
 }  // namespace weft::io

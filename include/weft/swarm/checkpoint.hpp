@@ -85,47 +85,33 @@ inline train::checkpoint_saved save_swarm_checkpoint(const std::filesystem::path
         }
         optimizers.push_back({registries[k], optimizer_name, step, views[k]});
     }
-    const std::string name = io::checkpoint_name(step);
-    train::checkpoint_saved saved{root / name, {}};
-    const std::filesystem::path staged = io::detail::temporary_path_for(saved.directory);
-    std::error_code error;
-    if (!std::filesystem::create_directory(staged, error))
-        throw invalid_argument("--checkpoint-dir", root.string(),
-                               "cannot take a new checkpoint: creating " + staged.string() +
-                                   " fails: " + (error ? error.message() : "it exists"));
-    try {
-        const std::string model = models::gpt::describe(run.model);
-        const io::safetensors_metadata metadata{{std::string(train::progress_step_key), std::to_string(step)},
-                                                {std::string(train::progress_samples_key), std::to_string(samples)},
-                                                {std::string(train::progress_seed_key), std::to_string(run.model.seed)},
-                                                {std::string(train::model_key), model}};
-        const std::string fingerprint = io::save_checkpoint(staged / train::weights_file_name, parameters, metadata);
-        io::save_optimizer_state(staged / train::optimizer_file_name, optimizers,
-                                 {{std::string(train::weights_fingerprint_key), fingerprint}});
-        // Field by field: GCC 12 misreads a designated initializer of the nested layout's string
-        // as a read of uninitialised memory (-Wmaybe-uninitialized).
-        io::checkpoint_manifest manifest;
-        manifest.model = model;
-        manifest.optimizer = optimizer_name;
-        manifest.step = step;
-        manifest.samples = samples;
-        manifest.rng_seed = run.model.seed;
-        manifest.layout.pp = static_cast<int>(images.size());
-        manifest.layout.microbatches = run.microbatches;
-        manifest.layout.world = run.workers;
-        manifest.layout.schedule = "swarm";
-        manifest.run = run.run;
-        for (const std::string_view file : {train::weights_file_name, train::optimizer_file_name})
-            manifest.files.push_back(io::describe_checkpoint_file(staged, std::string(file)));
-        io::write_manifest(staged, manifest);  // last: its presence says the rest is whole
-        io::commit_directory(staged, saved.directory);
-    } catch (...) {
-        std::filesystem::remove_all(staged, error);
-        throw;
-    }
-    io::publish_latest(root, name);
-    saved.pruned = io::prune_checkpoints(root, keep);
-    return saved;
+    io::staged_checkpoint staged(root, step, "--checkpoint-dir");
+    const std::string model = models::gpt::describe(run.model);
+    const io::safetensors_metadata metadata{{std::string(train::progress_step_key), std::to_string(step)},
+                                            {std::string(train::progress_samples_key), std::to_string(samples)},
+                                            {std::string(train::progress_seed_key), std::to_string(run.model.seed)},
+                                            {std::string(train::model_key), model}};
+    const std::string fingerprint = io::save_checkpoint(staged.path() / train::weights_file_name, parameters, metadata);
+    io::save_optimizer_state(staged.path() / train::optimizer_file_name, optimizers,
+                             {{std::string(train::weights_fingerprint_key), fingerprint}});
+    // Field by field: GCC 12 misreads a designated initializer of the nested layout's string
+    // as a read of uninitialised memory (-Wmaybe-uninitialized).
+    io::checkpoint_manifest manifest;
+    manifest.model = model;
+    manifest.optimizer = optimizer_name;
+    manifest.step = step;
+    manifest.samples = samples;
+    manifest.rng_seed = run.model.seed;
+    manifest.layout.pp = static_cast<int>(images.size());
+    manifest.layout.microbatches = run.microbatches;
+    manifest.layout.world = run.workers;
+    manifest.layout.schedule = "swarm";
+    manifest.run = run.run;
+    for (const std::string_view file : {train::weights_file_name, train::optimizer_file_name})
+        manifest.files.push_back(io::describe_checkpoint_file(staged.path(), std::string(file)));
+    io::write_manifest(staged.path(), manifest);  // last: its presence says the rest is whole
+    staged.commit();
+    return {staged.target(), staged.publish(keep)};
 }
 
 struct swarm_restore {

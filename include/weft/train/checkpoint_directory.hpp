@@ -27,8 +27,14 @@ inline constexpr std::string_view optimizer_file_name = "optimizer.safetensors";
 template <class Engine>
 [[nodiscard]] io::checkpoint_layout layout_of(const Engine& engine) {
     const auto& c = engine.config();
-    return {.pp = c.pp(), .dp = c.dp(), .tp = c.tp(), .zero = c.zero_stage(), .chunks = c.chunks(),
-            .microbatches = c.microbatches(), .world = c.world_size(), .schedule = std::string(c.schedule().name())};
+    return {.pp = c.pp(),
+            .dp = c.dp(),
+            .tp = c.tp(),
+            .zero = c.zero_stage(),
+            .chunks = c.chunks(),
+            .microbatches = c.microbatches(),
+            .world = c.world_size(),
+            .schedule = std::string(c.schedule().name())};
 }
 
 template <class Engine>
@@ -40,7 +46,7 @@ template <class Engine>
 }
 
 struct checkpoint_saved {
-    std::filesystem::path directory;  // root/step-<n>
+    std::filesystem::path directory;            // root/step-<n>
     std::vector<std::filesystem::path> pruned;  // older checkpoints removed by `keep`
 };
 
@@ -53,40 +59,25 @@ checkpoint_saved save_checkpoint_directory(Engine& engine, const std::filesystem
                                            const nlohmann::json& run = nlohmann::json::object(), int keep = 0) {
     require(keep >= 0, "keep", keep, "must be >= 0 (0 keeps every checkpoint)");
     const shard::training_progress progress = engine.progress();
-    const std::string name = io::checkpoint_name(progress.step);
-    checkpoint_saved saved{root / name, {}};
     const bool writer = is_checkpoint_writer(engine);
-    // A name only this process uses, in the root: the rename into place stays on one file system.
-    const std::filesystem::path staged = io::detail::temporary_path_for(saved.directory);
-    if (writer) {
-        std::error_code error;
-        if (!std::filesystem::create_directory(staged, error))
-            throw invalid_argument("checkpoint directory", root.string(),
-                                   "cannot take a new checkpoint: creating " + staged.string() + " fails: " +
-                                       (error ? error.message() : "it exists"));
-    }
-    try {
-        save(engine, staged / weights_file_name, staged / optimizer_file_name);
-        if (!writer) return saved;
-        io::checkpoint_manifest manifest{.model = model_description(engine),
-                                         .optimizer = std::string(engine.parts().stage_optimizer(engine.parts().local_stages().front()).name()),
-                                         .step = progress.step,
-                                         .samples = progress.samples,
-                                         .rng_seed = progress.rng_seed,
-                                         .layout = layout_of(engine),
-                                         .run = run,
-                                         .files = {}};
-        for (const std::string_view file : {weights_file_name, optimizer_file_name})
-            manifest.files.push_back(io::describe_checkpoint_file(staged, std::string(file)));
-        io::write_manifest(staged, manifest);  // last: its presence says the rest is whole
-        io::commit_directory(staged, saved.directory);
-    } catch (...) {
-        std::error_code ignored;
-        if (writer) std::filesystem::remove_all(staged, ignored);
-        throw;
-    }
-    io::publish_latest(root, name);
-    saved.pruned = io::prune_checkpoints(root, keep);
+    io::staged_checkpoint staged(root, progress.step, "checkpoint directory", writer);
+    checkpoint_saved saved{staged.target(), {}};
+    save(engine, staged.path() / weights_file_name, staged.path() / optimizer_file_name);
+    if (!writer) return saved;
+    io::checkpoint_manifest manifest{
+        .model = model_description(engine),
+        .optimizer = std::string(engine.parts().stage_optimizer(engine.parts().local_stages().front()).name()),
+        .step = progress.step,
+        .samples = progress.samples,
+        .rng_seed = progress.rng_seed,
+        .layout = layout_of(engine),
+        .run = run,
+        .files = {}};
+    for (const std::string_view file : {weights_file_name, optimizer_file_name})
+        manifest.files.push_back(io::describe_checkpoint_file(staged.path(), std::string(file)));
+    io::write_manifest(staged.path(), manifest);  // last: its presence says the rest is whole
+    staged.commit();
+    saved.pruned = staged.publish(keep);
     return saved;
 }
 
