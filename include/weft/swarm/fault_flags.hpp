@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "weft/core/error.hpp"
-#include "weft/swarm/protocol.hpp"
+#include "weft/swarm/worker_faults.hpp"
 
 namespace weft::swarm {
 
@@ -65,9 +65,12 @@ inline double parse_positive(const std::string& text, const std::string& flag, c
                                   "--fail", f, form);
         if (colon != std::string::npos) {
             const std::string phase = f.substr(colon + 1);
-            if (phase == "forward") w.fail_phase = worker_faults::phase::forward;
-            else if (phase == "backward") w.fail_phase = worker_faults::phase::backward;
-            else throw invalid_argument("--fail", f, "the phase after the colon must be forward or backward");
+            if (phase == "forward")
+                w.fail_phase = worker_faults::phase::forward;
+            else if (phase == "backward")
+                w.fail_phase = worker_faults::phase::backward;
+            else
+                throw invalid_argument("--fail", f, "the phase after the colon must be forward or backward");
         }
     }
     for (const auto& s : stalls) {

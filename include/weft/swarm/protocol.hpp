@@ -13,22 +13,11 @@
 #include "weft/nn/partition.hpp"
 #include "weft/optim/any_optimizer.hpp"
 #include "weft/swarm/router.hpp"
-#include "weft/swarm/stage_service.hpp"
+#include "weft/swarm/state_manifest.hpp"
 #include "weft/swarm/wire.hpp"
+#include "weft/swarm/worker_faults.hpp"
 
 namespace weft::swarm {
-
-// Faults a worker plays on itself, for tests and demonstrations (swarm_train --fail,
-// --stall, --slow).
-struct worker_faults {
-    enum class phase : std::uint8_t { any = 0, forward = 1, backward = 2 };
-    // Steps count from the one named: the worker's first call (of the phase) at or after it.
-    std::int64_t fail_step = -1;  // >= 0: the process kills itself (SIGKILL) at that call
-    phase fail_phase = phase::any;
-    std::int64_t stall_step = -1;  // >= 0: that call waits stall_seconds first (once)
-    double stall_seconds = 0;
-    double slow_factor = 1;  // every call takes this many times its compute time
-};
 
 // The peer id a welcome or a rejoin gives the trainer itself when it serves a stage's state
 // from a checkpoint (a resumed run): the worker fetches from it as from any peer.
@@ -40,7 +29,7 @@ struct peer_address {
 };
 
 struct hello_message {
-    std::int64_t requested_id = -1;    // -1: any
+    std::int64_t requested_id = -1;     // -1: any
     std::int32_t requested_stage = -1;  // -1: where the rendezvous wants
     std::string state_address;          // HOST:PORT this worker serves its state at
     std::int64_t pid = 0;
@@ -121,7 +110,8 @@ inline void write(message_writer& w, const welcome_message& m) {
     m.units.first = r.get<int>("units first");
     m.units.last = r.get<int>("units last");
     const auto kind = r.get<std::uint8_t>("optimizer kind");
-    require(kind <= 1, "SWARM message from " + r.sender() + ": optimizer kind", int(kind), "must be 0 (adamw) or 1 (sgd)");
+    require(kind <= 1, "SWARM message from " + r.sender() + ": optimizer kind", int(kind),
+            "must be 0 (adamw) or 1 (sgd)");
     m.optimizer.kind = static_cast<optim::optimizer_kind>(kind);
     m.optimizer.lr = r.get<double>("lr");
     m.optimizer.weight_decay = r.get<double>("weight decay");

@@ -36,6 +36,7 @@
 #include "weft/nn/gpt_config.hpp"
 #include "weft/nn/partition.hpp"
 #include "weft/optim/any_optimizer.hpp"
+#include "weft/swarm/state_manifest.hpp"
 #include "weft/train/stage_runner.hpp"
 
 namespace weft::swarm {
@@ -58,21 +59,6 @@ public:
                 " blocks and the head)");
     return models::stage_units<models::gpt>(model, stages, partition);
 }
-
-// What the stage's state image holds: the parameters, then each optimizer tensor, all
-// float, as of `step` (steps of the stage's optimizer taken).
-struct state_manifest {
-    std::uint64_t step = 0;
-    std::uint64_t parameters = 0;
-    std::vector<std::pair<std::string, std::uint64_t>> optimizer_tensors;  // name, elements
-
-    [[nodiscard]] std::uint64_t total() const {
-        std::uint64_t n = parameters;
-        for (const auto& [name, count] : optimizer_tensors) n += count;
-        return n;
-    }
-    friend bool operator==(const state_manifest&, const state_manifest&) = default;
-};
 
 // One call's input: token ids for the first stage, activations for the others, of `rows`
 // sequences.
@@ -237,8 +223,10 @@ public:
     void write_state(std::uint64_t offset, std::span<const float> values) {
         std::uint64_t first = 0;
         const auto put = [&](std::span<float> part) {
-            const std::uint64_t lo = std::max(first, offset), hi = std::min(first + part.size(), offset + values.size());
-            if (lo < hi) std::copy(values.begin() + (lo - offset), values.begin() + (hi - offset), part.begin() + (lo - first));
+            const std::uint64_t lo = std::max(first, offset),
+                                hi = std::min(first + part.size(), offset + values.size());
+            if (lo < hi)
+                std::copy(values.begin() + (lo - offset), values.begin() + (hi - offset), part.begin() + (lo - first));
             first += part.size();
         };
         put(tensors_.parameters());
@@ -257,8 +245,9 @@ public:
 private:
     void check_step(std::uint64_t step, const char* call) const {
         if (step != step_)
-            throw call_refused(std::string(call) + " of step " + std::to_string(step) + " refused: this worker of stage " +
-                               std::to_string(stage_) + " holds the weights of step " + std::to_string(step_) +
+            throw call_refused(std::string(call) + " of step " + std::to_string(step) +
+                               " refused: this worker of stage " + std::to_string(stage_) +
+                               " holds the weights of step " + std::to_string(step_) +
                                (step < step_ ? " (the call is from an older step)" : " (this worker is behind)"));
     }
     // One call at a time: whatever a failed call left in the stash goes first.
