@@ -13,7 +13,7 @@ trainer=$!
 cleanup() { kill -9 "$trainer" 2>/dev/null || true; pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true; }
 trap cleanup EXIT
 # Wait for step 2, then kill worker 1 (stage 1) as an operator or the OOM killer would.
-for _ in $(seq 1 300); do
+for _ in $(seq 1 1200); do  # up to 120 s: a loaded CI machine is slow
     [[ -f "$log" ]] && grep -q '"step":2,' "$log" && break
     sleep 0.1
 done

@@ -18,7 +18,7 @@ trainer=$!
 joiner=""
 cleanup() { kill -9 "$trainer" $joiner 2>/dev/null || true; pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true; }
 trap cleanup EXIT
-for _ in $(seq 1 600); do
+for _ in $(seq 1 2400); do  # up to 120 s: a loaded CI machine is slow
     grep -q "^rollback |" "$out/run.out" && break
     kill -0 "$trainer" 2>/dev/null || break
     sleep 0.05
