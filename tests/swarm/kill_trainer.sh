@@ -52,7 +52,7 @@ cleanup() {
     pkill -9 -f -- "--parent-pid $trainer" 2>/dev/null || true
 }
 trap cleanup EXIT
-# Up to 120 s: on a loaded 2-core machine (CI runs tests beside a build) the slowed steps
+# Up to 120 s: on a loaded 2-core machine (ctest -j3 on 2 cores in CI) the slowed steps
 # take far longer than alone; the wait ends as soon as the checkpoint is there.
 for _ in $(seq 1 2400); do
     grep -q "saved checkpoint .*step-00000006" "$out/first.out" && break
