@@ -120,9 +120,10 @@ void failure_rates(const settings& s) {
 void ceilings(double duration, const std::vector<double>& speeds, const std::vector<sim::sim_worker>& trace) {
     const double whole = sim::whole_worker_placement_fraction(base_model(duration), trace);
     // The same workers, up the whole run and evenly placed: each stage gets a third of each kind.
+    const std::size_t stages = base_model(duration).forward_seconds.size();
     std::vector<sim::sim_worker> calm;
     for (std::size_t i = 0; i < speeds.size(); ++i)
-        calm.push_back({.speed = speeds[i], .stage = static_cast<int>(i % 4), .up = {{0.0, INFINITY}}});
+        calm.push_back({.speed = speeds[i], .stage = static_cast<int>(i % stages), .up = {{0.0, INFINITY}}});
     const auto barrier = sim::simulate(base_model(duration), calm);
     sim::swarm_model every_step = base_model(duration);
     every_step.rebalance_seconds = 1e-9;  // at every step's end

@@ -53,11 +53,8 @@ namespace detail {
     model.validate();
     require(!workers.empty(), "workers", workers.size(), "must hold at least one worker");
     std::vector<double> stage_work;
-    double work_per_microbatch = 0;
-    for (std::size_t k = 0; k < model.forward_seconds.size(); ++k) {
-        stage_work.push_back(model.stage_work(k));
-        work_per_microbatch += stage_work.back();
-    }
+    for (std::size_t k = 0; k < model.forward_seconds.size(); ++k) stage_work.push_back(model.stage_work(k));
+    const double work_per_microbatch = model.work_per_microbatch();
     // Every instant where who is up changes.
     const double end = model.duration_seconds;
     std::vector<double> times{0.0, end};

@@ -43,8 +43,8 @@ namespace weft::swarm::sim {
 
 // One simulated worker: its speed, the stage it starts in, and when it is up.
 struct sim_worker {
-    double speed = 1;  // relative compute speed: 2 takes half the stage times given
-    int stage = -1;    // where it starts; -1: where the join rule sends it
+    double speed = 1;                           // relative compute speed: 2 takes half the stage times given
+    int stage = -1;                             // where it starts; -1: where the join rule sends it
     std::vector<std::pair<double, double>> up;  // [arrive, leave) in seconds, in order; leave may be infinite
 };
 
@@ -54,18 +54,21 @@ struct swarm_model {
     double latency_seconds = 0.01;        // each way between the trainer and a worker
     double download_seconds = 20;         // a joining or moving worker fetching its stage's state
     int microbatches_per_step = 1024;
-    int in_flight = 0;                    // micro-batches going at once; 0: all of the step's, as the real trainer
-    double apply_seconds = 0.5;           // a worker's optimizer step (an apply, or a replayed one)
-    double rebalance_seconds = 0;         // 0: never
+    int in_flight = 0;             // micro-batches going at once; 0: all of the step's, as the real trainer
+    double apply_seconds = 0.5;    // a worker's optimizer step (an apply, or a replayed one)
+    double rebalance_seconds = 0;  // 0: never
     rebalance_options rebalancing;
     routing_rule routing = routing_rule::iwrr;
-    int max_attempts = 8;      // sends of one call before the step fails (swarm_train --max-attempts)
-    int catch_up_steps = 4;    // steps a worker behind may replay (swarm_train --catch-up-steps)
+    int max_attempts = 8;    // sends of one call before the step fails (swarm_train --max-attempts)
+    int catch_up_steps = 4;  // steps a worker behind may replay (swarm_train --catch-up-steps)
     // How long after a worker leaves the trainer learns of it: its heartbeats missed for the
     // expiry (swarm_train: 12 x --heartbeat-s 0.25). Until then its calls time out.
     double expiry_seconds = 3;
-    router_options router{.ema_weight = 0.1, .initial_seconds = 1.0, .timeout_multiple = 4,
-                          .timeout_floor_seconds = 1.0, .timeout_penalty = 2};
+    router_options router{.ema_weight = 0.1,
+                          .initial_seconds = 1.0,
+                          .timeout_multiple = 4,
+                          .timeout_floor_seconds = 1.0,
+                          .timeout_penalty = 2};
     double duration_seconds = 3600;
     std::uint64_t seed = 0;
 
@@ -95,6 +98,12 @@ struct swarm_model {
     [[nodiscard]] double stage_work(std::size_t k) const {
         const double backward_call = (1 + backward_multiple) * forward_seconds[k];
         return k + 1 == forward_seconds.size() ? backward_call : forward_seconds[k] + backward_call;
+    }
+    // Compute seconds at speed 1 a micro-batch costs over all stages: the fluid optimum's divisor.
+    [[nodiscard]] double work_per_microbatch() const {
+        double work = 0;
+        for (std::size_t k = 0; k < forward_seconds.size(); ++k) work += stage_work(k);
+        return work;
     }
 };
 
@@ -134,7 +143,6 @@ public:
     virtual_swarm(const swarm_model& model, const std::vector<sim_worker>& workers)
         : model_(model), stages_(static_cast<int>(model.forward_seconds.size())), policy_(policy_options(model)) {
         require(!workers.empty(), "workers", workers.size(), "must hold at least one worker");
-        for (int k = 0; k < stages_; ++k) work_per_microbatch_ += model_.stage_work(std::size_t(k));
         for (std::size_t i = 0; i < workers.size(); ++i) {
             const sim_worker& w = workers[i];
             require(w.speed > 0 && std::isfinite(w.speed), "workers[" + std::to_string(i) + "].speed", w.speed,
@@ -143,8 +151,7 @@ public:
                     "must be -1 (the join rule) or a stage in [0, " + std::to_string(stages_) + ")");
             double last = -1;
             for (const auto& [arrive, leave] : w.up) {
-                require(arrive >= 0 && arrive > last && leave > arrive,
-                        "workers[" + std::to_string(i) + "].up", arrive,
+                require(arrive >= 0 && arrive > last && leave > arrive, "workers[" + std::to_string(i) + "].up", arrive,
                         "must be intervals [arrive, leave) in increasing order, from 0");
                 last = leave;
                 push(arrive, event_kind::arrive, i);
@@ -264,30 +271,46 @@ private:
     [[nodiscard]] bool may_change_placement(const event& e) const {
         switch (e.kind) {
             case event_kind::deliver:
-            case event_kind::computed: return false;
+            case event_kind::computed:
+                return false;
             case event_kind::reply:
             case event_kind::timeout: {
                 const call_kind kind = calls_.at(e.subject).kind;
                 return kind != call_kind::forward && kind != call_kind::backward && kind != call_kind::collect;
             }
-            default: return true;
+            default:
+                return true;
         }
     }
 
     void handle(const event& e) {
         switch (e.kind) {
-            case event_kind::arrive: arrive(std::size_t(e.subject)); break;
-            case event_kind::leave: leave(std::size_t(e.subject)); break;
-            case event_kind::expire: policy_.failed(e.subject); break;
+            case event_kind::arrive:
+                arrive(std::size_t(e.subject));
+                break;
+            case event_kind::leave:
+                leave(std::size_t(e.subject));
+                break;
+            case event_kind::expire:
+                policy_.failed(e.subject);
+                break;
             case event_kind::downloaded: {
                 const worker_state& w = workers_[std::size_t(e.subject)];
                 if (w.up && w.epoch == e.epoch) policy_.ready(w.member, policy_.step());
                 break;
             }
-            case event_kind::deliver: deliver(e.subject, e.epoch); break;
-            case event_kind::computed: computed(e.subject, e.epoch); break;
-            case event_kind::reply: static_cast<void>(policy_.answered(e.subject, calls_.at(e.subject).compute_seconds)); break;
-            case event_kind::timeout: policy_.timed_out(e.subject); break;
+            case event_kind::deliver:
+                deliver(e.subject, e.epoch);
+                break;
+            case event_kind::computed:
+                computed(e.subject, e.epoch);
+                break;
+            case event_kind::reply:
+                static_cast<void>(policy_.answered(e.subject, calls_.at(e.subject).compute_seconds));
+                break;
+            case event_kind::timeout:
+                policy_.timed_out(e.subject);
+                break;
         }
         if (about_a_call(e.kind)) release(e.subject);
     }
@@ -339,8 +362,10 @@ private:
         // Those there from the start may be placed, and hold the initial weights; later arrivals
         // follow the join rule and download their stage's state.
         policy_.admit(w.member, now_ == 0 ? w.first_stage : -1);
-        if (now_ == 0) policy_.ready(w.member, policy_.step());
-        else push(now_ + model_.download_seconds, event_kind::downloaded, i, w.epoch);
+        if (now_ == 0)
+            policy_.ready(w.member, policy_.step());
+        else
+            push(now_ + model_.download_seconds, event_kind::downloaded, i, w.epoch);
     }
     void leave(std::size_t i) {
         worker_state& w = workers_[i];
@@ -370,11 +395,19 @@ private:
         const double forward = model_.forward_seconds[std::size_t(c.stage)];
         double compute = 0;
         switch (c.kind) {
-            case call_kind::forward: compute = forward / w.speed; break;
-            case call_kind::backward: compute = (1 + model_.backward_multiple) * forward / w.speed; break;
-            case call_kind::collect: compute = 0; break;
+            case call_kind::forward:
+                compute = forward / w.speed;
+                break;
+            case call_kind::backward:
+                compute = (1 + model_.backward_multiple) * forward / w.speed;
+                break;
+            case call_kind::collect:
+                compute = 0;
+                break;
             case call_kind::apply:
-            case call_kind::catch_up: compute = model_.apply_seconds; break;
+            case call_kind::catch_up:
+                compute = model_.apply_seconds;
+                break;
         }
         calls_[c.id] = {.worker = i, .kind = c.kind, .compute_seconds = compute, .holds = 0};
         push_call_event(now_ + model_.latency_seconds, event_kind::deliver, c.id, w.epoch);
@@ -408,7 +441,7 @@ private:
     swarm_model model_;
     int stages_;
     coordinator policy_;
-    double work_per_microbatch_ = 0;
+    double work_per_microbatch_ = model_.work_per_microbatch();
     std::vector<worker_state> workers_;
     std::map<worker_id, std::size_t> owner_;  // member id -> the worker it was given to
     worker_id next_member_ = 0;
